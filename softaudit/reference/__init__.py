@@ -1,0 +1,156 @@
+"""Ground truth: softmax, log-softmax, log-sum-exp, masked softmax and attention, exact and correctly rounded.
+
+Every input element is the exact binary number it holds. With `dtype=D` each result is the exact value rounded to
+D (to nearest, ties to even, with gradual underflow and IEEE overflow); with `dtype=None` it is an mpmath value,
+the exact result correctly rounded to `prec` bits. A row without a defined result (a NaN or +inf logit, or nothing
+kept) gives NaN, and `undefined_rows` says which rows those are. docs/reference.md holds the guarantee and its proof.
+
+`method="auto"` computes in vectorised float64 or double-double with a proven error bound and falls back to mpmath
+only where that bound cannot decide the rounding; `method="mpmath"` uses mpmath for every element. Both give the
+same bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._attention import round_attention
+from ._engine import TIER_NAMES as TIER_NAMES
+from ._engine import Result as Result
+from ._engine import round_rows
+from ._formats import DTYPE_NAMES as DTYPE_NAMES
+from ._formats import Format as Format
+from ._formats import format_of as format_of
+from ._validate import axis_index, bool_mask, float_array, scale_value, target
+
+__all__ = [
+    "DTYPE_NAMES",
+    "Format",
+    "Result",
+    "TIER_NAMES",
+    "attention",
+    "attention_undefined_rows",
+    "evaluate",
+    "evaluate_attention",
+    "format_of",
+    "log_softmax",
+    "logsumexp",
+    "masked_softmax",
+    "softmax",
+    "undefined_rows",
+]
+
+_ROW_KINDS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
+_METHODS = ("auto", "mpmath")
+
+
+def softmax(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """exp(x_i) / sum_j exp(x_j) along `axis`; -inf entries get exactly 0."""
+    return evaluate("softmax", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+
+
+def log_softmax(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """x_i - log(sum_j exp(x_j)) along `axis`; -inf entries get exactly -inf."""
+    return evaluate("log_softmax", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+
+
+def logsumexp(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """log(sum_j exp(x_j)) along `axis` (removed); -inf for an empty or all -inf row, +inf with a +inf entry."""
+    return evaluate("logsumexp", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+
+
+def masked_softmax(x, mask, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """softmax of the entries where `mask` is True; masked entries get exactly 0 whatever they hold."""
+    return evaluate("masked_softmax", x, mask, axis=axis, dtype=dtype, prec=prec, method=method).value
+
+
+def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """softmax(scale * q k^T, masked) v for q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv).
+
+    `mask` is boolean, broadcastable to (..., Lq, Lk), True = may attend. `scale=None` is the real 1/sqrt(d).
+    """
+    return evaluate_attention(q, k, v, mask, scale=scale, dtype=dtype, prec=prec, method=method).value
+
+
+def _method(method) -> str:
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {', '.join(_METHODS)}, got {method!r}")
+    return method
+
+
+def _rows(x, mask, axis):
+    """x and its removed entries as 2-D arrays with the reduced axis last, and the shape to restore."""
+    x = float_array(x, "x")
+    ax = axis_index(axis, x.ndim)
+    removed = x == -np.inf
+    if mask is not None:
+        removed = removed | ~bool_mask(mask, "mask", x.shape)
+    moved = np.moveaxis(x, ax, -1)
+    n = moved.shape[-1]
+    return moved.reshape(-1, n), np.moveaxis(removed, ax, -1).reshape(-1, n), moved.shape, ax
+
+
+def _undefined(kind, x2, removed2):
+    with np.errstate(invalid="ignore"):
+        nan = (np.isnan(x2) & ~removed2).any(axis=1)
+        if kind == "logsumexp":
+            return nan
+        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1)
+    return nan | pos_inf | (removed2.all(axis=1) & (x2.shape[1] > 0))
+
+
+def undefined_rows(x, mask=None, axis=-1, *, kind="softmax") -> np.ndarray:
+    """Boolean array (x's shape without `axis`): True where `kind` has no defined result for the row.
+
+    For softmax, log_softmax and masked_softmax: a NaN or +inf among the kept entries, or no kept entry.
+    For logsumexp only a NaN (an all -inf row gives -inf, a +inf entry gives +inf).
+    """
+    if kind not in _ROW_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
+    x2, removed2, moved_shape, _ = _rows(x, mask, axis)
+    return _undefined(kind, x2, removed2).reshape(moved_shape[:-1])
+
+
+def evaluate(kind, x, mask=None, axis=-1, *, dtype=None, prec=113, method="auto") -> Result:
+    """The full `Result` of a row kind: rounded values with the approximation, tier and undefined rows."""
+    if kind not in _ROW_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
+    if kind == "masked_softmax" and mask is None:
+        raise TypeError("masked_softmax needs a mask")
+    fmt = target(dtype, prec)
+    x2, removed2, moved_shape, ax = _rows(x, mask, axis)
+    base = "softmax" if kind == "masked_softmax" else kind
+    undefined = _undefined(base, x2, removed2)
+    out = round_rows(base, x2, removed2, undefined, fmt, _method(method))
+    shape = moved_shape[:-1] if base == "logsumexp" else moved_shape
+
+    def restore(a):
+        a = a.reshape(shape)
+        return a if base == "logsumexp" else np.moveaxis(a, -1, ax)
+
+    return Result(
+        restore(out.array()),
+        restore(out.hi),
+        restore(out.lo),
+        restore(out.err),
+        restore(out.tier),
+        undefined.reshape(moved_shape[:-1]),
+    )
+
+
+def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
+    """Boolean array (..., Lq): True where a query has no defined output.
+
+    That is: no key it may attend, or a NaN or infinity in the query or in a key or value it may attend.
+    """
+    from ._attention import prepare
+
+    return prepare(q, k, v, mask, None).undefined
+
+
+def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> Result:
+    """The full `Result` of attention (per query row: undefined)."""
+    from ._attention import prepare
+
+    problem = prepare(q, k, v, mask, scale_value(scale))
+    return round_attention(problem, target(dtype, prec), _method(method))

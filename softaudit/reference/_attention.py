@@ -1,0 +1,192 @@
+"""Scaled dot-product attention: o = softmax(c q k^T, masked) v, c = 1/sqrt(d) unless given.
+
+Tier A: float64 matrix products with the dot-product bound gamma_n sum|q||k| (true for any summation order, with or
+without FMA, so for any BLAS). Tier B: scores as exact products summed in double-double, exp_dd, and output
+numerators in double-double. Tier C: exact scores and mpmath (_exact.attention_row). Work is done in chunks of
+query rows so memory stays O(input + output). Outputs that cancel (|o| far below sum p|v|) are what tier A and B
+cannot decide; tier C can, and it rounds rational outputs (a uniform softmax over equal values, say) exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from mpmath import libmp
+
+from . import _dd, _exact
+from ._dd import TINY, U
+from ._engine import Result, _Collector, fast_input, fast_target
+from ._formats import Format, decide_arrays, exact_mpf
+from ._rows import LIBM_EXP_REL, Approx
+from ._validate import bool_mask, float_array
+
+_CHUNK = 1 << 20  # elements of the largest temporary array per chunk
+_SAFE = 2.0**-19  # covers every second-order term once each first-order bound is below 2**-20
+
+
+@dataclasses.dataclass
+class Problem:
+    q: np.ndarray  # (B, Lq, d), the batch dimensions flattened
+    k: np.ndarray  # (B, Lk, d)
+    v: np.ndarray  # (B, Lk, dv)
+    keep: np.ndarray  # (B, Lq, Lk) bool
+    scale: float | None
+    undefined: np.ndarray  # (..., Lq) bool, in the broadcast batch shape
+    shape: tuple[int, ...]  # the output shape (..., Lq, dv)
+
+
+def prepare(q, k, v, mask, scale) -> Problem:
+    q = float_array(q, "q", min_ndim=2)
+    k = float_array(k, "k", min_ndim=2)
+    v = float_array(v, "v", min_ndim=2)
+    d, lq, lk, dv = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
+    if k.shape[-1] != d:
+        raise ValueError(f"k's last dimension ({k.shape[-1]}) must equal q's ({d})")
+    if v.shape[-2] != lk:
+        raise ValueError(f"v must have as many rows as k ({lk}), got shape {v.shape}")
+    if d == 0 and scale is None:
+        raise ValueError("q and k have d = 0, so 1/sqrt(d) is undefined; pass scale")
+    try:
+        batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(f"the batch dimensions of q {q.shape}, k {k.shape} and v {v.shape} do not broadcast") from None
+    keep = np.ones((), bool) if mask is None else mask
+    keep = bool_mask(keep, "mask", batch + (lq, lk))
+    flat = (-1,) if batch else (1,)
+    q3 = np.broadcast_to(q, batch + (lq, d)).reshape(flat + (lq, d))
+    k3 = np.broadcast_to(k, batch + (lk, d)).reshape(flat + (lk, d))
+    v3 = np.broadcast_to(v, batch + (lk, dv)).reshape(flat + (lk, dv))
+    keep3 = keep.reshape(flat + (lq, lk))
+    with np.errstate(invalid="ignore"):
+        bad_key = ~(np.isfinite(k3).all(axis=-1) & np.isfinite(v3).all(axis=-1))
+        undefined = ~np.isfinite(q3).all(axis=-1) | ~keep3.any(axis=-1) | (keep3 & bad_key[:, None, :]).any(axis=-1)
+    return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), batch + (lq, dv))
+
+
+def _chunks(rows: np.ndarray, per_row: int):
+    size = max(1, _CHUNK // max(per_row, 1))
+    for start in range(0, len(rows), size):
+        yield rows[start : start + size]
+
+
+def tier_a(q, k, v, keep, scale) -> Approx:
+    """float64, for targets of at most 24 bits. q (R, d) are queries of one batch entry; k, v its keys and values."""
+    d, lk = q.shape[1], k.shape[0]
+    scores = q @ k.T
+    size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
+    c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
+    s = c * scores
+    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    s = np.where(keep, s, -np.inf)
+    m = s.max(axis=1, keepdims=True)
+    t = s - m
+    e = np.exp(t)
+    # Shifting by the computed max m is exact in real arithmetic, so t is off by ds + u|t| only.
+    first = np.where(keep, ds + U * np.abs(t), 0.0)
+    eta = np.where(keep, first * (1 + _SAFE) + LIBM_EXP_REL, 0.0)
+    total = _dd.pairwise_sum(e)[0]
+    # An exp that underflows keeps 2**-1074 absolute accuracy; the max term is 1, so total >= 1.
+    sigma = (_dd.pairwise_sum(e * eta)[0] / total + _dd.gamma(_dd.depth(lk)) + lk * TINY) * (1 + _SAFE)
+    num = e @ v
+    a = (e @ np.abs(v)) * (1 + 2 * _dd.gamma(lk))
+    b = ((e * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * TINY * np.abs(v).max(axis=0, initial=0.0)
+    o = num / total[:, None]
+    err = (_dd.gamma(lk) * a + b + sigma[:, None] * (a + b)) / total[:, None] * (1 + _SAFE) + U * np.abs(o) + TINY
+    unsure = (first.max(axis=1, initial=0.0) > 2.0**-20) | (sigma > 2.0**-20)
+    err[unsure] = np.inf
+    return Approx(o, np.zeros_like(o), err, 0.0)
+
+
+def _scale_dd(scale, d) -> tuple[float, float, float]:
+    """The scale as a double-double and its relative error."""
+    if scale is not None:
+        return scale, 0.0, 0.0
+    exact = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), 200), 200)
+    hi = libmp.to_float(exact)
+    return hi, libmp.to_float(libmp.mpf_sub(exact, libmp.from_float(hi), 120)), 2.0**-104
+
+
+def tier_b(q, k, v, keep, scale) -> Approx:
+    """Double-double, for float64 targets and what tier A left. Needs |q|, |k|, |v| below 2**500."""
+    d, lk = q.shape[1], k.shape[0]
+    ph, pl = _dd.two_prod(q[:, None, :], k[None, :, :])
+    size = _dd.pairwise_sum(np.abs(ph))[0] * (1 + 2 * _dd.gamma(d))
+    sh, sl = _dd.pairwise_sum(ph, pl)
+    # Products below 2**-969 lose low bits to underflow: d * 2**-1070 covers them.
+    s_err = (_dd.depth(d) + 1) * _dd.DD_OP_REL * size + d * 2.0**-1070
+    ch, cl, c_rel = _scale_dd(scale, d)
+    sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
+    ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    m = np.where(keep, sh, -np.inf).max(axis=1, keepdims=True)
+    th, tl = _dd.add_d(np.where(keep, sh, m), np.where(keep, sl, 0.0), -m)
+    eh, el = _dd.exp_dd(th, tl)
+    eh, el = np.where(keep, eh, 0.0), np.where(keep, el, 0.0)
+    first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
+    eta = np.where(keep, first * (1 + _SAFE) + _dd.EXP_DD_REL, 0.0)
+    total_h, total_l = _dd.pairwise_sum(eh, el)
+    depth = _dd.depth(lk) + 1
+    sigma = (_dd.pairwise_sum(eh * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
+    nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
+    nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
+    oh, ol = _dd.div(nh, nl, total_h[:, None], total_l[:, None])
+    a = (eh @ np.abs(v)) * (1 + 2 * _dd.gamma(lk))
+    b = ((eh * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * 2 * TINY * np.abs(v).max(axis=0, initial=0.0)
+    err = (depth * _dd.DD_OP_REL * a + b + sigma[:, None] * (a + b)) / total_h[:, None] * (1 + _SAFE)
+    err = err + 2 * _dd.DD_OP_REL * np.abs(oh) + 2 * TINY
+    unsure = (first.max(axis=1, initial=0.0) > 2.0**-20) | (sigma > 2.0**-20)
+    err[unsure] = np.inf
+    return Approx(oh, ol, err, 0.0)
+
+
+def round_attention(problem: Problem, fmt: Format, method: str) -> Result:
+    q, k, v, keep = problem.q, problem.k, problem.v, problem.keep
+    nb, lq, d = q.shape
+    lk, dv = k.shape[1], v.shape[2]
+    out = _Collector((nb, lq, dv), fmt)
+    undefined = problem.undefined.reshape(nb, lq)
+    out.fill(np.broadcast_to(undefined[:, :, None], (nb, lq, dv)), np.nan)
+    pending = np.broadcast_to(~undefined[:, :, None], (nb, lq, dv)).copy()
+    if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
+        tiers = [(2, tier_b, d)]
+        if fmt.precision <= 24 and fmt.emin >= -149:
+            tiers.insert(0, (1, tier_a, 1))
+        for b in range(nb):
+            qb, kb, vb = (a[b].astype(np.float64) for a in (q, k, v))
+            big = max(np.abs(kb).max(initial=0.0), np.abs(vb).max(initial=0.0)) >= 2.0**500
+            for tier, run, width in tiers:
+                rows = np.flatnonzero(pending[b].any(axis=1))
+                if tier == 2:
+                    rows = rows[np.abs(qb[rows]).max(axis=1, initial=0.0) < 2.0**500] if not big else rows[:0]
+                for chunk in _chunks(rows, lk * max(width, dv)):
+                    with np.errstate(all="ignore"):
+                        approx = run(qb[chunk], kb, vb, keep[b, chunk], problem.scale)
+                        rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                    decided &= pending[b, chunk]
+                    where = np.broadcast_arrays(np.full((len(chunk), 1), b), chunk[:, None], np.arange(dv)[None, :])
+                    out.put_arrays(where, rounded, approx, decided, tier)
+                    pending[b, chunk] &= ~decided
+    _tier_c(problem, fmt, pending, out)
+    result_shape = problem.shape
+    return Result(
+        out.array().reshape(result_shape),
+        out.hi.reshape(result_shape),
+        out.lo.reshape(result_shape),
+        out.err.reshape(result_shape),
+        out.tier.reshape(result_shape),
+        problem.undefined,
+    )
+
+
+def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector):
+    scale = None if problem.scale is None else libmp.from_float(problem.scale)
+    d = problem.q.shape[2]
+    for b, i in zip(*np.nonzero(pending.any(axis=2))):
+        keys = np.flatnonzero(problem.keep[b, i])
+        q = [exact_mpf(x) for x in problem.q[b, i]]
+        ks = [[exact_mpf(x) for x in problem.k[b, j]] for j in keys]
+        vs = [[exact_mpf(x) for x in problem.v[b, j]] for j in keys]
+        for c, (rounded, value, err) in enumerate(_exact.attention_row(q, ks, vs, scale, d, fmt)):
+            if pending[b, i, c]:
+                out.put_exact((b, i, c), rounded, value, err)

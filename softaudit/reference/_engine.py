@@ -1,0 +1,155 @@
+"""Round-or-refine: run the fastest tier that applies, and send only the undecided elements down a tier.
+
+Tier A (float64) serves targets of at most 24 bits, tier B (double-double) targets up to float64 and what A left,
+tier C (mpmath, _exact.py) everything else. A `Result` keeps, beside the rounded values, the approximation the
+deciding tier had (hi + lo within err of the exact value), which the audit uses for error measures finer than an ulp.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+from mpmath import libmp
+
+from . import _exact, _rows
+from ._formats import Format, cast_exact, decide_arrays, exact_mpf, mpf_to_numpy
+
+TIER_NAMES = ("exact", "A", "B", "C")  # per element: which tier decided it ("exact": no arithmetic needed)
+
+
+@dataclasses.dataclass
+class Result:
+    """Correctly rounded results with the approximation behind them."""
+
+    value: np.ndarray  # the exact result correctly rounded to the target (mpf objects for dtype=None)
+    hi: np.ndarray  # float64: hi + lo approximates the exact result within err (NaN where undefined)
+    lo: np.ndarray
+    err: np.ndarray
+    tier: np.ndarray  # int8 index into TIER_NAMES
+    undefined: np.ndarray  # bool per row (per query for attention)
+
+
+def fast_input(arr: np.ndarray) -> bool:
+    """True when every element converts to float64 exactly."""
+    return arr.dtype.itemsize <= 8 or arr.dtype == np.float64
+
+
+def fast_target(fmt: Format) -> bool:
+    return fmt.dtype is not None and fmt.precision <= 53 and fmt.emin >= -1022 and np.isfinite(fmt.max_float)
+
+
+class _Collector:
+    """Gathers rounded values from every tier into float64 (fast targets) or into libmp pairs (the others)."""
+
+    def __init__(self, shape, fmt: Format):
+        self.fmt = fmt
+        self.fast = fast_target(fmt)
+        self.values = np.full(shape, np.nan) if self.fast else np.full(shape, None, dtype=object)
+        self.hi = np.full(shape, np.nan)
+        self.lo = np.zeros(shape)
+        self.err = np.zeros(shape)
+        self.tier = np.zeros(shape, dtype=np.int8)
+
+    def put_arrays(self, where, rounded, approx, decided, tier: int):
+        """Store a tier's decided results; `where` indexes the output, the others are aligned to it."""
+        idx = tuple(np.asarray(w)[decided] for w in where)
+        if self.fast:
+            self.values[idx] = rounded[decided]
+        else:
+            self.values[idx] = _cells([(exact_mpf(v), bool(np.signbit(v))) for v in rounded[decided]])
+        self.hi[idx] = approx.hi[decided]
+        self.lo[idx] = approx.lo[decided]
+        self.err[idx] = approx.err[decided]
+        self.tier[idx] = tier
+
+    def put_exact(self, index, rounded: _exact.Rounded, value: tuple, err: tuple):
+        mpf, negative = rounded
+        if self.fast:
+            self.values[index] = -libmp.to_float(mpf) if negative else libmp.to_float(mpf)
+        else:
+            self.values[index] = _cells([rounded])[0]
+        hi = libmp.to_float(value)
+        self.hi[index] = hi
+        self.lo[index] = libmp.to_float(libmp.mpf_sub(value, libmp.from_float(hi), 60)) if np.isfinite(hi) else 0.0
+        self.err[index] = libmp.to_float(err, rnd=libmp.round_up)
+        self.tier[index] = 3
+
+    def fill(self, where: np.ndarray, value: float):
+        """Where (a mask of the output's shape) the result needs no arithmetic: NaN, 0, -inf or +inf."""
+        if self.fast:
+            self.values[where] = value
+        else:
+            self.values[where] = _cells([(exact_mpf(value), bool(np.signbit(value)))] * int(where.sum()))
+        self.hi[where] = value
+
+    def array(self) -> np.ndarray:
+        if self.fast:
+            return cast_exact(self.values, self.fmt)
+        flat = self.values.ravel()
+        return mpf_to_numpy(list(flat), self.fmt, self.values.shape)
+
+
+def _cells(items: list) -> np.ndarray:
+    """A 1-D object array holding each item (a tuple) as one element."""
+    cells = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        cells[i] = item
+    return cells
+
+
+def round_rows(kind: str, x: np.ndarray, removed: np.ndarray, undefined: np.ndarray, fmt: Format, method: str):
+    """Correctly rounded `kind` of each row of the 2-D x (entries where `removed` is True left out)."""
+    rows_total, n = x.shape
+    shape = (rows_total,) if kind == "logsumexp" else (rows_total, n)
+    out = _Collector(shape, fmt)
+    empty = (~removed).sum(axis=1) == 0
+    if kind == "logsumexp":
+        has_pos_inf = (~removed & (x == np.inf)).any(axis=1)
+        out.fill(undefined, np.nan)
+        out.fill(~undefined & has_pos_inf, np.inf)
+        out.fill(~undefined & ~has_pos_inf & empty, -np.inf)
+        todo = ~undefined & ~has_pos_inf & ~empty
+    else:
+        out.fill(np.broadcast_to(undefined[:, None], shape), np.nan)
+        todo = ~undefined & ~empty
+        out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
+    pending = _pending(kind, todo, removed)
+    if method == "auto" and fast_target(fmt) and fast_input(x):
+        x64 = x.astype(np.float64)
+        tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if fmt.precision <= 24 and fmt.emin >= -149 else ((2, _rows.tier_b),)
+        for tier, run in tiers:
+            rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
+            if not len(rows):
+                break
+            with np.errstate(all="ignore"):
+                approx = run(kind, x64[rows], removed[rows])
+                rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+            decided &= pending[rows]
+            where = (rows,) if kind == "logsumexp" else np.broadcast_arrays(rows[:, None], np.arange(n)[None, :])
+            out.put_arrays(where, rounded, approx, decided, tier)
+            pending[rows] &= ~decided
+    _tier_c_rows(kind, x, removed, pending, out)
+    return out
+
+
+def _pending(kind, todo, removed):
+    if kind == "logsumexp":
+        return todo.copy()
+    return todo[:, None] & ~removed
+
+
+def _tier_c_rows(kind, x, removed, pending, out: _Collector):
+    fmt = out.fmt
+    for r in np.flatnonzero(pending.reshape(len(x), -1).any(axis=1)):
+        keep = np.flatnonzero(~removed[r])
+        kept = [exact_mpf(v) for v in x[r, keep]]
+        if kind == "logsumexp":
+            rounded, value, err = _exact.logsumexp_row(kept, fmt)
+            out.put_exact(r, rounded, value, err)
+            continue
+        cols = np.flatnonzero(pending[r])
+        positions = list(np.searchsorted(keep, cols))
+        run = _exact.softmax_row if kind == "softmax" else _exact.log_softmax_row
+        for col, (rounded, value, err) in zip(cols, run(kept, positions, fmt)):
+            out.put_exact((r, col), rounded, value, err)

@@ -1,0 +1,206 @@
+"""Tier C, the ground truth: mpmath at rising precision until the rounding of each result is decided (Ziv).
+
+Works on one row at a time with mpmath's libmp functions, which take the precision as an argument, so no mpmath
+context is ever changed. Inputs are exact libmp values. Each elementary function is assumed accurate to 4 ulp at
+the working precision `wp` (mpmath computes with guard bits and then rounds); the bounds below carry that factor.
+The results that can be rational, and so could sit exactly on a rounding boundary where refining never ends, are
+found first and rounded exactly: softmax of a row whose kept entries are all equal is 1/k; attention whose score
+groups all have the same mean value is that mean (Lindemann-Weierstrass: otherwise the result is transcendental).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from mpmath import libmp
+
+from ._formats import Format, round_fraction, round_mpf
+
+_ROUND_UP = libmp.round_up
+_MAX_PREC = 1 << 17
+Rounded = tuple[tuple, bool]  # a rounded magnitude and its sign
+Entry = tuple[Rounded, tuple, tuple]  # the rounding, and the approximation (value, error bound) that decided it
+
+
+class PrecisionExhausted(ArithmeticError):
+    """Rounding stayed undecided up to _MAX_PREC bits (only reachable with adversarial cancellation)."""
+
+
+def _pow2(e: int) -> tuple:
+    return libmp.from_man_exp(1, e)
+
+
+def _max(values: list[tuple]) -> tuple:
+    top = values[0]
+    for v in values[1:]:
+        if libmp.mpf_cmp(v, top) > 0:
+            top = v
+    return top
+
+
+def decide(value: tuple, err: tuple, sign: int, fmt: Format) -> Rounded | None:
+    """The rounding of every number within err of value, or None when they do not all round alike.
+
+    `sign` is the known sign of the exact result (+1, -1) or 0 when unknown; it decides the sign of a zero.
+    """
+    lo = libmp.mpf_sub(value, err, 0)
+    hi = libmp.mpf_add(value, err, 0)
+    if libmp.mpf_sign(lo) <= 0 <= libmp.mpf_sign(hi):
+        if lo == hi == libmp.fzero:
+            return libmp.fzero, False
+        if sign == 0:
+            return None
+        widest = hi if libmp.mpf_cmp(hi, libmp.mpf_abs(lo)) >= 0 else libmp.mpf_abs(lo)
+        rounded, _ = round_mpf(widest, False, fmt)
+        return (libmp.fzero, sign < 0) if rounded == libmp.fzero else None
+    r_lo = round_mpf(lo, False, fmt)
+    r_hi = round_mpf(hi, False, fmt)
+    return r_lo if r_lo == r_hi else None
+
+
+def _rational(value: Fraction, fmt: Format) -> Entry:
+    approx = libmp.from_rational(value.numerator, value.denominator, 200)
+    return round_fraction(value, fmt), approx, libmp.mpf_abs(libmp.mpf_mul(approx, _pow2(-199)))
+
+
+def _refine(wp: int) -> int:
+    wp *= 2
+    if wp > _MAX_PREC:
+        raise PrecisionExhausted(f"rounding undecided at {_MAX_PREC} bits")
+    return wp
+
+
+def softmax_row(kept: list[tuple], want: list[int], fmt: Format) -> list[Entry]:
+    """Correctly rounded softmax of the kept entries of one row, at the positions `want` of `kept`."""
+    top = _max(kept)
+    ts = [libmp.mpf_sub(x, top, 0) for x in kept]
+    if all(t == libmp.fzero for t in ts):
+        share = _rational(Fraction(1, len(kept)), fmt)
+        return [share for _ in want]
+    done: dict[int, Entry] = {}
+    wp = fmt.precision + 32
+    while True:
+        es = [libmp.mpf_exp(t, wp) for t in ts]
+        total = libmp.mpf_sum(es, wp)
+        rel = _pow2(5 - wp)  # 4 ulp (exp) + 4 ulp (sum of such terms) + 1 ulp (sum) + 1 ulp (division)
+        for i in want:
+            if i not in done:
+                p = libmp.mpf_div(es[i], total, wp)
+                err = libmp.mpf_mul(p, rel)
+                found = decide(p, err, 1, fmt)
+                if found is not None:
+                    done[i] = found, p, err
+        if len(done) == len(set(want)):
+            return [done[i] for i in want]
+        wp = _refine(wp)
+
+
+def _log_sum(ts: list[tuple], wp: int) -> tuple[tuple, tuple]:
+    """log(sum e**t) with the max t == 0, as log1p of the rest, and its error bound, at precision wp."""
+    top = ts.index(libmp.fzero)
+    rest = libmp.mpf_sum([libmp.mpf_exp(t, wp) for j, t in enumerate(ts) if j != top], wp)
+    if rest == libmp.fzero:
+        return libmp.fzero, libmp.fzero
+    # log1p(s) with s' = s(1 + d) moves by at most |d| log1p(s), since s / (1 + s) <= log1p(s).
+    log = libmp.mpf_log(libmp.mpf_add(libmp.fone, rest, 0), wp)
+    return log, libmp.mpf_mul(log, _pow2(4 - wp), 30, _ROUND_UP)
+
+
+def log_softmax_row(kept: list[tuple], want: list[int], fmt: Format) -> list[Entry]:
+    """Correctly rounded log-softmax of the kept entries of one row, at the positions `want` of `kept`."""
+    top = _max(kept)
+    ts = [libmp.mpf_sub(x, top, 0) for x in kept]
+    done: dict[int, Entry] = {}
+    wp = fmt.precision + 32
+    while True:
+        log, log_err = _log_sum(ts, wp)
+        for i in want:
+            if i not in done:
+                value = libmp.mpf_sub(ts[i], log, wp)
+                err = libmp.mpf_add(log_err, libmp.mpf_abs(libmp.mpf_mul(value, _pow2(-wp))), 30, _ROUND_UP)
+                found = decide(value, err, -1 if len(kept) > 1 else 0, fmt)
+                if found is not None:
+                    done[i] = found, value, err
+        if len(done) == len(set(want)):
+            return [done[i] for i in want]
+        wp = _refine(wp)
+
+
+def logsumexp_row(kept: list[tuple], fmt: Format) -> Entry:
+    """Correctly rounded log-sum-exp of the kept entries of one row (at least one)."""
+    top = _max(kept)
+    ts = [libmp.mpf_sub(x, top, 0) for x in kept]
+    wp = fmt.precision + 32
+    while True:
+        log, log_err = _log_sum(ts, wp)
+        value = libmp.mpf_add(top, log, wp)
+        err = libmp.mpf_add(log_err, libmp.mpf_abs(libmp.mpf_mul(value, _pow2(-wp))), 30, _ROUND_UP)
+        found = decide(value, err, 0, fmt)
+        if found is not None:
+            return found, value, err
+        wp = _refine(wp)
+
+
+def _fraction(v: tuple) -> Fraction:
+    sign, man, exp, _ = v
+    value = Fraction(man) * (Fraction(2) ** exp)
+    return -value if sign else value
+
+
+def _rational_attention(scores: list[tuple], vs: list[list[tuple]], column: int) -> Fraction | None:
+    """The exact output when it is rational: every group of equal scores has the same mean value."""
+    groups: dict[tuple, list[Fraction]] = {}
+    for score, row in zip(scores, vs):
+        groups.setdefault(score, []).append(_fraction(row[column]))
+    means = {sum(values, Fraction(0)) / len(values) for values in groups.values()}
+    return means.pop() if len(means) == 1 else None
+
+
+def attention_row(
+    q: list[tuple], ks: list[list[tuple]], vs: list[list[tuple]], scale: tuple | None, d: int, fmt: Format
+) -> list[Entry]:
+    """Correctly rounded attention output of one query over its kept keys (at least one), every column."""
+    scores = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
+    ncol = len(vs[0])
+    done: dict[int, Entry] = {}
+    for c in range(ncol):
+        exact = _rational_attention(scores, vs, c)
+        if exact is not None:
+            done[c] = _rational(exact, fmt)
+    top = _max(scores)
+    gaps = [libmp.mpf_sub(s, top, 0) for s in scores]
+    wp = fmt.precision + 32
+    while len(done) < ncol:
+        factor = scale
+        if factor is None:
+            root = libmp.mpf_sqrt(libmp.from_int(d), wp + 12)
+            factor = libmp.mpf_div(libmp.fone, root, wp + 12)
+        ts = [libmp.mpf_mul(g, factor, wp) for g in gaps]
+        # Keys with t < -0.7 wp weigh less than 2**-wp each (the max weighs 1): left out, their mass is in err.
+        cut = libmp.from_float(-0.7 * wp)
+        near = [j for j, t in enumerate(ts) if libmp.mpf_cmp(t, cut) >= 0]
+        dropped = len(ts) - len(near)
+        # t has relative error <= 2**(1 - wp); e**t then <= 4 ulp + |t| 2**(1 - wp) (1.01).
+        eta = math.ldexp(4 + 2.02 * 0.7 * wp, -wp)
+        es = [libmp.mpf_exp(ts[j], wp) for j in near]
+        total = libmp.mpf_sum(es, wp)
+        bound = libmp.from_float(1.02 * (2 * eta + math.ldexp(2 + dropped, -wp)), 53, _ROUND_UP)
+        for c in range(ncol):
+            if c in done:
+                continue
+            terms = [libmp.mpf_mul(e, vs[j][c], 0) for e, j in zip(es, near)]
+            num = libmp.mpf_sum(terms, 0)
+            size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
+            value = libmp.mpf_div(num, total, wp)
+            err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
+            if dropped:
+                largest = _max([libmp.mpf_abs(row[c]) for row in vs])
+                mass = libmp.mpf_mul(libmp.mpf_mul(largest, libmp.from_int(dropped)), _pow2(-wp))
+                err = libmp.mpf_add(err, libmp.mpf_div(mass, total, 30, _ROUND_UP), 30, _ROUND_UP)
+            found = decide(value, err, 0, fmt)
+            if found is not None:
+                done[c] = found, value, err
+        if len(done) < ncol:
+            wp = _refine(wp)
+    return [done[c] for c in range(ncol)]

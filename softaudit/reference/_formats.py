@@ -1,0 +1,227 @@
+"""Binary floating-point formats and exact round-to-nearest-even into them.
+
+A `Format` describes a target: its precision, its smallest normal exponent, its largest finite value and what an
+overflow becomes (inf, NaN for the float8 types without inf, or the largest value for the saturating types).
+Rounding here never goes through a hardware or library cast: ml_dtypes' float64 -> bfloat16 cast rounds twice
+(through float32), so every rounding is done on the exact value and only exactly representable values are cast.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import numpy as np
+from mpmath import libmp
+
+#: The names `format_of` accepts, in the order `softaudit` lists them.
+DTYPE_NAMES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "longdouble",
+    "float8_e4m3fn",
+    "float8_e5m2",
+    "float8_e4m3fnuz",
+    "float8_e5m2fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e3m4",
+    "float8_e4m3",
+)
+
+_UNBOUNDED = -(10**18)
+
+
+@dataclasses.dataclass(frozen=True)
+class Format:
+    """A binary floating-point format with round to nearest, ties to even, and gradual underflow."""
+
+    name: str
+    precision: int  # significand bits, the leading bit included
+    emin: int  # 2**emin is the smallest normal number
+    max_mpf: tuple  # the largest finite value, exact (an mpmath libmp value; finf when unbounded)
+    overflow: str  # what a value beyond max_finite rounds to: "inf", "nan" or "max" (saturating)
+    dtype: np.dtype | None  # None for the unbounded mpmath format
+
+    @property
+    def max_float(self) -> float:
+        """The largest finite value as a float64 (inf when the format is wider than float64)."""
+        return libmp.to_float(self.max_mpf) if self.max_mpf != libmp.finf else math.inf
+
+    @property
+    def min_subnormal_exp(self) -> int:
+        """The smallest positive value is 2**min_subnormal_exp."""
+        return self.emin - self.precision + 1
+
+
+def mp_format(prec: int) -> Format:
+    """The format of mpmath values at `prec` bits: no exponent limits, no overflow."""
+    if not isinstance(prec, int) or isinstance(prec, bool) or prec < 2:
+        raise ValueError(f"prec must be an integer >= 2, got {prec!r}")
+    return Format(f"mpf{prec}", prec, _UNBOUNDED, libmp.finf, "inf", None)
+
+
+def _lookup_dtype(dtype) -> np.dtype:
+    if isinstance(dtype, str):
+        found = getattr(np, dtype, None) or getattr(ml_dtypes, dtype, None)
+        if dtype not in DTYPE_NAMES or found is None:
+            raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_NAMES)}")
+        return np.dtype(found)
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        raise ValueError(f"unknown dtype {dtype!r}; known: {', '.join(DTYPE_NAMES)}") from None
+
+
+def is_float_dtype(dt: np.dtype) -> bool:
+    """True for numpy's binary floating types and the floating types of ml_dtypes."""
+    if dt.kind == "f":
+        return True
+    return dt.kind == "V" and dt.type.__module__.startswith("ml_dtypes") and dt.name.startswith(("bfloat", "float"))
+
+
+def format_of(dtype) -> Format:
+    """The `Format` of a numpy or ml_dtypes floating dtype, given as a dtype, a type or a name."""
+    dt = _lookup_dtype(dtype)
+    if not is_float_dtype(dt):
+        raise ValueError(f"dtype must be a floating-point type, got {dt}")
+    return _format_of_dtype(dt)
+
+
+_FORMATS: dict[np.dtype, Format] = {}
+
+
+def _format_of_dtype(dt: np.dtype) -> Format:
+    fmt = _FORMATS.get(dt)
+    if fmt is None:
+        info = np.finfo(dt) if dt.kind == "f" else ml_dtypes.finfo(dt)
+        with np.errstate(all="ignore"):
+            inf_as = np.array([np.inf]).astype(dt)[0]
+        overflow = "inf" if np.isinf(float(inf_as)) else ("nan" if np.isnan(float(inf_as)) else "max")
+        name = "longdouble" if dt == np.longdouble and dt != np.float64 else dt.name
+        fmt = Format(name, int(info.nmant) + 1, int(info.minexp), exact_mpf(info.max), overflow, dt)
+        _FORMATS[dt] = fmt
+    return fmt
+
+
+def exact_mpf(value) -> tuple:
+    """The exact libmp value of a float of any supported dtype (NaN and infinities included)."""
+    if isinstance(value, np.longdouble) and np.dtype(np.longdouble) != np.float64:
+        if not np.isfinite(value):
+            return libmp.from_float(float(value))
+        num, den = value.as_integer_ratio()
+        return libmp.from_man_exp(num, -(den.bit_length() - 1))
+    return libmp.from_float(float(value))
+
+
+def round_mpf(value: tuple, negative: bool, fmt: Format) -> tuple[tuple, bool]:
+    """Round an exact libmp value to `fmt`; return the rounded magnitude and its sign (apart, for signed zeros).
+
+    `negative` gives the sign to use when `value` is zero (libmp has no negative zero).
+    """
+    sign, man, exp, bc = value
+    if not man:
+        return (value, negative) if value in (libmp.fzero, libmp.fnan) else (libmp.finf, bool(sign))
+    negative = bool(sign)
+    qe = max(exp + bc - 1, fmt.emin) - (fmt.precision - 1)
+    if exp < qe:
+        shift = qe - exp
+        n = man >> shift
+        rem = man - (n << shift)
+        half = 1 << (shift - 1)
+        if rem > half or (rem == half and n & 1):
+            n += 1
+        value = libmp.from_man_exp(n, qe) if n else libmp.fzero
+    else:
+        value = libmp.from_man_exp(man, exp)
+    if libmp.mpf_cmp(value, fmt.max_mpf) > 0:
+        value = {"inf": libmp.finf, "nan": libmp.fnan, "max": fmt.max_mpf}[fmt.overflow]
+    return value, negative
+
+
+def round_fraction(value: Fraction, fmt: Format) -> tuple[tuple, bool]:
+    """Round an exact rational to `fmt` (used where the exact result is rational, e.g. 1/k or a mean)."""
+    num, den = value.numerator, value.denominator
+    if num == 0:
+        return libmp.fzero, False
+    negative = num < 0
+    num = abs(num)
+    # Scale so the integer part carries precision + 2 bits, then keep a sticky bit for the remainder.
+    shift = fmt.precision + 2 - (num.bit_length() - den.bit_length())
+    shift = max(shift, -fmt.min_subnormal_exp + 2) if fmt.emin != _UNBOUNDED else shift
+    scaled, rem = divmod(num << shift if shift >= 0 else num, den if shift >= 0 else den << -shift)
+    man = (scaled << 1) | (1 if rem else 0)
+    rounded, _ = round_mpf(libmp.from_man_exp(man, -shift - 1), False, fmt)
+    return rounded, negative
+
+
+def mpf_to_numpy(values: list[tuple[tuple, bool]], fmt: Format, shape) -> np.ndarray:
+    """Turn rounded libmp values (each exactly representable in fmt) into an array of fmt's dtype."""
+    if fmt.dtype is None:
+        out = np.empty(len(values), dtype=object)
+        out[:] = [_mpf_object(v, neg) for v, neg in values]
+        return out.reshape(shape)
+    if fmt.dtype == np.longdouble and fmt.dtype != np.float64:
+        flat = np.array([_to_longdouble(v, neg) for v, neg in values], dtype=np.longdouble)
+        return flat.reshape(shape)
+    flat = np.array([math.copysign(libmp.to_float(v), -1.0 if neg else 1.0) for v, neg in values], dtype=np.float64)
+    return cast_exact(flat, fmt).reshape(shape)
+
+
+def cast_exact(values: np.ndarray, fmt: Format) -> np.ndarray:
+    """Cast float64 values that are exactly representable in fmt (or +-inf / NaN) to fmt's dtype."""
+    with np.errstate(all="ignore"):
+        return values.astype(fmt.dtype)
+
+
+def _mpf_object(value: tuple, negative: bool):
+    import mpmath
+
+    return -mpmath.mpf(value) if negative else mpmath.mpf(value)  # mpmath has no signed zero
+
+
+def _to_longdouble(value: tuple, negative: bool) -> np.longdouble:
+    _, man, exp, _ = value
+    if not man:
+        special = libmp.to_float(value) if value != libmp.fzero else 0.0
+        return np.longdouble(math.copysign(special, -1.0 if negative else 1.0))
+    hi, lo = man >> 32, man & 0xFFFFFFFF
+    result = np.ldexp(np.longdouble(hi) * np.longdouble(2**32) + np.longdouble(lo), exp)
+    return -result if negative else result
+
+def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """Round h + lo to fmt wherever every number within err of it rounds alike.
+
+    Returns the rounded values (float64, exactly representable in fmt, +-inf on overflow) and a mask of where the
+    rounding is decided. `sign` (+1, -1, or 0 for unknown) is the known sign of the exact result; it lets a result
+    whose interval straddles zero round to a signed zero. Conservative: an undecided element may be decidable.
+    """
+    p = fmt.precision
+    mag = np.abs(h)
+    neg = np.signbit(h)
+    mag_lo = np.where(neg, -lo, lo)
+    with np.errstate(all="ignore"):
+        _, e = np.frexp(mag)
+        binade = e.astype(np.int64) - 1
+        qe = np.maximum(binade, fmt.emin) - (p - 1)
+        y = np.ldexp(mag, -qe)  # the value in units of the quantum at its binade: below 2**p
+        y_lo = np.ldexp(mag_lo, -qe)
+        y_err = np.ldexp(err, -qe)
+        n = np.rint(y)
+        d = (y - n) + y_lo  # y - n is exact
+        # At the bottom of a normal binade the spacing below is half as wide: the boundary there is a quarter away.
+        below = np.where((n == 2.0 ** (p - 1)) & (binade > fmt.emin), 0.25, 0.5)
+        one_sign = err < mag - np.abs(lo)
+        ok = one_sign & (d - y_err > -below) & (d + y_err < 0.5)
+        rounded = np.ldexp(n, qe)
+        rounded = np.where(rounded > fmt.max_float, np.inf, rounded)
+        rounded = np.where(neg, -rounded, rounded)
+        exact_zero = (h == 0) & (lo == 0) & (err == 0)
+        half_min = math.ldexp(1.0, fmt.min_subnormal_exp - 1)
+        tiny = ~one_sign & (np.asarray(sign) != 0) & (mag + np.abs(lo) + err < half_min)
+    rounded = np.where(exact_zero, 0.0, rounded)
+    rounded = np.where(tiny, np.copysign(0.0, sign), rounded)
+    return rounded, (ok | exact_zero | tiny)

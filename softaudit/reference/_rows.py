@@ -1,0 +1,107 @@
+"""The row kinds (softmax, log-softmax, log-sum-exp; masked softmax is softmax with entries removed).
+
+Rows arrive as a 2-D float64 array (one row per line, every row defined: at least one kept entry, no NaN or +inf
+among the kept ones) and a mask of removed entries. Each tier returns an approximation hi + lo with an absolute
+error bound; `decide_arrays` keeps what it can round and the rest goes down a tier. The bounds are derived in
+docs/reference.md. With m the row's max at its first position `top`, every tier sums
+rest = sum of e**(x_j - m) over the kept j != top, so s = 1 + rest and log s = log1p(rest) keep their relative
+accuracy when one entry dominates (Blanchard, Higham & Higham 2021).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _dd
+from ._dd import TINY, U
+
+#: Assumed relative error bounds of numpy's float64 exp and log1p (64 ulp; glibc and numpy's SIMD code are
+#: within 4 ulp, and tests/reference/test_dd.py checks this machine). Only tier A relies on them.
+LIBM_EXP_REL = 2.0**-46
+LIBM_LOG1P_REL = 2.0**-46
+_SECOND_ORDER = 1 + 2.0**-30  # covers the products of (1 + d) factors, every d below 2**-40
+
+KINDS = ("softmax", "log_softmax", "logsumexp")
+
+
+@dataclasses.dataclass
+class Approx:
+    """hi + lo approximates the exact result within err; sign is its known sign (0: unknown)."""
+
+    hi: np.ndarray
+    lo: np.ndarray
+    err: np.ndarray
+    sign: np.ndarray | float
+
+
+def _row_max(x, removed):
+    xk = np.where(removed, -np.inf, x)
+    top = xk.argmax(axis=1)
+    rows = np.arange(len(x))
+    return xk[rows, top], top, rows, (~removed).sum(axis=1)
+
+
+def _with_log(kind, x, removed, m, kept, th, tl, log_h, log_l, log_err) -> Approx:
+    """log_softmax = t - log s and logsumexp = m + log s, in double-double, from log s within log_err."""
+    if kind == "logsumexp":
+        h, lo = _dd.add(m, np.zeros_like(m), log_h, log_l)
+        return Approx(h, lo, log_err + np.abs(h) * _dd.DD_OP_REL, 0.0)
+    h, lo = _dd.add(th, tl, -log_h[:, None], -log_l[:, None])
+    err = log_err[:, None] + np.abs(h) * _dd.DD_OP_REL
+    sign = np.where(kept > 1, -1.0, 0.0)[:, None]
+    return Approx(np.where(removed, -np.inf, h), np.where(removed, 0.0, lo), np.where(removed, 0.0, err), sign)
+
+
+def tier_a(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
+    """float64 with numpy's exp and log1p: for targets of at most 24 bits."""
+    m, top, rows, kept = _row_max(x, removed)
+    with np.errstate(over="ignore", invalid="ignore"):
+        t = np.where(removed, -np.inf, x) - m[:, None]
+    e = np.exp(t)
+    rel = np.where(np.isfinite(t), U * np.abs(t) + LIBM_EXP_REL, 0.0)  # fl(x - m) is within u|t| of t
+    e[rows, top] = 0.0
+    rel[rows, top] = 0.0
+    rest = _dd.pairwise_sum(e)[0]
+    weighted = _dd.pairwise_sum(e * rel)[0]
+    gamma = _dd.gamma(_dd.depth(x.shape[1]))
+    # exp underflowing below 2**-1022 loses its relative accuracy but not 2**-1074 absolute.
+    rest_err = (weighted + gamma * rest) * _SECOND_ORDER + np.maximum(kept - 1, 0) * TINY
+    if kind == "softmax":
+        e[rows, top] = 1.0
+        s = 1.0 + rest  # within u s of the exact 1 + rest
+        p = e / s[:, None]
+        err = p * (rel + (rest_err / s + 2 * U)[:, None]) * _SECOND_ORDER + TINY
+        return Approx(p, np.zeros_like(p), np.where(removed, 0.0, err), 1.0)
+    log = np.log1p(rest)
+    log_err = (LIBM_LOG1P_REL * log + rest_err / (1 + rest - rest_err)) * _SECOND_ORDER
+    with np.errstate(invalid="ignore"):
+        th, tl = _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
+    return _with_log(kind, x, removed, m, kept, th, tl, log, np.zeros_like(log), log_err)
+
+
+def tier_b(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
+    """Double-double with exp_dd and log1p_dd: for float64 targets and what tier A leaves undecided."""
+    m, top, rows, kept = _row_max(x, removed)
+    with np.errstate(over="ignore", invalid="ignore"):
+        th, tl = _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
+    finite = np.isfinite(th)  # x - m overflows only where e**(x - m) is 0 to any precision
+    eh, el = _dd.exp_dd(np.where(finite, th, _dd.EXP_ARG_MIN), np.where(finite, tl, 0.0))
+    drop = removed | ~finite
+    drop[rows, top] = True
+    eh[drop] = 0.0
+    el[drop] = 0.0
+    rest_h, rest_l = _dd.pairwise_sum(eh, el)
+    rel = _dd.EXP_DD_REL + (_dd.depth(x.shape[1]) + 1) * _dd.DD_OP_REL
+    rest_err = rel * rest_h * _SECOND_ORDER + np.maximum(kept - 1, 0) * 2 * TINY
+    if kind == "softmax":
+        eh[rows, top] = 1.0
+        sh, sl = _dd.add_d(rest_h, rest_l, 1.0)
+        ph, pl = _dd.div(eh, el, sh[:, None], sl[:, None])
+        p_rel = _dd.EXP_DD_REL + (rest_err / sh)[:, None] + 2 * _dd.DD_OP_REL
+        err = np.abs(ph) * p_rel * _SECOND_ORDER + 2 * TINY
+        return Approx(ph, pl, np.where(removed, 0.0, err), 1.0)
+    log_h, log_l = _dd.log1p_dd(rest_h, rest_l)
+    log_err = (_dd.LOG1P_DD_REL * log_h + rest_err / (1 + rest_h - rest_err)) * _SECOND_ORDER
+    return _with_log(kind, x, removed, m, kept, th, tl, log_h, log_l, log_err)
