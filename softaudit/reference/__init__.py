@@ -78,7 +78,7 @@ def _method(method) -> str:
     return method
 
 
-def _rows(x, mask, axis):
+def _as_rows(x, mask, axis):
     """x and its removed entries as 2-D arrays with the reduced axis last, and the shape to restore."""
     x = float_array(x, "x")
     ax = axis_index(axis, x.ndim)
@@ -107,7 +107,7 @@ def undefined_rows(x, mask=None, axis=-1, *, kind="softmax") -> np.ndarray:
     """
     if kind not in _ROW_KINDS:
         raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
-    x2, removed2, moved_shape, _ = _rows(x, mask, axis)
+    x2, removed2, moved_shape, _ = _as_rows(x, mask, axis)
     return _undefined(kind, x2, removed2).reshape(moved_shape[:-1])
 
 
@@ -118,7 +118,7 @@ def evaluate(kind, x, mask=None, axis=-1, *, dtype=None, prec=113, method="auto"
     if kind == "masked_softmax" and mask is None:
         raise TypeError("masked_softmax needs a mask")
     fmt = target(dtype, prec)
-    x2, removed2, moved_shape, ax = _rows(x, mask, axis)
+    x2, removed2, moved_shape, ax = _as_rows(x, mask, axis)
     base = "softmax" if kind == "masked_softmax" else kind
     undefined = _undefined(base, x2, removed2)
     out = round_rows(base, x2, removed2, undefined, fmt, _method(method))

@@ -145,7 +145,7 @@ def _table() -> tuple[np.ndarray, np.ndarray]:
 def exp_dd(th, tl):
     """e**(th + tl) as a double-double, relative error at most EXP_DD_REL for th in [EXP_ARG_MIN, 709].
 
-    Results below 2**-1022 lose low bits to underflow: their absolute error is at most 2**-1073 more.
+    Below 2**-969 the low part is subnormal: the absolute error may then be 2 * 2**-1074 more.
     """
     th = np.maximum(th, EXP_ARG_MIN)
     k = np.rint(th * _INV_LN2)

@@ -97,7 +97,7 @@ _FORMATS: dict[np.dtype, Format] = {}
 def _format_of_dtype(dt: np.dtype) -> Format:
     fmt = _FORMATS.get(dt)
     if fmt is None:
-        info = np.finfo(dt) if dt.kind == "f" else ml_dtypes.finfo(dt)
+        info = ml_dtypes.finfo(dt)
         with np.errstate(all="ignore"):
             inf_as = np.array([np.inf]).astype(dt)[0]
         overflow = "inf" if np.isinf(float(inf_as)) else ("nan" if np.isnan(float(inf_as)) else "max")

@@ -1,0 +1,91 @@
+"""Exact rounding into every format, checked against the oracle's independent rounding."""
+
+import math
+from fractions import Fraction
+
+import ml_dtypes
+import mpmath
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from mpmath import libmp
+
+from softaudit.reference._formats import decide_arrays, format_of, round_fraction, round_mpf
+
+from .oracle import round_to
+
+FAST = ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"]
+
+
+def same(a: float, b: float) -> bool:
+    """Equal, or both NaN (the float8 types without inf overflow to NaN)."""
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _rounded(value: float, dtype) -> float:
+    magnitude, negative = round_mpf(libmp.from_float(value), False, format_of(dtype))
+    return math.copysign(libmp.to_float(magnitude), -1.0 if negative else 1.0)
+
+
+@pytest.mark.parametrize("dtype", FAST)
+@given(value=st.floats(allow_nan=False, allow_infinity=False, width=64))
+def test_round_mpf_matches_independent_rounding(dtype, value):
+    assert same(_rounded(value, dtype), round_to(mpmath.mpf(value), dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float8_e4m3fn", "float8_e5m2"])
+def test_ties_go_to_even_including_subnormals_and_the_overflow_threshold(dtype):
+    fmt = format_of(dtype)
+    fi = ml_dtypes.finfo(fmt.dtype)
+    tiny = float(fi.smallest_subnormal)
+    assert _rounded(tiny / 2, dtype) == 0.0  # the midpoint between 0 and the smallest subnormal: even is 0
+    assert _rounded(1.5 * tiny, dtype) == 2 * tiny  # between 1 and 2 subnormal steps: even is 2
+    one_up = 1 + 2.0 ** -(fmt.precision - 1)
+    assert _rounded(1 + 2.0**-fmt.precision, dtype) == 1.0
+    assert _rounded(one_up + 2.0**-fmt.precision, dtype) == 1 + 2.0 ** -(fmt.precision - 2)
+    top = float(fi.max)
+    ulp = 2.0 ** (math.floor(math.log2(top)) - fmt.precision + 1)
+    assert _rounded(top + ulp / 4, dtype) == top
+    expected = float(np.array([np.inf]).astype(fmt.dtype).astype(np.float64)[0])
+    assert same(_rounded(top + ulp, dtype), expected)
+
+
+def test_bfloat16_rounding_is_correct_where_the_ml_dtypes_cast_rounds_twice():
+    value = 1 + 2.0**-8 + 2.0**-30  # just above the midpoint between 1 and 1 + 2**-7
+    double_rounded = float(np.array([value]).astype(ml_dtypes.bfloat16).astype(np.float64)[0])
+    assert double_rounded == 1.0  # through float32 the 2**-30 is lost, then the tie goes to even
+    assert _rounded(value, "bfloat16") == 1 + 2.0**-7
+
+
+@pytest.mark.parametrize("dtype", FAST)
+@given(num=st.integers(-(10**30), 10**30), den=st.integers(1, 10**30))
+def test_round_fraction_matches_independent_rounding(dtype, num, den):
+    magnitude, negative = round_fraction(Fraction(num, den), format_of(dtype))
+    got = math.copysign(libmp.to_float(magnitude), -1.0 if negative else 1.0)
+    with mpmath.workprec(400):
+        want = round_to(mpmath.mpf(num) / den, dtype)
+    assert same(got, want)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_decide_arrays_never_decides_wrongly(dtype):
+    """Values near every kind of boundary: decided results equal the exact rounding of every point in the interval."""
+    fmt = format_of(dtype)
+    rng = np.random.default_rng(0)
+    base = np.concatenate([rng.standard_normal(2000), np.ldexp(1.0, rng.integers(-30, 30, 500))])
+    steps = np.ldexp(base, -fmt.precision) * rng.choice([-1.5, -1, -0.5, -0.25, 0.25, 0.5, 1, 1.5], len(base))
+    h = base + steps
+    err = np.abs(h) * 2.0 ** rng.uniform(-70, -20, len(h))
+    rounded, decided = decide_arrays(h, np.zeros_like(h), err, 0, fmt)
+    assert decided.any() and not decided.all()
+    for value, e, r in zip(h[decided], err[decided], rounded[decided]):
+        for point in (value - e, value, value + e):
+            assert round_to(mpmath.mpf(point), dtype) == r
+
+
+def test_unknown_dtype_names_the_known_ones():
+    with pytest.raises(ValueError, match="unknown dtype 'float13'.*bfloat16"):
+        format_of("float13")
+    with pytest.raises(ValueError, match="floating-point"):
+        format_of(np.int32)

@@ -1,0 +1,103 @@
+"""Known answers: closed forms evaluated with mpmath at 300 bits, and published vectors (ONNX, SciPy)."""
+
+import mpmath
+import numpy as np
+import pytest
+
+from softaudit import reference as R
+
+from .oracle import round_to
+
+DTYPES = ["float64", "float32", "float16", "bfloat16"]
+E = mpmath.e
+
+
+def closed(*terms):
+    """softmax with the given exp(x_i) terms, as exact expressions at 300 bits."""
+    with mpmath.workprec(300):
+        values = [mpmath.mpf(1) * t() for t in terms]
+        total = mpmath.fsum(values)
+        return [v / total for v in values]
+
+
+def exp(a, b=1):
+    return lambda: mpmath.exp(mpmath.mpf(a) / b)
+
+
+CASES = {
+    "textbook [10, 0, -5]": ([10, 0, -5], lambda: closed(exp(10), exp(0), exp(-5))),
+    "[1, 0, 1]": ([1, 0, 1], lambda: closed(lambda: E, lambda: 1, lambda: E)),
+    "[2, 4, 4]": ([2, 4, 4], lambda: closed(lambda: 1, lambda: E**2, lambda: E**2)),
+    "[2, 2, 3]": ([2, 2, 3], lambda: closed(lambda: 1, lambda: 1, lambda: E)),
+    "[1000, 1001, 999]": ([1000, 1001, 999], lambda: closed(lambda: 1, lambda: E, lambda: 1 / E)),
+    "[2, 1, 0] / 2": ([1, 0.5, 0], lambda: closed(exp(2, 2), exp(1, 2), exp(0))),
+    "[2, 1, 0] / 1": ([2, 1, 0], lambda: closed(exp(2), exp(1), exp(0))),
+    "[2, 1, 0] / 0.5": ([4, 2, 0], lambda: closed(exp(4), exp(2), exp(0))),
+    "[0, 0, 0, 0]": ([0, 0, 0, 0], lambda: [mpmath.mpf(1) / 4] * 4),
+    "[3, 1, -1] T=1": ([3, 1, -1], lambda: closed(exp(3), exp(1), exp(-1))),
+    "[3, 1, -1] T=2": ([1.5, 0.5, -0.5], lambda: closed(exp(3, 2), exp(1, 2), exp(-1, 2))),
+    "[1, 1, 10]": ([1, 1, 10], lambda: closed(lambda: 1, lambda: 1, lambda: E**9)),
+}
+
+
+def _exact_in(values, dtype):
+    arr = np.asarray(values, dtype=np.float64)
+    return np.array_equal(arr.astype(R.format_of(dtype).dtype).astype(np.float64), arr)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("name", list(CASES))
+def test_softmax_known_answers(name, dtype):
+    values, expected = CASES[name]
+    if not _exact_in(values, dtype):
+        pytest.skip(f"{values} is not exact in {dtype}")
+    x = np.asarray(values, dtype=np.float64).astype(R.format_of(dtype).dtype)
+    got = R.softmax(x, dtype=dtype).astype(np.float64)
+    want = np.array([round_to(v, dtype) for v in expected()])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_log_softmax_and_logsumexp_of_1000_1001_999():
+    with mpmath.workprec(300):
+        log_s = mpmath.log(1 + E + 1 / E)  # log of sum e**(x - 1000)
+        lse = 1000 + log_s
+        lsm = [0 - log_s, 1 - log_s, -1 - log_s]
+    x = np.array([1000.0, 1001.0, 999.0])
+    assert float(R.logsumexp(x, dtype="float64")) == round_to(lse, "float64")
+    np.testing.assert_array_equal(R.log_softmax(x, dtype="float64"), [round_to(v, "float64") for v in lsm])
+    assert float(R.logsumexp(x.astype(np.float32), dtype="float32")) == round_to(lse, "float32")
+
+
+def test_onnx_softmax_vectors_float32():
+    """ONNX Softmax operator examples (onnx/backend/test/case/node/softmax.py), float32."""
+    x = np.array([[-1, 0, 1]], dtype=np.float32)
+    np.testing.assert_allclose(R.softmax(x, dtype="float32"), [[0.09003058, 0.24472848, 0.66524094]], rtol=2e-7)
+    large = np.array([[0, 1, 2, 3], [10000, 10001, 10002, 10003]], dtype=np.float32)
+    expected = [0.032058604, 0.08714432, 0.23688284, 0.6439143]
+    got = R.softmax(large, dtype="float32")
+    np.testing.assert_allclose(got, [expected, expected], rtol=2e-7)
+    np.testing.assert_array_equal(got[0], got[1])  # shift invariance, exactly
+
+
+# scipy/special/tests/test_logsumexp.py, test_softmax_multi_axes: "computed using mpmath (dps = 200) and then
+# converted to float". Four of the eight are one ulp from the correctly rounded value.
+SCIPY_X = np.array([[-25.0, 0.0, 25.0, 50.0], [1.0, 325.0, 749.0, 750.0]])
+SCIPY_PUBLISHED = np.array(
+    [
+        [2.678636961770877e-33, 1.9287498479371314e-22, 1.3887943864771144e-11, 0.999999999986112],
+        [0.0, 1.9444526359919372e-185, 0.2689414213699951, 0.7310585786300048],
+    ]
+)
+
+
+def test_scipy_vectors_are_correctly_rounded_where_scipy_published_values_are_not():
+    got = R.softmax(SCIPY_X, dtype="float64")
+    with mpmath.workprec(400):
+        want = np.array(
+            [[round_to(mpmath.exp(v) / mpmath.fsum(mpmath.exp(w) for w in row), "float64") for v in row] for row in SCIPY_X]
+        )
+    np.testing.assert_array_equal(got, want)
+    ulps = np.abs(got.view(np.int64) - SCIPY_PUBLISHED.view(np.int64))
+    assert ulps.tolist() == [[0, 0, 1, 1], [0, 1, 0, 1]]
+    # The first entry of the second row is e**-749 / (...) ~ 3.8e-326, below half the smallest subnormal.
+    assert got[1, 0] == 0.0 and not np.signbit(got[1, 0])
