@@ -107,7 +107,7 @@ def pairwise_sum(h, lo=None):
     if h.shape[-1] == 0:
         h = np.zeros(h.shape[:-1] + (1,))
         lo = None if lo is None else np.zeros_like(h)
-    return (h[..., 0], None if lo is None else lo[..., 0])
+    return h[..., 0].copy(), None if lo is None else lo[..., 0].copy()  # never a view of the caller's terms
 
 
 def _constant(value: tuple) -> tuple[float, float]:
@@ -147,7 +147,9 @@ def exp_dd(th, tl):
 
     Below 2**-969 the low part is subnormal: the absolute error may then be 2 * 2**-1074 more.
     """
-    th = np.maximum(th, EXP_ARG_MIN)
+    clamped = th < EXP_ARG_MIN
+    th = np.where(clamped, EXP_ARG_MIN, th)
+    tl = np.where(clamped, 0.0, tl)
     k = np.rint(th * _INV_LN2)
     # t - k ln2: k * _LN2_1 is exact and th - k * _LN2_1 is exact (Sterbenz), the rest is kept as a pair.
     r1 = th - k * _LN2_1

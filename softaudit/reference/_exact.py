@@ -59,6 +59,49 @@ def decide(value: tuple, err: tuple, sign: int, fmt: Format) -> Rounded | None:
     return r_lo if r_lo == r_hi else None
 
 
+def _spacing_exp(base: Fraction, fmt: Format) -> int:
+    """The exponent of fmt's spacing at |base| (base != 0)."""
+    num, den = abs(base.numerator), base.denominator
+    binade = num.bit_length() - den.bit_length()
+    if (num << max(0, -binade)) < (den << max(0, binade)):
+        binade -= 1
+    return max(binade, fmt.emin) - (fmt.precision - 1)
+
+
+def _to_mpf(value: Fraction, prec: int) -> tuple[tuple, tuple]:
+    """A rational as a libmp value at `prec` bits (exact when dyadic) and the bound of its rounding error."""
+    approx = libmp.from_rational(value.numerator, value.denominator, prec)
+    exact = value.denominator & (value.denominator - 1) == 0 and approx[3] <= prec
+    return approx, libmp.fzero if exact else libmp.mpf_abs(libmp.mpf_mul(approx, _pow2(1 - prec)))
+
+
+def decide_sum(base: Fraction, corr: tuple, err: tuple, sign: int, fmt: Format) -> Entry | None:
+    """The rounding of base + c for every c within err of corr, base exact; sign is c's sign when base == 0.
+
+    When |c| is below an eighth of fmt's spacing at base, no rounding boundary other than base itself lies
+    between base and base + c (boundaries are at least a quarter spacing apart), so base + c rounds like
+    base +- spacing/8: c may be e**-500000 and no precision is needed to see it.
+    """
+    if base == 0:
+        found = decide(corr, err, sign, fmt)
+        return None if found is None else (found, corr, err)
+    eighth = _spacing_exp(base, fmt) - 3
+    if libmp.mpf_cmp(libmp.mpf_add(libmp.mpf_abs(corr), err, 30, _ROUND_UP), _pow2(eighth)) < 0:
+        step = Fraction(2) ** eighth
+        below, above = round_fraction(base - step, fmt), round_fraction(base + step, fmt)
+        if libmp.mpf_cmp(err, libmp.mpf_abs(corr)) < 0:
+            found = above if libmp.mpf_sign(corr) > 0 else below
+        else:
+            found = below if below == above else None
+        approx, approx_err = _to_mpf(base, fmt.precision + 64)
+        return None if found is None else (found, approx, libmp.mpf_add(approx_err, libmp.mpf_abs(corr), 30, _ROUND_UP))
+    approx, approx_err = _to_mpf(base, fmt.precision + 64 + max(0, -eighth))
+    value = libmp.mpf_add(approx, corr, 0)
+    err = libmp.mpf_add(err, approx_err, 30, _ROUND_UP)
+    found = decide(value, err, 0, fmt)
+    return None if found is None else (found, value, err)
+
+
 def _rational(value: Fraction, fmt: Format) -> Entry:
     approx = libmp.from_rational(value.numerator, value.denominator, 200)
     return round_fraction(value, fmt), approx, libmp.mpf_abs(libmp.mpf_mul(approx, _pow2(-199)))
@@ -103,6 +146,8 @@ def _log_sum(ts: list[tuple], wp: int) -> tuple[tuple, tuple]:
     if rest == libmp.fzero:
         return libmp.fzero, libmp.fzero
     # log1p(s) with s' = s(1 + d) moves by at most |d| log1p(s), since s / (1 + s) <= log1p(s).
+    if rest[2] + rest[3] < -2 * wp:  # s < 2**(-2 wp): log1p(s) = s(1 - s/2 + ...) is s within 2**(-2 wp)
+        return rest, libmp.mpf_mul(rest, _pow2(4 - wp), 30, _ROUND_UP)
     log = libmp.mpf_log(libmp.mpf_add(libmp.fone, rest, 0), wp)
     return log, libmp.mpf_mul(log, _pow2(4 - wp), 30, _ROUND_UP)
 
@@ -117,11 +162,9 @@ def log_softmax_row(kept: list[tuple], want: list[int], fmt: Format) -> list[Ent
         log, log_err = _log_sum(ts, wp)
         for i in want:
             if i not in done:
-                value = libmp.mpf_sub(ts[i], log, wp)
-                err = libmp.mpf_add(log_err, libmp.mpf_abs(libmp.mpf_mul(value, _pow2(-wp))), 30, _ROUND_UP)
-                found = decide(value, err, -1 if len(kept) > 1 else 0, fmt)
+                found = decide_sum(_fraction(ts[i]), libmp.mpf_neg(log), log_err, -1 if len(kept) > 1 else 0, fmt)
                 if found is not None:
-                    done[i] = found, value, err
+                    done[i] = found
         if len(done) == len(set(want)):
             return [done[i] for i in want]
         wp = _refine(wp)
@@ -134,11 +177,9 @@ def logsumexp_row(kept: list[tuple], fmt: Format) -> Entry:
     wp = fmt.precision + 32
     while True:
         log, log_err = _log_sum(ts, wp)
-        value = libmp.mpf_add(top, log, wp)
-        err = libmp.mpf_add(log_err, libmp.mpf_abs(libmp.mpf_mul(value, _pow2(-wp))), 30, _ROUND_UP)
-        found = decide(value, err, 0, fmt)
+        found = decide_sum(_fraction(top), log, log_err, 1 if len(kept) > 1 else 0, fmt)
         if found is not None:
-            return found, value, err
+            return found
         wp = _refine(wp)
 
 
@@ -160,47 +201,49 @@ def _rational_attention(scores: list[tuple], vs: list[list[tuple]], column: int)
 def attention_row(
     q: list[tuple], ks: list[list[tuple]], vs: list[list[tuple]], scale: tuple | None, d: int, fmt: Format
 ) -> list[Entry]:
-    """Correctly rounded attention output of one query over its kept keys (at least one), every column."""
+    """Correctly rounded attention output of one query over its kept keys (at least one), every column.
+
+    With G the keys of the top score and base the mean of their values, o = base + sum over the others of
+    e_j (v_j - base) / (|G| + sum e_j): an exact base and a correction that decide_sum can round however small.
+    """
     scores = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
+    top = _max(scores)
+    group = [j for j, s in enumerate(scores) if s == top]
+    others = [j for j, s in enumerate(scores) if s != top]
     ncol = len(vs[0])
+    bases = [sum((_fraction(vs[j][c]) for j in group), Fraction(0)) / len(group) for c in range(ncol)]
     done: dict[int, Entry] = {}
     for c in range(ncol):
         exact = _rational_attention(scores, vs, c)
         if exact is not None:
             done[c] = _rational(exact, fmt)
-    top = _max(scores)
-    gaps = [libmp.mpf_sub(s, top, 0) for s in scores]
+    gaps = [libmp.mpf_sub(scores[j], top, 0) for j in others]
+    diffs = {c: [_fraction(vs[j][c]) - bases[c] for j in others] for c in range(ncol) if c not in done}
     wp = fmt.precision + 32
     while len(done) < ncol:
         factor = scale
         if factor is None:
-            root = libmp.mpf_sqrt(libmp.from_int(d), wp + 12)
-            factor = libmp.mpf_div(libmp.fone, root, wp + 12)
+            factor = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp + 12), wp + 12)
         ts = [libmp.mpf_mul(g, factor, wp) for g in gaps]
-        # Keys with t < -0.7 wp weigh less than 2**-wp each (the max weighs 1): left out, their mass is in err.
-        cut = libmp.from_float(-0.7 * wp)
-        near = [j for j, t in enumerate(ts) if libmp.mpf_cmp(t, cut) >= 0]
-        dropped = len(ts) - len(near)
         # t has relative error <= 2**(1 - wp); e**t then <= 4 ulp + |t| 2**(1 - wp) (1.01).
-        eta = math.ldexp(4 + 2.02 * 0.7 * wp, -wp)
-        es = [libmp.mpf_exp(ts[j], wp) for j in near]
-        total = libmp.mpf_sum(es, wp)
-        bound = libmp.from_float(1.02 * (2 * eta + math.ldexp(2 + dropped, -wp)), 53, _ROUND_UP)
-        for c in range(ncol):
+        widest = max((abs(libmp.to_float(t)) for t in ts), default=0.0)
+        eta = math.ldexp(4 + 2.02 * widest, -wp)
+        if eta > 2.0**-20:
+            wp = _refine(wp)
+            continue
+        es = [libmp.mpf_exp(t, wp) for t in ts]
+        total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
+        bound = libmp.from_float(1.02 * (2 * eta + math.ldexp(3, -wp)), 53, _ROUND_UP)
+        for c, column in diffs.items():
             if c in done:
                 continue
-            terms = [libmp.mpf_mul(e, vs[j][c], 0) for e, j in zip(es, near)]
-            num = libmp.mpf_sum(terms, 0)
+            terms = [libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)]
+            corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
             size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
-            value = libmp.mpf_div(num, total, wp)
             err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
-            if dropped:
-                largest = _max([libmp.mpf_abs(row[c]) for row in vs])
-                mass = libmp.mpf_mul(libmp.mpf_mul(largest, libmp.from_int(dropped)), _pow2(-wp))
-                err = libmp.mpf_add(err, libmp.mpf_div(mass, total, 30, _ROUND_UP), 30, _ROUND_UP)
-            found = decide(value, err, 0, fmt)
+            found = decide_sum(bases[c], corr, err, 0, fmt)
             if found is not None:
-                done[c] = found, value, err
+                done[c] = found
         if len(done) < ncol:
             wp = _refine(wp)
     return [done[c] for c in range(ncol)]

@@ -32,7 +32,7 @@ DTYPE_NAMES = (
     "float8_e4m3",
 )
 
-_UNBOUNDED = -(10**18)
+_UNBOUNDED = -(10**5000)  # below any exponent float inputs can produce (e**-1e4932 included)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,6 +127,8 @@ def round_mpf(value: tuple, negative: bool, fmt: Format) -> tuple[tuple, bool]:
         return (value, negative) if value in (libmp.fzero, libmp.fnan) else (libmp.finf, bool(sign))
     negative = bool(sign)
     qe = max(exp + bc - 1, fmt.emin) - (fmt.precision - 1)
+    if qe - exp > bc:  # value < 2**(exp + bc) <= half the quantum: rounds to zero (no giant shifts)
+        return libmp.fzero, negative
     if exp < qe:
         shift = qe - exp
         n = man >> shift
@@ -180,7 +182,8 @@ def cast_exact(values: np.ndarray, fmt: Format) -> np.ndarray:
 def _mpf_object(value: tuple, negative: bool):
     import mpmath
 
-    return -mpmath.mpf(value) if negative else mpmath.mpf(value)  # mpmath has no signed zero
+    # make_mpf wraps the value as it is; mpmath.mpf(value) would round it to the global precision.
+    return mpmath.mp.make_mpf(libmp.mpf_neg(value) if negative else value)  # mpmath has no signed zero
 
 
 def _to_longdouble(value: tuple, negative: bool) -> np.longdouble:

@@ -45,8 +45,22 @@ def _row_values(row, keep):
     return [mpmath.mpf(float(v)) for v, k in zip(row, keep) if k and not (math.isinf(float(v)) and float(v) < 0)]
 
 
+def combine(base, corr, digits):
+    """base + corr exactly, with an astronomically small corr replaced by a tiny one of the same sign.
+
+    If |corr| < |base| 2**-digits, every number between base and base + corr rounds like base + corr to any
+    format of fewer than digits - 10 bits; shrinking corr keeps the exact sum small enough to form.
+    """
+    if base != 0 and corr != 0 and abs(corr) < abs(base) * mpmath.ldexp(1, -digits):
+        corr = mpmath.sign(corr) * abs(base) * mpmath.ldexp(1, -digits)
+    return mpmath.fadd(base, corr, exact=True)
+
+
 def row_kind(kind, row, keep, prec):
-    """softmax, log_softmax or logsumexp of one row at `prec` bits (NaN for an undefined softmax row)."""
+    """softmax, log_softmax or logsumexp of one row at `prec` bits (NaN for an undefined softmax row).
+
+    log s is taken as log1p of the sum without the top entry, so log_softmax of a dominant entry keeps its size.
+    """
     row = np.asarray(row).astype(np.float64)
     keep = np.ones(len(row), bool) if keep is None else np.asarray(keep)
     kept_values = row[keep]
@@ -59,16 +73,19 @@ def row_kind(kind, row, keep, prec):
         return [mpmath.nan] * len(row) if kind != "logsumexp" else -mpmath.inf
     with mpmath.workprec(prec):
         m = max(xs)
-        total = mpmath.fsum(mpmath.exp(mpmath.fsub(x, m, exact=True)) for x in xs)
+        ts = [mpmath.fsub(x, m, exact=True) for x in xs]
+        top = ts.index(0)
+        rest = mpmath.fsum(mpmath.exp(t) for j, t in enumerate(ts) if j != top)
+        log_s = mpmath.log1p(rest)
         if kind == "logsumexp":
-            return m + mpmath.log(total)
+            return combine(m, log_s, 4 * prec)
         out = []
         for v, k in zip(row, keep):
             if not k or v == -np.inf:
                 out.append(mpmath.mpf(0) if kind == "softmax" else -mpmath.inf)
                 continue
             t = mpmath.fsub(mpmath.mpf(float(v)), m, exact=True)
-            out.append(mpmath.exp(t) / total if kind == "softmax" else t - mpmath.log(total))
+            out.append(mpmath.exp(t) / (1 + rest) if kind == "softmax" else combine(t, -log_s, 4 * prec))
         return out
 
 
@@ -89,12 +106,35 @@ def attention_row(q, ks, vs, keep, scale, prec):
         return [mpmath.fsum(w * mpmath.mpf(float(v[c_])) for w, v in zip(weights, values)) / total for c_ in range(len(vs[0]))]
 
 
+def near_boundary(value, dtype, prec) -> bool:
+    """True when `value`, known to about `prec` bits, may lie on either side of a rounding boundary."""
+    if not mpmath.isfinite(value) or value == 0:
+        return False
+    with mpmath.workprec(prec + 20):
+        slack = abs(value) * mpmath.ldexp(1, 8 - prec)
+        return round_to(value - slack, dtype) != round_to(value + slack, dtype)
+
+
+def rounded(compute, dtype):
+    """Round compute(prec) to dtype: at twice dtype's precision, or at ten times that where twice cannot tell.
+
+    Twice the precision is not always enough: log_softmax of a dominant row is x - m (often a midpoint of the
+    dtype) minus a tiny log-sum, e.g. -211.8125 - 7e-23 in float16.
+    """
+    prec = precision_for(dtype)
+    values = compute(prec)
+    if any(near_boundary(v, dtype, prec) for v in values):
+        values = compute(10 * prec)
+    return [round_to(v, dtype) for v in values]
+
+
 def rounded_rows(kind, x, dtype, mask=None):
     """The oracle's rounding of `kind` along the last axis of a 2-D x, as a float64 array."""
-    prec = precision_for(dtype)
     out = []
     for i, row in enumerate(x):
         keep = None if mask is None else mask[i]
-        values = row_kind(kind, row, keep, prec)
-        out.append(round_to(values, dtype) if kind == "logsumexp" else [round_to(v, dtype) for v in values])
+        if kind == "logsumexp":
+            out.append(rounded(lambda prec: [row_kind(kind, row, keep, prec)], dtype)[0])
+        else:
+            out.append(rounded(lambda prec: row_kind(kind, row, keep, prec), dtype))
     return np.array(out, dtype=np.float64)
