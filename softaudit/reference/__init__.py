@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._attention import round_attention
+from ._attention import prepare, round_attention
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
@@ -46,22 +46,22 @@ _METHODS = ("auto", "mpmath")
 
 def softmax(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
     """exp(x_i) / sum_j exp(x_j) along `axis`; -inf entries get exactly 0."""
-    return evaluate("softmax", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+    return _evaluate("softmax", x, None, axis, dtype, prec, method, detail=False)
 
 
 def log_softmax(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
     """x_i - log(sum_j exp(x_j)) along `axis`; -inf entries get exactly -inf."""
-    return evaluate("log_softmax", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+    return _evaluate("log_softmax", x, None, axis, dtype, prec, method, detail=False)
 
 
 def logsumexp(x, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
     """log(sum_j exp(x_j)) along `axis` (removed); -inf for an empty or all -inf row, +inf with a +inf entry."""
-    return evaluate("logsumexp", x, axis=axis, dtype=dtype, prec=prec, method=method).value
+    return _evaluate("logsumexp", x, None, axis, dtype, prec, method, detail=False)
 
 
 def masked_softmax(x, mask, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
     """softmax of the entries where `mask` is True; masked entries get exactly 0 whatever they hold."""
-    return evaluate("masked_softmax", x, mask, axis=axis, dtype=dtype, prec=prec, method=method).value
+    return _evaluate("masked_softmax", x, mask, axis, dtype, prec, method, detail=False)
 
 
 def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> np.ndarray:
@@ -69,7 +69,8 @@ def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="a
 
     `mask` is boolean, broadcastable to (..., Lq, Lk), True = may attend. `scale=None` is the real 1/sqrt(d).
     """
-    return evaluate_attention(q, k, v, mask, scale=scale, dtype=dtype, prec=prec, method=method).value
+    problem = prepare(q, k, v, mask, scale_value(scale))
+    return round_attention(problem, target(dtype, prec), _method(method), detail=False).value
 
 
 def _method(method) -> str:
@@ -113,29 +114,31 @@ def undefined_rows(x, mask=None, axis=-1, *, kind="softmax") -> np.ndarray:
 
 def evaluate(kind, x, mask=None, axis=-1, *, dtype=None, prec=113, method="auto") -> Result:
     """The full `Result` of a row kind: rounded values with the approximation, tier and undefined rows."""
+    return _evaluate(kind, x, mask, axis, dtype, prec, method, detail=True)
+
+
+def _evaluate(kind, x, mask, axis, dtype, prec, method, detail: bool):
+    """A `Result` (detail True) or just the rounded values."""
     if kind not in _ROW_KINDS:
         raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
     if kind == "masked_softmax" and mask is None:
         raise TypeError("masked_softmax needs a mask")
     fmt = target(dtype, prec)
+    method = _method(method)
     x2, removed2, moved_shape, ax = _as_rows(x, mask, axis)
     base = "softmax" if kind == "masked_softmax" else kind
     undefined = _undefined(base, x2, removed2)
-    out = round_rows(base, x2, removed2, undefined, fmt, _method(method))
+    out = round_rows(base, x2, removed2, undefined, fmt, method, detail)
     shape = moved_shape[:-1] if base == "logsumexp" else moved_shape
 
     def restore(a):
         a = a.reshape(shape)
         return a if base == "logsumexp" else np.moveaxis(a, -1, ax)
 
-    return Result(
-        restore(out.array()),
-        restore(out.hi),
-        restore(out.lo),
-        restore(out.err),
-        restore(out.tier),
-        undefined.reshape(moved_shape[:-1]),
-    )
+    if not detail:
+        return restore(out.array())
+    parts = (out.array(), out.hi, out.lo, out.err, out.tier)
+    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]))
 
 
 def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
@@ -143,14 +146,10 @@ def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
 
     That is: no key it may attend, or a NaN or infinity in the query or in a key or value it may attend.
     """
-    from ._attention import prepare
-
     return prepare(q, k, v, mask, None).undefined
 
 
 def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> Result:
     """The full `Result` of attention (per query row: undefined)."""
-    from ._attention import prepare
-
     problem = prepare(q, k, v, mask, scale_value(scale))
-    return round_attention(problem, target(dtype, prec), _method(method))
+    return round_attention(problem, target(dtype, prec), _method(method), detail=True)

@@ -17,12 +17,12 @@ from mpmath import libmp
 
 from . import _dd, _exact
 from ._dd import TINY, U
-from ._engine import Result, _Collector, fast_input, fast_target
+from ._engine import Result, _Collector, fast_input, fast_target, row_blocks
 from ._formats import Format, decide_arrays, exact_mpf
 from ._rows import LIBM_EXP_REL, Approx
 from ._validate import bool_mask, float_array
 
-_CHUNK = 1 << 20  # elements of the largest temporary array per chunk
+_BLOCK = 1 << 20  # elements per block: matrix products want large blocks more than cache residency
 _SAFE = 2.0**-19  # covers every second-order term once each first-order bound is below 2**-20
 
 
@@ -63,12 +63,6 @@ def prepare(q, k, v, mask, scale) -> Problem:
         bad_key = ~(np.isfinite(k3).all(axis=-1) & np.isfinite(v3).all(axis=-1))
         undefined = ~np.isfinite(q3).all(axis=-1) | ~keep3.any(axis=-1) | (keep3 & bad_key[:, None, :]).any(axis=-1)
     return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), batch + (lq, dv))
-
-
-def _chunks(rows: np.ndarray, per_row: int):
-    size = max(1, _CHUNK // max(per_row, 1))
-    for start in range(0, len(rows), size):
-        yield rows[start : start + size]
 
 
 def tier_a(q, k, v, keep, scale) -> Approx:
@@ -115,7 +109,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     size = _dd.pairwise_sum(np.abs(ph))[0] * (1 + 2 * _dd.gamma(d))
     sh, sl = _dd.pairwise_sum(ph, pl)
     # Products below 2**-969 lose low bits to underflow: d * 2**-1070 covers them.
-    s_err = (_dd.depth(d) + 1) * _dd.DD_OP_REL * size + d * 2.0**-1070
+    s_err = (_dd.depth(d, 2) + 1) * _dd.DD_OP_REL * size + d * 2.0**-1070
     ch, cl, c_rel = _scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
@@ -126,7 +120,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
     eta = np.where(keep, first * (1 + _SAFE) + _dd.EXP_DD_REL, 0.0)
     total_h, total_l = _dd.pairwise_sum(eh, el)
-    depth = _dd.depth(lk) + 1
+    depth = _dd.depth(lk, 2) + 1
     sigma = (_dd.pairwise_sum(eh * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
     nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
     nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
@@ -140,18 +134,20 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     return Approx(oh, ol, err, 0.0)
 
 
-def round_attention(problem: Problem, fmt: Format, method: str) -> Result:
+def round_attention(problem: Problem, fmt: Format, method: str, detail: bool) -> Result:
+    """Correctly rounded attention; with detail False the Result holds the values only (the rest size 0)."""
     q, k, v, keep = problem.q, problem.k, problem.v, problem.keep
     nb, lq, d = q.shape
     lk, dv = k.shape[1], v.shape[2]
-    out = _Collector((nb, lq, dv), fmt)
+    out = _Collector((nb, lq, dv), fmt, detail)
     undefined = problem.undefined.reshape(nb, lq)
     out.fill(np.broadcast_to(undefined[:, :, None], (nb, lq, dv)), np.nan)
     pending = np.broadcast_to(~undefined[:, :, None], (nb, lq, dv)).copy()
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
-        tiers = [(2, tier_b, d)]
+        # Elements per query row of each tier's largest temporaries: tier A's scores, tier B's products.
+        tiers = [(2, tier_b, lk * max(d, dv))]
         if fmt.precision <= 24 and fmt.emin >= -149:
-            tiers.insert(0, (1, tier_a, 1))
+            tiers.insert(0, (1, tier_a, lk))
         for b in range(nb):
             qb, kb, vb = (a[b].astype(np.float64) for a in (q, k, v))
             big = max(np.abs(kb).max(initial=0.0), np.abs(vb).max(initial=0.0)) >= 2.0**500
@@ -159,24 +155,17 @@ def round_attention(problem: Problem, fmt: Format, method: str) -> Result:
                 rows = np.flatnonzero(pending[b].any(axis=1))
                 if tier == 2:
                     rows = rows[np.abs(qb[rows]).max(axis=1, initial=0.0) < 2.0**500] if not big else rows[:0]
-                for chunk in _chunks(rows, lk * max(width, dv)):
+                for chunk in row_blocks(rows, width, _BLOCK):
                     with np.errstate(all="ignore"):
                         approx = run(qb[chunk], kb, vb, keep[b, chunk], problem.scale)
                         rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                     decided &= pending[b, chunk]
-                    where = np.broadcast_arrays(np.full((len(chunk), 1), b), chunk[:, None], np.arange(dv)[None, :])
-                    out.put_arrays(where, rounded, approx, decided, tier)
+                    out.put_block((b, chunk), rounded, approx, decided, tier)
                     pending[b, chunk] &= ~decided
     _tier_c(problem, fmt, pending, out)
-    result_shape = problem.shape
-    return Result(
-        out.array().reshape(result_shape),
-        out.hi.reshape(result_shape),
-        out.lo.reshape(result_shape),
-        out.err.reshape(result_shape),
-        out.tier.reshape(result_shape),
-        problem.undefined,
-    )
+    shape = problem.shape if detail else (0,) * len(problem.shape)
+    parts = (out.hi, out.lo, out.err, out.tier)
+    return Result(out.array().reshape(problem.shape), *(a.reshape(shape) for a in parts), problem.undefined)
 
 
 def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector):

@@ -42,26 +42,35 @@ def fast_target(fmt: Format) -> bool:
 class _Collector:
     """Gathers rounded values from every tier into float64 (fast targets) or into libmp pairs (the others)."""
 
-    def __init__(self, shape, fmt: Format):
+    def __init__(self, shape, fmt: Format, detail: bool = True):
+        """With detail False only the rounded values are kept (hi, lo, err and tier are then size-0 arrays)."""
         self.fmt = fmt
         self.fast = fast_target(fmt)
         self.values = np.full(shape, np.nan) if self.fast else np.full(shape, None, dtype=object)
-        self.hi = np.full(shape, np.nan)
-        self.lo = np.zeros(shape)
-        self.err = np.zeros(shape)
-        self.tier = np.zeros(shape, dtype=np.int8)
+        kept = shape if detail else (0,) * len(shape)
+        self.detail = detail
+        self.hi = np.full(kept, np.nan)
+        self.lo = np.zeros(kept)
+        self.err = np.zeros(kept)
+        self.tier = np.zeros(kept, dtype=np.int8)
 
-    def put_arrays(self, where, rounded, approx, decided, tier: int):
-        """Store a tier's decided results; `where` indexes the output, the others are aligned to it."""
-        idx = tuple(np.asarray(w)[decided] for w in where)
-        if self.fast:
-            self.values[idx] = rounded[decided]
-        else:
-            self.values[idx] = _cells([(exact_mpf(v), bool(np.signbit(v))) for v in rounded[decided]])
-        self.hi[idx] = approx.hi[decided]
-        self.lo[idx] = approx.lo[decided]
-        self.err[idx] = approx.err[decided]
-        self.tier[idx] = tier
+    def put_block(self, index, rounded, approx, decided, tier: int):
+        """Store a tier's decided results; `index` picks a block of leading axes, the arrays are that block."""
+        if not self.fast:
+            rounded = _cells([(exact_mpf(v), bool(np.signbit(v))) for v in rounded.ravel()]).reshape(rounded.shape)
+        sources = [(self.values, rounded)]
+        if self.detail:
+            sources += [(self.hi, approx.hi), (self.err, approx.err), (self.tier, tier)]
+            if approx.lo is not None:
+                sources.append((self.lo, approx.lo))
+        every = decided.all()
+        for target, source in sources:
+            if every:
+                target[index] = source
+            elif isinstance(index, slice):
+                np.copyto(target[index], source, where=decided)
+            else:
+                target[index] = np.where(decided, source, target[index])
 
     def put_exact(self, index, rounded: _exact.Rounded, value: tuple, err: tuple):
         mpf, negative = rounded
@@ -69,6 +78,8 @@ class _Collector:
             self.values[index] = -libmp.to_float(mpf) if negative else libmp.to_float(mpf)
         else:
             self.values[index] = _cells([rounded])[0]
+        if not self.detail:
+            return
         hi = libmp.to_float(value)
         self.hi[index] = hi
         self.lo[index] = libmp.to_float(libmp.mpf_sub(value, libmp.from_float(hi), 60)) if np.isfinite(hi) else 0.0
@@ -77,11 +88,14 @@ class _Collector:
 
     def fill(self, where: np.ndarray, value: float):
         """Where (a mask of the output's shape) the result needs no arithmetic: NaN, 0, -inf or +inf."""
+        if not where.any():
+            return
         if self.fast:
             self.values[where] = value
         else:
             self.values[where] = _cells([(exact_mpf(value), bool(np.signbit(value)))] * int(where.sum()))
-        self.hi[where] = value
+        if self.detail:
+            self.hi[where] = value
 
     def array(self) -> np.ndarray:
         if self.fast:
@@ -98,11 +112,11 @@ def _cells(items: list) -> np.ndarray:
     return cells
 
 
-def round_rows(kind: str, x: np.ndarray, removed: np.ndarray, undefined: np.ndarray, fmt: Format, method: str):
+def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
     """Correctly rounded `kind` of each row of the 2-D x (entries where `removed` is True left out)."""
     rows_total, n = x.shape
     shape = (rows_total,) if kind == "logsumexp" else (rows_total, n)
-    out = _Collector(shape, fmt)
+    out = _Collector(shape, fmt, detail)
     empty = (~removed).sum(axis=1) == 0
     if kind == "logsumexp":
         has_pos_inf = (~removed & (x == np.inf)).any(axis=1)
@@ -120,17 +134,29 @@ def round_rows(kind: str, x: np.ndarray, removed: np.ndarray, undefined: np.ndar
         tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if fmt.precision <= 24 and fmt.emin >= -149 else ((2, _rows.tier_b),)
         for tier, run in tiers:
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
-            if not len(rows):
-                break
-            with np.errstate(all="ignore"):
-                approx = run(kind, x64[rows], removed[rows])
-                rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
-            decided &= pending[rows]
-            where = (rows,) if kind == "logsumexp" else np.broadcast_arrays(rows[:, None], np.arange(n)[None, :])
-            out.put_arrays(where, rounded, approx, decided, tier)
-            pending[rows] &= ~decided
+            for index in row_blocks(rows, n):
+                with np.errstate(all="ignore"):
+                    approx = run(kind, x64[index], removed[index])
+                    rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                decided &= pending[index]
+                out.put_block(index, rounded, approx, decided, tier)
+                pending[index] &= ~decided
     _tier_c_rows(kind, x, removed, pending, out)
     return out
+
+
+#: Elements per block of the fast tiers: small enough that temporaries stay in cache (and below malloc's mmap
+#: threshold, whose map-and-unmap per array costs more than the arithmetic).
+BLOCK = 1 << 14
+
+
+def row_blocks(rows: np.ndarray, width: int, block: int = BLOCK):
+    """Blocks of `rows` of about `block` elements each, as slices where the rows are consecutive."""
+    size = max(1, block // max(width, 1))
+    for start in range(0, len(rows), size):
+        block = rows[start : start + size]
+        contiguous = block[-1] - block[0] + 1 == len(block)
+        yield slice(int(block[0]), int(block[-1]) + 1) if contiguous else block
 
 
 def _pending(kind, todo, removed):

@@ -16,6 +16,8 @@ import ml_dtypes
 import numpy as np
 from mpmath import libmp
 
+from ._dd import pow2_pair
+
 #: The names `format_of` accepts, in the order `softaudit` lists them.
 DTYPE_NAMES = (
     "float16",
@@ -199,32 +201,50 @@ def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray
     """Round h + lo to fmt wherever every number within err of it rounds alike.
 
     Returns the rounded values (float64, exactly representable in fmt, +-inf on overflow) and a mask of where the
-    rounding is decided. `sign` (+1, -1, or 0 for unknown) is the known sign of the exact result; it lets a result
-    whose interval straddles zero round to a signed zero. Conservative: an undecided element may be decidable.
+    rounding is decided. `lo` may be None (zero). `sign` (+1, -1, or 0 for unknown) is the known sign of the exact
+    result; it lets a result whose interval straddles zero round to a signed zero. Conservative: an undecided
+    element may be decidable. This is the hot path of the fast tiers, hence the care over operation counts.
     """
     p = fmt.precision
     mag = np.abs(h)
-    neg = np.signbit(h)
-    mag_lo = np.where(neg, -lo, lo)
     with np.errstate(all="ignore"):
-        _, e = np.frexp(mag)
-        binade = e.astype(np.int64) - 1
+        # The binade from the exponent bits; a subnormal h reads as -1023, which max() lifts to emin as it should.
+        binade = ((h.view(np.int64) >> 52) & 0x7FF) - 1023
         qe = np.maximum(binade, fmt.emin) - (p - 1)
-        y = np.ldexp(mag, -qe)  # the value in units of the quantum at its binade: below 2**p
-        y_lo = np.ldexp(mag_lo, -qe)
-        y_err = np.ldexp(err, -qe)
+        # 2**-qe as exact power-of-two factors (two where it exceeds 2**1023, for float64's subnormals).
+        factors = pow2_pair(-qe) if fmt.min_subnormal_exp < -1022 else (((1023 - qe) << 52).view(np.float64),)
+
+        def units(a):
+            for f in factors:
+                a = a * f
+            return a
+
+        y = units(mag)  # the value in units of the quantum at its binade: below 2**p
+        y_err = units(err)
         n = np.rint(y)
-        d = (y - n) + y_lo  # y - n is exact
+        d = y - n  # exact
+        if lo is None:
+            one_sign = err < mag
+        else:
+            d = d + units(np.where(h < 0, -lo, lo))
+            one_sign = err < mag - np.abs(lo)
         # At the bottom of a normal binade the spacing below is half as wide: the boundary there is a quarter away.
         below = np.where((n == 2.0 ** (p - 1)) & (binade > fmt.emin), 0.25, 0.5)
-        one_sign = err < mag - np.abs(lo)
         ok = one_sign & (d - y_err > -below) & (d + y_err < 0.5)
-        rounded = np.ldexp(n, qe)
-        rounded = np.where(rounded > fmt.max_float, np.inf, rounded)
-        rounded = np.where(neg, -rounded, rounded)
-        exact_zero = (h == 0) & (lo == 0) & (err == 0)
-        half_min = math.ldexp(1.0, fmt.min_subnormal_exp - 1)
-        tiny = ~one_sign & (np.asarray(sign) != 0) & (mag + np.abs(lo) + err < half_min)
-    rounded = np.where(exact_zero, 0.0, rounded)
-    rounded = np.where(tiny, np.copysign(0.0, sign), rounded)
-    return rounded, (ok | exact_zero | tiny)
+        rounded = n
+        for f in factors:
+            rounded = rounded / f
+        if mag.max(initial=0.0) >= fmt.max_float / 2:  # only then can a result overflow
+            rounded = np.where(rounded > fmt.max_float, np.inf, rounded)
+        if np.ndim(sign) or sign <= 0:  # softmax (sign +1 throughout) has no negative results to restore
+            rounded = np.copysign(rounded, h)
+    rest = np.flatnonzero(~ok)
+    if len(rest):  # exact zeros, and results known to round to a signed zero: rare, so only where undecided
+        hr, er = h.flat[rest], err.flat[rest]
+        lr = 0.0 if lo is None else lo.flat[rest]
+        sr = np.broadcast_to(sign, h.shape).flat[rest]
+        exact_zero = (hr == 0) & (lr == 0) & (er == 0)
+        tiny = (sr != 0) & (np.abs(hr) + np.abs(lr) + er < math.ldexp(1.0, fmt.min_subnormal_exp - 1))
+        rounded.flat[rest] = np.where(exact_zero, 0.0, np.where(tiny, np.copysign(0.0, sr), rounded.flat[rest]))
+        ok.flat[rest] = exact_zero | tiny
+    return rounded, ok

@@ -37,30 +37,34 @@ class Approx:
 
 
 def _row_max(x, removed):
-    xk = np.where(removed, -np.inf, x)
+    """x with removed entries at -inf, each row's max and its first position, row indices and kept counts."""
+    xk = np.where(removed, -np.inf, x) if removed.any() else x
     top = xk.argmax(axis=1)
     rows = np.arange(len(x))
-    return xk[rows, top], top, rows, (~removed).sum(axis=1)
+    return xk, xk[rows, top], top, rows, x.shape[1] - removed.sum(axis=1)
 
 
-def _with_log(kind, x, removed, m, kept, th, tl, log_h, log_l, log_err) -> Approx:
-    """log_softmax = t - log s and logsumexp = m + log s, in double-double, from log s within log_err."""
+def _with_log(kind, m, kept, th, tl, log_h, log_l, log_err) -> Approx:
+    """log_softmax = t - log s and logsumexp = m + log s, in double-double, from log s within log_err.
+
+    Removed entries come out as garbage: the engine fills them (with -inf) and never reads them from a tier.
+    """
     if kind == "logsumexp":
         h, lo = _dd.add(m, np.zeros_like(m), log_h, log_l)
         return Approx(h, lo, log_err + np.abs(h) * _dd.DD_OP_REL, 0.0)
     h, lo = _dd.add(th, tl, -log_h[:, None], -log_l[:, None])
     err = log_err[:, None] + np.abs(h) * _dd.DD_OP_REL
-    sign = np.where(kept > 1, -1.0, 0.0)[:, None]
-    return Approx(np.where(removed, -np.inf, h), np.where(removed, 0.0, lo), np.where(removed, 0.0, err), sign)
+    return Approx(h, lo, err, np.where(kept > 1, -1.0, 0.0)[:, None])
 
 
 def tier_a(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
     """float64 with numpy's exp and log1p: for targets of at most 24 bits."""
-    m, top, rows, kept = _row_max(x, removed)
+    xk, m, top, rows, kept = _row_max(x, removed)
     with np.errstate(over="ignore", invalid="ignore"):
-        t = np.where(removed, -np.inf, x) - m[:, None]
+        # Removed entries, and x - m beyond -1e300 (an overflow), give e = 0, which is right to 2**-1074.
+        t = np.maximum(xk - m[:, None], -1e300)
     e = np.exp(t)
-    rel = np.where(np.isfinite(t), U * np.abs(t) + LIBM_EXP_REL, 0.0)  # fl(x - m) is within u|t| of t
+    rel = LIBM_EXP_REL - U * t  # fl(x - m) is within u|t| of x - m, and t <= 0
     e[rows, top] = 0.0
     rel[rows, top] = 0.0
     rest = _dd.pairwise_sum(e)[0]
@@ -73,35 +77,33 @@ def tier_a(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
         s = 1.0 + rest  # within u s of the exact 1 + rest
         p = e / s[:, None]
         err = p * (rel + (rest_err / s + 2 * U)[:, None]) * _SECOND_ORDER + TINY
-        return Approx(p, np.zeros_like(p), np.where(removed, 0.0, err), 1.0)
+        return Approx(p, None, err, 1.0)
     log = np.log1p(rest)
     log_err = (LIBM_LOG1P_REL * log + rest_err / (1 + rest - rest_err)) * _SECOND_ORDER
-    with np.errstate(invalid="ignore"):
-        th, tl = _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
-    return _with_log(kind, x, removed, m, kept, th, tl, log, np.zeros_like(log), log_err)
+    th, tl = (None, None) if kind == "logsumexp" else _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
+    return _with_log(kind, m, kept, th, tl, log, np.zeros_like(log), log_err)
 
 
 def tier_b(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
     """Double-double with exp_dd and log1p_dd: for float64 targets and what tier A leaves undecided."""
-    m, top, rows, kept = _row_max(x, removed)
+    xk, m, top, rows, kept = _row_max(x, removed)
     with np.errstate(over="ignore", invalid="ignore"):
         th, tl = _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
-    finite = np.isfinite(th)  # x - m overflows only where e**(x - m) is 0 to any precision
-    eh, el = _dd.exp_dd(np.where(finite, th, _dd.EXP_ARG_MIN), np.where(finite, tl, 0.0))
+        finite = np.isfinite(th)  # x - m overflows only where e**(x - m) is 0 to any precision
+        eh, el = _dd.exp_dd(np.where(finite, th, _dd.EXP_ARG_MIN), np.where(finite, tl, 0.0))
     drop = removed | ~finite
     drop[rows, top] = True
     eh[drop] = 0.0
     el[drop] = 0.0
     rest_h, rest_l = _dd.pairwise_sum(eh, el)
-    rel = _dd.EXP_DD_REL + (_dd.depth(x.shape[1]) + 1) * _dd.DD_OP_REL
+    rel = _dd.EXP_DD_REL + (_dd.depth(x.shape[1], 2) + 1) * _dd.DD_OP_REL
     rest_err = rel * rest_h * _SECOND_ORDER + np.maximum(kept - 1, 0) * 2 * TINY
     if kind == "softmax":
         eh[rows, top] = 1.0
         sh, sl = _dd.add_d(rest_h, rest_l, 1.0)
         ph, pl = _dd.div(eh, el, sh[:, None], sl[:, None])
-        p_rel = _dd.EXP_DD_REL + (rest_err / sh)[:, None] + 2 * _dd.DD_OP_REL
-        err = np.abs(ph) * p_rel * _SECOND_ORDER + 2 * TINY
-        return Approx(ph, pl, np.where(removed, 0.0, err), 1.0)
+        p_rel = _dd.EXP_DD_REL + (rest_err / sh + 2 * _dd.DD_OP_REL)[:, None]
+        return Approx(ph, pl, np.abs(ph) * p_rel * _SECOND_ORDER + 2 * TINY, 1.0)
     log_h, log_l = _dd.log1p_dd(rest_h, rest_l)
     log_err = (_dd.LOG1P_DD_REL * log_h + rest_err / (1 + rest_h - rest_err)) * _SECOND_ORDER
-    return _with_log(kind, x, removed, m, kept, th, tl, log_h, log_l, log_err)
+    return _with_log(kind, m, kept, th, tl, log_h, log_l, log_err)
