@@ -119,7 +119,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     eh, el = np.where(keep, eh, 0.0), np.where(keep, el, 0.0)
     first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
     eta = np.where(keep, first * (1 + _SAFE) + _dd.EXP_DD_REL, 0.0)
-    total_h, total_l = _dd.pairwise_sum(eh, el)
+    total_h, total_l = _dd.pairwise_sum(eh, el, one_sign=True)
     depth = _dd.depth(lk, 2) + 1
     sigma = (_dd.pairwise_sum(eh * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
     nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])

@@ -43,14 +43,12 @@ def depth(n: int, radix: int = _RADIX) -> int:
 
 
 def pow2_pair(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Two float64 arrays whose product is 2**k, each a normal power of two, for |k| <= 2044.
+    """Two float64 arrays whose product is 2**k, each a normal power of two, for int64 |k| <= 2044.
 
     Built from exponent bits: numpy's ldexp is an order of magnitude slower than a multiply.
     """
-    half = k // 2
-    bits = (np.stack([half, k - half]) + 1023).astype(np.int64) << 52
-    pair = bits.view(np.float64)
-    return pair[0], pair[1]
+    half = k >> 1
+    return ((half + 1023) << 52).view(np.float64), ((k - half + 1023) << 52).view(np.float64)
 
 
 def two_sum(a, b):
@@ -71,6 +69,13 @@ def _split(a):
     return hi, a - hi
 
 
+def two_square(a):
+    """Exact a * a as (p, e)."""
+    p = a * a
+    ah, al = _split(a)
+    return p, ((ah * ah - p) + 2 * (ah * al)) + al * al
+
+
 def two_prod(a, b):
     """Exact a * b as (p, e) (Dekker), when no product or partial product over- or underflows."""
     p = a * b
@@ -84,6 +89,13 @@ def add(ah, al, bh, bl):
     t, f = two_sum(al, bl)
     s, e = fast_two_sum(s, e + t)
     return fast_two_sum(s, e + f)
+
+
+def add_same_sign(ah, al, bh, bl):
+    """a + b for operands of one sign: relative error at most 3u**2 (the "sloppy" algorithm; Joldes, Muller &
+    Popescu 2017; Yang et al. 2024 prove it exceeds 3u**2 only for operands meeting Sterbenz's condition)."""
+    s, e = two_sum(ah, bh)
+    return fast_two_sum(s, e + (al + bl))
 
 
 def add_d(ah, al, b):
@@ -108,13 +120,14 @@ def div(ah, al, bh, bl):
     return fast_two_sum(q1, rh / bh)
 
 
-def pairwise_sum(h, lo=None):
+def pairwise_sum(h, lo=None, *, one_sign=False):
     """Sum along the last axis in levels; each term goes through at most depth(n) additions (radix 2 with lo).
 
     A float64 sum (lo None) adds groups of 8 per level with numpy's sum over a short axis: whatever order numpy
     uses, 8 terms take at most 7 additions, so the error is at most gamma(depth(n)) * sum(|terms|). A
     double-double sum halves per level; its error is at most depth(n, 2) * DD_OP_REL * sum(|terms|).
-    Always returns new arrays, never views of the terms.
+    With one_sign (every term of one sign) the double-double sum uses the cheaper add_same_sign. Always returns
+    new arrays, never views of the terms.
     """
     while h.shape[-1] > 1:
         n = h.shape[-1]
@@ -124,7 +137,8 @@ def pairwise_sum(h, lo=None):
             s = h[..., : m * group].reshape(h.shape[:-1] + (group, m)).sum(axis=-2)
         else:
             m = n // 2
-            s, sl = add(h[..., :m], lo[..., :m], h[..., m : 2 * m], lo[..., m : 2 * m])
+            plus = add_same_sign if one_sign else add
+            s, sl = plus(h[..., :m], lo[..., :m], h[..., m : 2 * m], lo[..., m : 2 * m])
             lo = np.concatenate([sl, lo[..., 2 * m :]], axis=-1) if n % 2 else sl
             group = 2
         h = np.concatenate([s, h[..., m * group :]], axis=-1) if n % group else s
@@ -142,25 +156,32 @@ def _constant(value: tuple) -> tuple[float, float]:
 
 
 _LN2 = libmp.mpf_ln2(200)
-_LN2_1 = math.ldexp(math.floor(math.ldexp(libmp.to_float(_LN2), 40)), -40)  # 40 bits: k * _LN2_1 is exact
-_LN2_2, _LN2_3 = _constant(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200))
+
+
+def _leading(value: tuple, bits: int) -> float:
+    """The leading `bits` bits of a libmp value, as a float (so an integer below 2**12 times it is exact)."""
+    exp = value[2] + value[3] - bits
+    return libmp.to_float(libmp.from_man_exp(libmp.to_int(libmp.mpf_shift(value, -exp)), exp))
+
+
+# ln2 in three parts: k * _LN2_1 and k * _LN2_2 are exact for |k| < 2**12, the rest is below 2**-80.
+_LN2_1 = _leading(_LN2, 40)
+_LN2_2 = _leading(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200), 40)
+_LN2_3 = libmp.to_float(libmp.mpf_sub(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200), libmp.from_float(_LN2_2), 200))
 _INV_LN2 = 1.0 / math.log(2.0)
-_C6 = _constant(libmp.mpf_div(libmp.fone, libmp.from_int(6), 200))
-_C24 = _constant(libmp.mpf_div(libmp.fone, libmp.from_int(24), 200))
-_TABLE_STEPS = 256
-_TABLE_J = 92  # |r| <= ln2/2 + 2**-40 gives |j| <= 89
+_STEPS = 4096
+_REACH = 1421  # |r| <= ln2/2 + 2**-40 gives |j| <= 1420
 _TABLE: tuple[np.ndarray, np.ndarray] | None = None
 #: Arguments below this give exp() < 2**-2885, far under any subnormal, and are clamped so k stays an int.
 EXP_ARG_MIN = -2000.0
 
 
 def _table() -> tuple[np.ndarray, np.ndarray]:
-    """e**(j/256) for |j| <= 92 as double-doubles, computed once with mpmath at 200 bits."""
+    """e**(j/4096) for |j| <= 1421 as double-doubles, computed once with mpmath at 200 bits (about 50 ms)."""
     global _TABLE
     if _TABLE is None:
         pairs = [
-            _constant(libmp.mpf_exp(libmp.from_rational(j, _TABLE_STEPS, 220), 200))
-            for j in range(-_TABLE_J, _TABLE_J + 1)
+            _constant(libmp.mpf_exp(libmp.from_rational(j, _STEPS, 220), 200)) for j in range(-_REACH, _REACH + 1)
         ]
         _TABLE = (np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
     return _TABLE
@@ -169,29 +190,26 @@ def _table() -> tuple[np.ndarray, np.ndarray]:
 def exp_dd(th, tl):
     """e**(th + tl) as a double-double, relative error at most EXP_DD_REL for th in [EXP_ARG_MIN, 709].
 
+    t = k ln2 + j/4096 + r with |r| <= 2**-13, e**t = 2**k e**(j/4096) e**r, and
+    e**r = 1 + r + r**2/2 + (r**3/6 + ... + r**6/720) with the part from r**3 on (below 2**-41.6) in double.
     Below 2**-969 the low part is subnormal: the absolute error may then be 2 * 2**-1074 more.
     """
     clamped = th < EXP_ARG_MIN
     th = np.where(clamped, EXP_ARG_MIN, th)
     tl = np.where(clamped, 0.0, tl)
     k = np.rint(th * _INV_LN2)
-    # t - k ln2: k * _LN2_1 is exact and th - k * _LN2_1 is exact (Sterbenz), the rest is kept as a pair.
-    r1 = th - k * _LN2_1
-    p2, e2 = two_prod(k, _LN2_2)
-    rh, rl = two_sum(r1, -p2)
-    rh, rl = fast_two_sum(rh, rl + ((tl - e2) - k * _LN2_3))
-    j = np.rint(rh * _TABLE_STEPS)
-    rh, rl = fast_two_sum(rh - j / _TABLE_STEPS, rl)  # the subtraction is exact (Sterbenz)
-    # e**r for |r| <= 2**-9: Horner in double-double for degrees 0..4, the tail r**5/5! .. r**9/9! in double.
-    x = rh
-    tail = x * (1 / 120 + x * (1 / 720 + x * (1 / 5040 + x * (1 / 40320 + x / 362880))))
-    ph, pl = add_d(*_C24, tail)
-    ph, pl = add(*_C6, *mul(rh, rl, ph, pl))
-    ph, pl = add_d(*mul(rh, rl, ph, pl), 0.5)
-    ph, pl = add_d(*mul(rh, rl, ph, pl), 1.0)
-    ph, pl = add_d(*mul(rh, rl, ph, pl), 1.0)
+    # t - k ln2: th - k * _LN2_1 is exact (Sterbenz), k * _LN2_2 is exact, k * _LN2_3 is off by 2**-121.
+    rh, rl = two_sum(th - k * _LN2_1, -(k * _LN2_2))
+    j = np.rint(rh * _STEPS)
+    rh, rl = fast_two_sum(rh - j / _STEPS, rl + (tl - k * _LN2_3))  # rh - j/4096 is exact (Sterbenz)
+    square, square_err = two_square(rh)
+    square_err = square_err + 2 * rh * rl  # r**2 = square + square_err within 2**-131
+    tail = square * rh * (1 / 6 + rh * (1 / 24 + rh * (1 / 120 + rh / 720)))
+    ph, pl = two_sum(1.0, rh)
+    ph, e = two_sum(ph, 0.5 * square)
+    ph, pl = fast_two_sum(ph, (pl + e) + ((0.5 * square_err + rl) + tail))
     table_h, table_l = _table()
-    index = j.astype(np.int64) + _TABLE_J
+    index = j.astype(np.int64) + _REACH
     eh, el = mul(table_h[index], table_l[index], ph, pl)
     # 2**k in two factors, as k may be below -1022; below -2044 the result is 0 all the same.
     scale1, scale2 = pow2_pair(np.maximum(k, -2044).astype(np.int64))

@@ -95,14 +95,15 @@ def tier_b(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
     drop[rows, top] = True
     eh[drop] = 0.0
     el[drop] = 0.0
-    rest_h, rest_l = _dd.pairwise_sum(eh, el)
+    rest_h, rest_l = _dd.pairwise_sum(eh, el, one_sign=True)
     rel = _dd.EXP_DD_REL + (_dd.depth(x.shape[1], 2) + 1) * _dd.DD_OP_REL
     rest_err = rel * rest_h * _SECOND_ORDER + np.maximum(kept - 1, 0) * 2 * TINY
     if kind == "softmax":
         eh[rows, top] = 1.0
         sh, sl = _dd.add_d(rest_h, rest_l, 1.0)
-        ph, pl = _dd.div(eh, el, sh[:, None], sl[:, None])
-        p_rel = _dd.EXP_DD_REL + (rest_err / sh + 2 * _dd.DD_OP_REL)[:, None]
+        inv_h, inv_l = _dd.div(np.ones_like(sh), np.zeros_like(sh), sh, sl)  # once per row, then multiply
+        ph, pl = _dd.mul(eh, el, inv_h[:, None], inv_l[:, None])
+        p_rel = _dd.EXP_DD_REL + (rest_err / sh + 3 * _dd.DD_OP_REL)[:, None]
         return Approx(ph, pl, np.abs(ph) * p_rel * _SECOND_ORDER + 2 * TINY, 1.0)
     log_h, log_l = _dd.log1p_dd(rest_h, rest_l)
     log_err = (_dd.LOG1P_DD_REL * log_h + rest_err / (1 + rest_h - rest_err)) * _SECOND_ORDER
