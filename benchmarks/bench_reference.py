@@ -5,7 +5,7 @@
 Targets (issue 2): softmax (16, 4096) float32 -> float32 at least 500x faster than per-element mpmath, float64 ->
 float64 at least 100x; attention (1, 8, 1024, 64) float32 -> float32 at least 300x (the mpmath time estimated from
 a slice of query rows), with its time beside a plain numpy float64 attention. Each reference time is the best of
-a few runs; the machine is small and noisy, so read the ratios, not the seconds.
+20 runs (3 for attention); the machine is small and noisy, so read the ratios, not the seconds.
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller inputs, for a smoke run")
     args = parser.parse_args()
     rows, n = (4, 1024) if args.quick else (16, 4096)
-    softmax_case("float32", rows, n, repeat=5)
-    softmax_case("float64", rows, n, repeat=5)
+    softmax_case("float32", rows, n, repeat=20)
+    softmax_case("float64", rows, n, repeat=20)
     attention_case((1, 2, 256, 64) if args.quick else (1, 8, 1024, 64), slice_rows=2, repeat=3)
 
 

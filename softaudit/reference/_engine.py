@@ -13,7 +13,7 @@ import numpy as np
 from mpmath import libmp
 
 from . import _exact, _rows
-from ._formats import Format, cast_exact, decide_arrays, exact_mpf, mpf_to_numpy
+from ._formats import Format, decide_arrays, exact_mpf, mpf_to_numpy
 
 TIER_NAMES = ("exact", "A", "B", "C")  # per element: which tier decided it ("exact": no arithmetic needed)
 
@@ -46,7 +46,8 @@ class _Collector:
         """With detail False only the rounded values are kept (hi, lo, err and tier are then size-0 arrays)."""
         self.fmt = fmt
         self.fast = fast_target(fmt)
-        self.values = np.full(shape, np.nan) if self.fast else np.full(shape, None, dtype=object)
+        # Fast targets hold results in the target dtype itself: every stored value is exactly representable.
+        self.values = np.full(shape, np.nan, dtype=fmt.dtype) if self.fast else np.full(shape, None, dtype=object)
         kept = shape if detail else (0,) * len(shape)
         self.detail = detail
         self.hi = np.full(kept, np.nan)
@@ -68,7 +69,7 @@ class _Collector:
             if every:
                 target[index] = source
             elif isinstance(index, slice):
-                np.copyto(target[index], source, where=decided)
+                np.copyto(target[index], source, where=decided, casting="unsafe")
             else:
                 target[index] = np.where(decided, source, target[index])
 
@@ -99,7 +100,7 @@ class _Collector:
 
     def array(self) -> np.ndarray:
         if self.fast:
-            return cast_exact(self.values, self.fmt)
+            return self.values
         flat = self.values.ravel()
         return mpf_to_numpy(list(flat), self.fmt, self.values.shape)
 
@@ -130,13 +131,12 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
         out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
     pending = _pending(kind, todo, removed)
     if method == "auto" and fast_target(fmt) and fast_input(x):
-        x64 = x.astype(np.float64)
         tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if fmt.precision <= 24 and fmt.emin >= -149 else ((2, _rows.tier_b),)
         for tier, run in tiers:
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
-                    approx = run(kind, x64[index], removed[index])
+                    approx = run(kind, x[index].astype(np.float64), removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
