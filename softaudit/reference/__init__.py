@@ -87,8 +87,8 @@ def _as_rows(x, mask, axis):
     if mask is not None:
         removed = removed | ~bool_mask(mask, "mask", x.shape)
     moved = np.moveaxis(x, ax, -1)
-    n = moved.shape[-1]
-    return moved.reshape(-1, n), np.moveaxis(removed, ax, -1).reshape(-1, n), moved.shape, ax
+    flat = (int(np.prod(moved.shape[:-1])), moved.shape[-1])  # explicit: reshape(-1, 0) is ambiguous
+    return moved.reshape(flat), np.moveaxis(removed, ax, -1).reshape(flat), moved.shape, ax
 
 
 def _undefined(kind, x2, removed2):

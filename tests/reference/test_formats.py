@@ -68,20 +68,55 @@ def test_round_fraction_matches_independent_rounding(dtype, num, den):
     assert same(got, want)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
-def test_decide_arrays_never_decides_wrongly(dtype):
-    """Values near every kind of boundary: decided results equal the exact rounding of every point in the interval."""
+def _near_boundaries(fmt, seed, with_lo):
+    """Values (some negative, some subnormal in the format) a fraction of an ulp from representable values."""
+    rng = np.random.default_rng(seed)
+    tiny = math.ldexp(1.0, fmt.emin)
+    base = np.concatenate(
+        [rng.standard_normal(1500), np.ldexp(1.0, rng.integers(-30, 30, 400)), rng.random(300) * tiny * 4]
+    ) * rng.choice([-1.0, 1.0], 2200)
+    offsets = rng.choice([-1.5, -1, -0.5, -0.25, 0.25, 0.5, 1, 1.5, 0], len(base))
+    ulp = np.ldexp(np.abs(base), -fmt.precision)
+    h = base + np.maximum(ulp, math.ldexp(1.0, fmt.min_subnormal_exp - 1)) * offsets
+    lo = np.ldexp(h, -54) * rng.uniform(-1, 1, len(h)) if with_lo else None
+    if lo is not None:
+        h, lo = h + lo, (h - (h + lo)) + lo  # a normalised double-double
+    err = np.abs(h) * 2.0 ** rng.uniform(-80, -18, len(h))
+    return h, lo, err
+
+
+@pytest.mark.parametrize("with_lo", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"])
+def test_decide_arrays_never_decides_wrongly(dtype, with_lo):
+    """Every decided result equals the oracle's rounding of both ends of the interval (and so of all of it)."""
     fmt = format_of(dtype)
-    rng = np.random.default_rng(0)
-    base = np.concatenate([rng.standard_normal(2000), np.ldexp(1.0, rng.integers(-30, 30, 500))])
-    steps = np.ldexp(base, -fmt.precision) * rng.choice([-1.5, -1, -0.5, -0.25, 0.25, 0.5, 1, 1.5], len(base))
-    h = base + steps
-    err = np.abs(h) * 2.0 ** rng.uniform(-70, -20, len(h))
-    rounded, decided = decide_arrays(h, np.zeros_like(h), err, 0, fmt)
-    assert decided.any() and not decided.all()
-    for value, e, r in zip(h[decided], err[decided], rounded[decided]):
-        for point in (value - e, value, value + e):
-            assert round_to(mpmath.mpf(point), dtype) == r
+    h, lo, err = _near_boundaries(fmt, 0, with_lo)
+    rounded, decided = decide_arrays(h, lo, err, 0, fmt)
+    assert decided.mean() > 0.3 and not decided.all()
+    low = np.zeros_like(h) if lo is None else lo
+    as_stored = rounded.astype(fmt.dtype).astype(np.float64)  # overflow is +-inf until the cast to the dtype
+    with mpmath.workprec(200):
+        for value, l, e, r in zip(h[decided], low[decided], err[decided], as_stored[decided]):
+            exact = mpmath.mpf(float(value)) + mpmath.mpf(float(l))
+            for point in (exact - mpmath.mpf(float(e)), exact + mpmath.mpf(float(e))):
+                assert same(round_to(point, dtype), float(r))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_decide_shortcuts_agree_with_the_general_route(dtype):
+    from softaudit.reference import _formats
+
+    fmt = format_of(dtype)
+    h, lo, err = _near_boundaries(fmt, 1, with_lo=dtype == "float64")
+    with np.errstate(all="ignore"):
+        general, general_ok = _formats._decide_general(h, lo, err, fmt)
+        if dtype == "float32":
+            short, short_ok = _formats._decide_by_cast(h, err, 0)
+        else:
+            short, short_ok = _formats._decide_float64(h, lo, err)
+    both = general_ok & short_ok
+    assert both.mean() > 0.3
+    np.testing.assert_array_equal(general[both], short[both])
 
 
 def test_unknown_dtype_names_the_known_ones():
