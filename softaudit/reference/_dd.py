@@ -12,11 +12,11 @@ import numpy as np
 from mpmath import libmp
 
 U = 2.0**-53
-#: Relative error bound of exp_dd, proven in docs/reference.md (the proof gives 2**-94.5; this keeps a margin).
-EXP_DD_REL = 2.0**-90
+#: Relative error bound of exp_dd, derived in docs/reference.md (the derivation gives 2**-90.8).
+EXP_DD_REL = 2.0**-88
 #: Relative error bound of log1p_dd (docs/reference.md): the Newton branch has absolute error about
-#: EXP_DD_REL, and its results are above 2**-20.01.
-LOG1P_DD_REL = 2.0**-68
+#: EXP_DD_REL, and its results are above 2**-20.01, which gives 2**-67.8.
+LOG1P_DD_REL = 2.0**-66
 #: Relative error bound of one accurate double-double add, multiply or divide (Joldes, Muller, Popescu 2017
 #: give 3u**2, 5u**2 and 15u**2 + 56u**3; this is the largest, rounded up).
 DD_OP_REL = 2.0**-100

@@ -87,3 +87,38 @@ def test_pairwise_sum_error_is_within_gamma_of_its_depth():
         for row, h, low in zip(x, hi, lo):
             exact = sum(Fraction(float(v)) for v in row)
             assert abs(Fraction(float(h)) + Fraction(float(low)) - exact) <= Fraction(_dd.depth(n, 2) * _dd.DD_OP_REL) * exact
+
+
+def _dd_operands(rng, n, same_sign):
+    hi = rng.standard_normal(n) * 2.0 ** rng.integers(-40, 40, n)
+    lo = hi * 2.0**-54 * rng.uniform(-1, 1, n)
+    hi, lo = _dd.fast_two_sum(hi, lo)
+    if same_sign:
+        hi, lo = np.abs(hi), np.where(hi < 0, -lo, lo)
+    return hi, lo
+
+
+def test_double_double_operations_are_within_their_bound():
+    """add, add_same_sign (operands of one sign), mul and div: relative error at most DD_OP_REL."""
+    rng = np.random.default_rng(5)
+    n = 3000
+    cases = {
+        "add": (_dd.add, lambda a, b: a + b, False),
+        "add_same_sign": (_dd.add_same_sign, lambda a, b: a + b, True),
+        "mul": (_dd.mul, lambda a, b: a * b, False),
+        "div": (_dd.div, lambda a, b: a / b, False),
+    }
+    for name, (op, exact_op, same_sign) in cases.items():
+        ah, al = _dd_operands(rng, n, same_sign)
+        bh, bl = _dd_operands(rng, n, same_sign)
+        if name == "add":  # include heavy cancellation
+            bh[: n // 3], bl[: n // 3] = -ah[: n // 3] * (1 + 2.0**-30), -al[: n // 3]
+        rh, rl = op(ah, al, bh, bl)
+        worst = Fraction(0)
+        for i in range(n):
+            a = Fraction(float(ah[i])) + Fraction(float(al[i]))
+            b = Fraction(float(bh[i])) + Fraction(float(bl[i]))
+            exact = exact_op(a, b)
+            if exact:
+                worst = max(worst, abs(Fraction(float(rh[i])) + Fraction(float(rl[i])) - exact) / abs(exact))
+        assert worst <= Fraction(_dd.DD_OP_REL), name
