@@ -1,0 +1,80 @@
+"""Calling a candidate: the calling convention of its kind, a time limit, and checks on what comes back.
+
+Whatever goes wrong becomes a CandidateError with one line saying what; the runner turns it into an error row
+and goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+import numpy as np
+
+from ..reference import format_of
+from ._candidate import Candidate
+
+
+class CandidateError(Exception):
+    """A candidate raised, hung, or returned something unusable."""
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float | None):
+    """Raise CandidateError after `seconds` (SIGALRM: main thread on Unix; elsewhere no limit is enforced)."""
+    usable = seconds and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise CandidateError(f"ran past the time limit of {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _arguments(kind: str, arrays: dict, mask):
+    if kind == "attention":
+        return (arrays["q"], arrays["k"], arrays["v"]), {"mask": mask}
+    if kind == "masked_softmax":
+        return (arrays["x"], mask), {"axis": -1}
+    return (arrays["x"],), {"axis": -1}
+
+
+def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None):
+    """Call the candidate on arrays of the audited dtype; return (output cast to dtype, note or "").
+
+    The output must be an array (or array-like) of `shape`; another floating dtype is cast and noted.
+    """
+    args, kwargs = _arguments(candidate.kind, arrays, mask)
+    try:
+        with _time_limit(timeout):
+            out = candidate.call(*args, **kwargs)
+    except CandidateError:
+        raise
+    except Exception as exc:
+        raise CandidateError(f"raised {type(exc).__name__}: {exc}") from exc
+    if hasattr(out, "numpy") and not isinstance(out, np.ndarray):  # a framework tensor
+        out = out.numpy()
+    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise CandidateError(f"returned {type(out).__name__}, not an array")
+    out = np.asarray(out)
+    if out.shape != tuple(shape):
+        raise CandidateError(f"returned shape {out.shape}, expected {tuple(shape)}")
+    note = ""
+    if out.dtype != dtype:
+        try:
+            format_of(out.dtype)
+        except ValueError:
+            raise CandidateError(f"returned dtype {out.dtype}, not a floating-point type") from None
+        note = f"returned {out.dtype}, cast to {np.dtype(dtype).name}"
+        with np.errstate(all="ignore"):
+            out = out.astype(dtype)
+    return out, note

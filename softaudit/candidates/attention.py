@@ -1,0 +1,100 @@
+"""Built-in attention candidates: o = softmax(q k^T / sqrt(d), masked) v.
+
+"In the dtype" means elementwise work rounded to the dtype and matrix products accumulated in float32 (float64 for
+float64) and rounded once to the dtype, as tensor cores and cuBLAS do by default.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters._candidate import candidate
+from ._ops import const, dtype_sum, matmul, row_max, work_dtype
+
+
+def _scores(q, k):
+    scale = const(1 / np.sqrt(q.shape[-1]), q.dtype)
+    return matmul(q, np.swapaxes(k, -1, -2), q.dtype) * scale
+
+
+def naive_attention(fill, name: str, weakness: str):
+    """Attention in the dtype with masked scores set to `fill` (written in the dtype; "finfo_min" allowed)."""
+
+    def attend(q, k, v, mask=None):
+        with np.errstate(all="ignore"):
+            s = _scores(q, k)
+            if mask is not None:
+                s = np.where(mask, s, const(fill if fill == "finfo_min" else float(fill), s.dtype))
+            e = np.exp(s - row_max(s))
+            return matmul(e / dtype_sum(e), v, q.dtype)
+
+    attend.__name__ = attend.__qualname__ = name
+    attend.__doc__ = f"Attention in the dtype, masked scores set to {fill}. Weakness: {weakness}"
+    return candidate(attend, kind="attention", name=f"attention.{name}")
+
+
+naive = naive_attention(
+    "-inf",
+    "naive",
+    "scores q.k can overflow a 16-bit dtype (|q||k| d above 65504 in float16); a fully masked row gives NaN.",
+)
+naive_fill_neg1e9 = naive_attention("-1e9", "naive_fill_neg1e9", "-1e9 is -inf in float16: fully masked rows give NaN.")
+naive_fill_neg1e4 = naive_attention(
+    "-1e4", "naive_fill_neg1e4", "scores below about -1e4 lose probability to masked keys; fully masked rows average v."
+)
+naive_fill_finfo_min = naive_attention(
+    "finfo_min", "naive_fill_finfo_min", "fully masked rows average v (every score equals the fill)."
+)
+
+
+@candidate(kind="attention", name="attention.upcast")
+def upcast(q, k, v, mask=None):
+    """Best practice: everything in float32 for 16-bit inputs, masked scores excluded with where, zeros for a
+    fully masked row, rounded once. Weakness: none known."""
+    w = work_dtype(q.dtype)
+    q32, k32, v32 = (a.astype(w) for a in (q, k, v))
+    with np.errstate(all="ignore"):
+        s = (q32 @ np.swapaxes(k32, -1, -2)) / np.sqrt(w.type(q.shape[-1]))
+        keep = np.ones(s.shape, bool) if mask is None else np.broadcast_to(mask, s.shape)
+        m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
+        e = np.where(keep, np.exp(s - np.where(np.isfinite(m), m, 0)), 0)
+        total = e.sum(axis=-1, keepdims=True)
+        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+        return (p @ v32).astype(q.dtype)
+
+
+def tiled_attention(block: int = 64):
+    """FlashAttention-style attention over key blocks of `block`, with an online softmax."""
+
+    def tiled(q, k, v, mask=None):
+        """FlashAttention-style: key blocks of {block}, running max and sum in float32, P rounded to the input dtype
+        before the P V product (as FlashAttention 2 does), zeros for fully masked rows. Weakness: P in a 16-bit
+        dtype adds about one ulp of the dtype per weight."""
+        w = work_dtype(q.dtype)
+        q32, k32, v32 = (a.astype(w) for a in (q, k, v))
+        lq, lk = q.shape[-2], k.shape[-2]
+        shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (lq,)
+        m = np.full(shape + (1,), -np.inf, w)
+        total = np.zeros(shape + (1,), w)
+        acc = np.zeros(shape + (v.shape[-1],), w)
+        keep_all = np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+        with np.errstate(all="ignore"):
+            for start in range(0, lk, block):
+                kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
+                s = (q32 @ np.swapaxes(kb, -1, -2)) / np.sqrt(w.type(q.shape[-1]))
+                s = np.where(keep_all[..., start : start + block], s, -np.inf)
+                new_m = np.maximum(m, s.max(axis=-1, keepdims=True))
+                safe_m = np.where(np.isfinite(new_m), new_m, 0)
+                p = np.exp(s - safe_m)
+                correction = np.exp(np.where(np.isfinite(m), m, safe_m) - safe_m)
+                total = total * correction + p.sum(axis=-1, keepdims=True)
+                acc = acc * correction + p.astype(q.dtype).astype(w) @ vb
+                m = new_m
+            return np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)
+
+    tiled.__doc__ = tiled.__doc__.format(block=block)
+    tiled.__name__ = tiled.__qualname__ = f"tiled_b{block}"
+    return candidate(tiled, kind="attention", name=f"attention.tiled_b{block}")
+
+
+tiled_b64 = tiled_attention(64)

@@ -1,0 +1,60 @@
+"""Built-in masked softmax candidates: the masking idioms people write, each around a float32-accumulated softmax.
+
+The fill value is written in the dtype, as a kernel for that dtype holds it; the softmax itself is the best
+practice one, so each candidate shows what its masking idiom alone does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters._candidate import candidate
+from ._ops import const, rowwise, work_dtype
+from .softmax import max_shifted_f32acc
+
+
+def _filled(x, mask, fill):
+    return max_shifted_f32acc.__wrapped__(np.where(mask, x, const(fill, x.dtype)))
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.fill_neg1e9")
+@rowwise
+def fill_neg1e9(x, mask):
+    """softmax(where(mask, x, -1e9)). Weakness: -1e9 is -inf in float16 (and -1e9 rounds in bfloat16): a fully
+    masked row gives NaN in float16 and a uniform row elsewhere; kept logits below -1e9 lose to the fill."""
+    return _filled(x, mask, -1e9)
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.fill_neg1e4")
+@rowwise
+def fill_neg1e4(x, mask):
+    """softmax(where(mask, x, -1e4)), a float16-safe constant. Weakness: kept logits below about -1e4 + 10 lose
+    probability to masked entries (a mask leak), and a fully masked row comes out uniform."""
+    return _filled(x, mask, -1e4)
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.fill_neginf")
+@rowwise
+def fill_neginf(x, mask):
+    """softmax(where(mask, x, -inf)). Weakness: a fully masked row is -inf - (-inf) = NaN."""
+    return _filled(x, mask, -np.inf)
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.fill_finfo_min")
+@rowwise
+def fill_finfo_min(x, mask):
+    """softmax(where(mask, x, finfo(dtype).min)). Weakness: a fully masked row comes out uniform, and a kept logit
+    can sit below or near finfo.min only in theory; the fill never overflows to NaN."""
+    return _filled(x, mask, "finfo_min")
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.where")
+@rowwise
+def where(x, mask):
+    """Best practice: max over kept entries, exp only where kept, zeros for a fully masked row (as PyTorch's safe
+    softmax since 2.5, the ONNX Attention spec and FlashAttention do), in float32 for 16-bit inputs."""
+    w = x.astype(work_dtype(x.dtype))
+    m = np.where(mask, w, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
+    e = np.where(mask, np.exp(w - np.where(np.isfinite(m), m, 0)), 0)
+    s = e.sum(axis=-1, keepdims=True)
+    return np.where(s > 0, e / np.where(s > 0, s, 1), 0).astype(x.dtype)

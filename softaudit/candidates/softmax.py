@@ -1,0 +1,97 @@
+"""Built-in softmax candidates, each in the audited dtype unless its name says otherwise."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters._candidate import candidate
+from ._ops import const, dtype_sum, row_max, rowwise, work_dtype
+
+
+@candidate(kind="softmax", name="softmax.naive")
+@rowwise
+def naive(x):
+    """exp(x) / sum(exp(x)) in the dtype. Weakness: exp overflows past log(max): logits above about 11.1 in
+    float16, 88.7 in float32 and bfloat16, 709.8 in float64 give inf / inf = NaN; rows far below 0 underflow to 0/0."""
+    e = np.exp(x)
+    return e / dtype_sum(e)
+
+
+@candidate(kind="softmax", name="softmax.max_shifted")
+@rowwise
+def max_shifted(x):
+    """exp(x - max) / sum in the dtype. Weakness: the sum accumulates in the dtype, so long 16-bit rows carry the
+    dtype's rounding once per level of the sum (about log2(n) ulps)."""
+    e = np.exp(x - row_max(x))
+    return e / dtype_sum(e)
+
+
+@candidate(kind="softmax", name="softmax.max_shifted_f32acc")
+@rowwise
+def max_shifted_f32acc(x):
+    """Best practice: upcast 16-bit inputs to float32, max-shift, sum, divide, round once. Weakness: none known;
+    float32 and float64 are computed in their own precision."""
+    w = x.astype(work_dtype(x.dtype))
+    e = np.exp(w - w.max(axis=-1, keepdims=True, initial=-np.inf))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def online_softmax(block: int = 128):
+    """A streaming softmax that reads the row in blocks of `block`, keeping a running max and rescaled sum."""
+
+    @rowwise
+    def online(x):
+        """Streaming (online) softmax in the dtype, blocks of {block}: running max m, sum s *= exp(m_old - m_new).
+        Weakness: the running sum accumulates block by block in the dtype and stalls on long 16-bit rows once it
+        dwarfs each block's sum; a row of -inf gives NaN (-inf - -inf)."""
+        m = np.full(x.shape[:-1] + (1,), -np.inf, x.dtype)
+        s = np.zeros(x.shape[:-1] + (1,), x.dtype)
+        for start in range(0, x.shape[-1], block):
+            chunk = x[..., start : start + block]
+            new_m = np.maximum(m, row_max(chunk))
+            s = s * np.exp(m - new_m) + dtype_sum(np.exp(chunk - new_m))
+            m = new_m
+        return np.exp(x - m) / s
+
+    online.__doc__ = online.__doc__.format(block=block)
+    online.__name__ = online.__qualname__ = f"online_b{block}"
+    return candidate(online, kind="softmax", name=f"softmax.online_b{block}")
+
+
+online_b128 = online_softmax(128)
+
+
+@candidate(kind="softmax", name="softmax.exp2")
+@rowwise
+def exp2(x):
+    """exp2((x - max) * log2(e)) / sum in the dtype, as fused GPU kernels compute exp. Weakness: log2(e) rounded to
+    the dtype and the rounded product add relative error about |x - max| u: large spreads lose ulps."""
+    t = (x - row_max(x)) * const(np.log2(np.e), x.dtype)
+    e = np.exp2(t)
+    return e / dtype_sum(e)
+
+
+@candidate(kind="softmax", name="softmax.division_free")
+@rowwise
+def division_free(x):
+    """exp(x - lse) with lse = max + log(sum exp(x - max)), in the dtype. Weakness: the error of lse (about u |lse|)
+    becomes a relative error of every output: large logits lose accuracy."""
+    m = row_max(x)
+    lse = m + np.log(dtype_sum(np.exp(x - m)))
+    return np.exp(x - lse)
+
+
+def _rest_sum(e: np.ndarray) -> np.ndarray:
+    """Sum of e over every entry but the first maximum (whose e is 1), in e's dtype."""
+    top = np.argmax(e, axis=-1)[..., None]
+    rest = np.where(np.arange(e.shape[-1]) == top, np.zeros((), e.dtype), e)
+    return dtype_sum(rest)
+
+
+@candidate(kind="softmax", name="softmax.log1p_form")
+@rowwise
+def log1p_form(x):
+    """exp(x - max - log1p(s')) with s' the sum without the max (Blanchard, Higham & Higham 2021), in the dtype.
+    Weakness: exp of a sum of rounded terms: about (2 + |x - max|) u relative error per output."""
+    t = x - row_max(x)
+    return np.exp(t - np.log1p(_rest_sum(np.exp(t))))
