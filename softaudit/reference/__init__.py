@@ -21,6 +21,7 @@ from ._engine import round_rows
 from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
 from ._formats import format_of as format_of
+from ._formats import round_array
 from ._validate import axis_index, bool_mask, float_array, scale_value, target
 
 __all__ = [
@@ -36,6 +37,7 @@ __all__ = [
     "log_softmax",
     "logsumexp",
     "masked_softmax",
+    "round_to",
     "softmax",
     "undefined_rows",
 ]
@@ -71,6 +73,14 @@ def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="a
     """
     problem = prepare(q, k, v, mask, scale_value(scale))
     return round_attention(problem, target(dtype, prec), _method(method), detail=False).value
+
+
+def round_to(values, dtype) -> np.ndarray:
+    """float64 values (or anything numpy makes float64 exactly) correctly rounded to `dtype`, in that dtype.
+
+    Unlike a cast, this rounds once from the exact value (ml_dtypes' float64 -> bfloat16 cast rounds twice).
+    """
+    return round_array(values, format_of(dtype))
 
 
 def _method(method) -> str:

@@ -290,3 +290,14 @@ def _decide_general(h, lo, err, fmt: Format):
     if mag.max(initial=0.0) >= fmt.max_float / 2:  # only then can a result overflow
         rounded = np.where(rounded > fmt.max_float, np.inf, rounded)
     return np.copysign(rounded, h), ok
+
+
+def round_array(values, fmt: Format) -> np.ndarray:
+    """float64 values rounded to nearest-even in fmt (NaN and infinities kept, overflow as IEEE), in fmt's dtype."""
+    v = np.asarray(values, dtype=np.float64)
+    if fmt.precision >= 53 or fmt.dtype == np.float32:  # exact, or the IEEE-correct float64 -> float32 cast
+        return cast_exact(v, fmt)
+    finite = np.isfinite(v)
+    with np.errstate(all="ignore"):
+        rounded, _ = _decide_general(np.where(finite, v, 0.0), None, np.zeros(v.shape), fmt)
+    return cast_exact(np.where(finite, rounded, v), fmt)

@@ -124,3 +124,16 @@ def test_unknown_dtype_names_the_known_ones():
         format_of("float13")
     with pytest.raises(ValueError, match="floating-point"):
         format_of(np.int32)
+
+
+@pytest.mark.parametrize("dtype", FAST)
+def test_round_to_matches_independent_rounding(dtype):
+    from softaudit import reference
+
+    rng = np.random.default_rng(9)
+    values = np.concatenate([rng.standard_normal(300) * 10.0 ** rng.integers(-8, 8, 300), [1 + 2.0**-8 + 2.0**-30, -0.0, np.inf, -np.inf]])
+    got = reference.round_to(values, dtype).astype(np.float64)
+    held = np.array([np.inf, -np.inf]).astype(format_of(dtype).dtype).astype(np.float64)  # NaN without an inf
+    for v, g in zip(values, got):
+        expected = round_to(mpmath.mpf(float(v)), dtype) if np.isfinite(v) else held[int(v < 0)]
+        assert same(float(g), expected)

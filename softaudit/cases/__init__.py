@@ -1,0 +1,17 @@
+"""Case families: named, seeded, documented generators of inputs that matter, grouped in suites.
+
+Suites quick (seconds), default (minutes) and full hold the same families at growing sizes. A user's case file
+(`load_case_file`) becomes a family of its own.
+"""
+
+from . import _attention, _rows  # noqa: F401  (they register their families)
+from ._case import FAMILIES as FAMILIES
+from ._case import SIZES as SIZES
+from ._case import SUITES as SUITES
+from ._case import Case as Case
+from ._case import Family as Family
+from ._case import families_for as families_for
+from ._files import CaseFileError as CaseFileError
+from ._files import load_case_file as load_case_file
+
+__all__ = ["FAMILIES", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "families_for", "load_case_file"]

@@ -1,0 +1,79 @@
+"""The Case contract, families, suites, and the registry that lists them."""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable, Mapping
+
+import numpy as np
+
+from ..reference import Format
+
+SUITES = ("quick", "default", "full")
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """Inputs for one call of a candidate: exact float64 values, rounded to the audited dtype by the runner."""
+
+    kind: str
+    family: str
+    arrays: Mapping[str, np.ndarray]  # "x" for the row kinds; "q", "k", "v" for attention
+    mask: np.ndarray | None  # boolean, True = keep / may attend
+    seed: int | None
+    description: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """How big a suite's cases are."""
+
+    rows: int  # rows per row-kind case
+    n: int  # entries per row
+    long: tuple[int, ...]  # lengths of the long rows
+    lq: int  # queries per attention case
+    lk: int  # keys in the long attention family
+    d: tuple[int, ...]  # head dimensions
+
+
+SIZES = {
+    "quick": Size(rows=4, n=32, long=(1024,), lq=4, lk=256, d=(16, 64)),
+    "default": Size(rows=16, n=128, long=(4096, 65536), lq=16, lk=4096, d=(16, 64, 128, 256)),
+    "full": Size(rows=64, n=512, long=(4096, 16384, 65536), lq=64, lk=4096, d=(16, 32, 64, 128, 256)),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A named, seeded, documented generator of cases for some kinds."""
+
+    name: str
+    kinds: tuple[str, ...]
+    description: str
+    make: Callable  # make(kind, fmt, size, rng) -> list of (arrays, mask, description)
+
+    def cases(self, kind: str, fmt: Format, suite: str) -> list[Case]:
+        seed = zlib.crc32(f"{self.name}/{kind}/{fmt.name}/{suite}".encode())
+        rng = np.random.default_rng(seed)
+        return [
+            Case(kind, self.name, arrays, mask, seed, description)
+            for arrays, mask, description in self.make(kind, fmt, SIZES[suite], rng)
+        ]
+
+
+FAMILIES: dict[str, Family] = {}
+
+
+def family(name: str, kinds: tuple[str, ...], description: str):
+    """Register a family generator under `name` (the decorated function is its `make`)."""
+
+    def register(make):
+        FAMILIES[name] = Family(name, kinds, description, make)
+        return make
+
+    return register
+
+
+def families_for(kind: str) -> list[Family]:
+    return [f for f in FAMILIES.values() if kind in f.kinds]
