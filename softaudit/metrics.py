@@ -88,21 +88,22 @@ def _fully_masked_behaviour(y_rows: np.ndarray) -> list[str]:
     return out
 
 
-def measure(kind: str, fmt: Format, y, ref, *, case_index: int, nothing_kept=None, kept_nan_rows=None, masked=None,
-            vsum=None) -> Tally:
+def measure(kind: str, fmt: Format, y, ref, *, case_index: int, undefined, nothing_kept=None, kept_nan_rows=None,
+            masked=None, vsum=None) -> Tally:
     """Compare one case's output with its reference.
 
-    y: the candidate's output in the audited dtype; ref: the reference Result for the same inputs.
-    nothing_kept (masked kinds): rows (queries) with nothing kept. kept_nan_rows (plain kinds): rows with a NaN
-    among the kept inputs. masked: for masked_softmax, the masked entries (the output must be exactly 0 there).
-    vsum: for attention, sum_j p_j |v_j| per output element.
+    y: the candidate's output in the audited dtype; ref: the reference Result for the same inputs. undefined:
+    the rows left out of accuracy and events (a NaN or +inf logit, nothing kept). nothing_kept (masked kinds): rows
+    or queries with nothing kept. kept_nan_rows: rows with a NaN among the kept inputs (their output must be NaN).
+    masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for attention,
+    sum_j p_j |v_j| per output element.
     """
     t = Tally(cases=1)
     y = np.asarray(y).astype(np.float64)
     rounded = np.asarray(ref.value).astype(np.float64)
     r_hi, r_lo = ref.hi, ref.lo
     per_row = kind != "logsumexp"
-    undefined = np.asarray(ref.undefined)
+    undefined = np.asarray(undefined)
     defined = ~np.broadcast_to(undefined[..., None], y.shape) if per_row else ~undefined
     t.undefined_rows = int(undefined.sum())
     finite_ref = np.isfinite(rounded) & defined

@@ -88,7 +88,7 @@ def tier_a(q, k, v, keep, scale) -> Approx:
     b = ((e * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * TINY * np.abs(v).max(axis=0, initial=0.0)
     o = num / total[:, None]
     err = (_dd.gamma(lk) * a + b + sigma[:, None] * (a + b)) / total[:, None] * (1 + _SAFE) + U * np.abs(o) + TINY
-    unsure = (first.max(axis=1, initial=0.0) > 2.0**-20) | (sigma > 2.0**-20)
+    unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
     err[unsure] = np.inf
     return Approx(o, np.zeros_like(o), err, 0.0)
 
@@ -113,8 +113,12 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     ch, cl, c_rel = _scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
-    m = np.where(keep, sh, -np.inf).max(axis=1, keepdims=True)
-    th, tl = _dd.add_d(np.where(keep, sh, m), np.where(keep, sl, 0.0), -m)
+    # Shift by the largest score as a double-double (ties in hi broken by lo), so every t <= 0: shifting by hi
+    # alone would leave the top score's lo, which for scores near 1e38 is far past exp's range.
+    kept_h = np.where(keep, sh, -np.inf)
+    mh = kept_h.max(axis=1, keepdims=True)
+    ml = np.where(kept_h == mh, sl, -np.inf).max(axis=1, keepdims=True)
+    th, tl = _dd.add(np.where(keep, sh, mh), np.where(keep, sl, ml), -mh, -ml)
     eh, el = _dd.exp_dd(th, tl)
     eh, el = np.where(keep, eh, 0.0), np.where(keep, el, 0.0)
     first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
@@ -129,7 +133,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     b = ((eh * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * 2 * TINY * np.abs(v).max(axis=0, initial=0.0)
     err = (depth * _dd.DD_OP_REL * a + b + sigma[:, None] * (a + b)) / total_h[:, None] * (1 + _SAFE)
     err = err + 2 * _dd.DD_OP_REL * np.abs(oh) + 2 * TINY
-    unsure = (first.max(axis=1, initial=0.0) > 2.0**-20) | (sigma > 2.0**-20)
+    unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
     err[unsure] = np.inf
     return Approx(oh, ol, err, 0.0)
 

@@ -194,7 +194,7 @@ def exp_dd(th, tl):
     e**r = 1 + r + r**2/2 + (r**3/6 + ... + r**6/720) with the part from r**3 on (below 2**-41.6) in double.
     Below 2**-969 the low part is subnormal: the absolute error may then be 2 * 2**-1074 more.
     """
-    clamped = th < EXP_ARG_MIN
+    clamped = ~(th >= EXP_ARG_MIN)  # NaN too: its result is meaningless, but the table index stays in range
     th = np.where(clamped, EXP_ARG_MIN, th)
     tl = np.where(clamped, 0.0, tl)
     k = np.rint(th * _INV_LN2)

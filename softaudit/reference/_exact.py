@@ -10,7 +10,6 @@ groups all have the same mean value is that mean (Lindemann-Weierstrass: otherwi
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from mpmath import libmp
@@ -225,15 +224,17 @@ def attention_row(
         if factor is None:
             factor = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp + 12), wp + 12)
         ts = [libmp.mpf_mul(g, factor, wp) for g in gaps]
-        # t has relative error <= 2**(1 - wp); e**t then <= 4 ulp + |t| 2**(1 - wp) (1.01).
-        widest = max((abs(libmp.to_float(t)) for t in ts), default=0.0)
-        eta = math.ldexp(4 + 2.02 * widest, -wp)
-        if eta > 2.0**-20:
+        # t has relative error <= 2**(1 - wp); e**t then <= 4 ulp + |t| 2**(1 - wp) (1.01). With |t| < 2**top_mag
+        # (scores can pass float64's range, so this stays in mpmath): eta <= 2**(2 - wp) + 2**(top_mag + 2 - wp).
+        top_mag = max((t[2] + t[3] for t in ts if t != libmp.fzero), default=-wp)
+        if top_mag + 22 > wp:  # eta would exceed 2**-20
             wp = _refine(wp)
             continue
+        eta = libmp.mpf_add(_pow2(2 - wp), _pow2(top_mag + 2 - wp), 30, _ROUND_UP)
         es = [libmp.mpf_exp(t, wp) for t in ts]
         total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
-        bound = libmp.from_float(1.02 * (2 * eta + math.ldexp(3, -wp)), 53, _ROUND_UP)
+        # 1.02 (2 eta + 3 * 2**-wp), rounded up
+        bound = libmp.mpf_mul(libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP), libmp.from_float(1.02), 30, _ROUND_UP)
         for c, column in diffs.items():
             if c in done:
                 continue

@@ -1,0 +1,260 @@
+"""The audit loop: for candidate x dtype x family, round the inputs to the dtype, call, compare, judge.
+
+The reference of each case is computed once per dtype and shared by every candidate of the kind; so is the
+comparison implementation's error, which sets the ULP threshold. A candidate that raises, hangs or returns garbage
+on a family gives an `error` row for that family and the run goes on, keeping every finished row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from . import candidates as builtin
+from .adapters._call import CandidateError, call
+from .adapters._candidate import KINDS, Candidate
+from .adapters._targets import load_target
+from .cases import Case, families_for, load_case_file
+from .metrics import Tally, measure
+from .policy import MASKED_KINDS, Policy
+from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
+
+DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+COLUMNS = (
+    "candidate", "kind", "dtype", "family", "cases", "elements", "max_ulp", "mean_ulp", "max_bits",
+    "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err", "nan", "overflow", "underflow", "negative",
+    "mask_leak", "sum_err", "argmax_flips", "undefined_rows", "nan_not_propagated", "fully_masked",
+    "max_ulp_vsum", "max_normwise", "comparison_max_ulp", "threshold_ulp", "seconds", "verdict", "note",
+)  # fmt: skip
+
+
+class Prepared:
+    """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
+
+    def __init__(self, case: Case, index: int, fmt: Format):
+        self.case, self.index, self.fmt = case, index, fmt
+        self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
+        self.mask = case.mask
+
+    @functools.cached_property
+    def reference(self):
+        if self.case.kind == "attention":
+            return evaluate_attention(self.inputs["q"], self.inputs["k"], self.inputs["v"], self.mask, dtype=self.fmt.dtype)
+        return evaluate(self.case.kind, self.inputs["x"], self.mask, dtype=self.fmt.dtype)
+
+    @functools.cached_property
+    def extras(self) -> dict:
+        """What the metrics need beyond the reference: rows with nothing kept, kept NaN rows, masked entries."""
+        kind = self.case.kind
+        if kind == "attention":
+            q, k, v = (self.inputs[n].astype(np.float64) for n in ("q", "k", "v"))
+            keep = np.ones(q.shape[:-1] + (k.shape[-2],), bool) if self.mask is None else np.broadcast_to(self.mask, np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), self.mask.shape))
+            with np.errstate(all="ignore"):
+                s = np.where(keep, q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+                p = np.exp(s - s.max(axis=-1, keepdims=True))
+                p = p / p.sum(axis=-1, keepdims=True)
+                vsum = np.nan_to_num(p) @ np.abs(v)
+            nothing_kept = ~keep.any(axis=-1) if self.mask is not None else None
+            return {"undefined": self.reference.undefined, "nothing_kept": nothing_kept, "vsum": vsum}
+        x = self.inputs["x"].astype(np.float64)
+        # The policy's undefined rows for every row kind (log-sum-exp included): a NaN or +inf logit, nothing kept.
+        undefined = undefined_rows(x, self.mask)
+        kept_nan = (np.isnan(x) & (True if self.mask is None else self.mask)).any(axis=-1)
+        if kind == "masked_softmax":
+            masked = ~np.broadcast_to(self.mask, x.shape)
+            return {"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked, "kept_nan_rows": kept_nan}
+        return {"undefined": undefined, "kept_nan_rows": kept_nan}
+
+    @property
+    def output_shape(self) -> tuple:
+        return self.reference.value.shape
+
+    def leak_probe(self, rng) -> tuple[dict, np.ndarray] | None:
+        """For attention with a mask: inputs with the masked keys' k and v replaced, and the queries that must
+        not change (those that may attend none of the replaced keys)."""
+        if self.case.kind != "attention" or self.mask is None:
+            return None
+        keep = np.broadcast_to(self.mask, self.mask.shape)
+        lq_keep = keep.reshape(-1, keep.shape[-2], keep.shape[-1]).any(axis=0)
+        counts = (~keep.reshape(-1, keep.shape[-1])).sum(axis=1)
+        if not counts.any():
+            return None
+        row = int(np.argmax(np.where(keep.reshape(-1, keep.shape[-1]).any(axis=1), counts, -1)))
+        replaced = ~keep.reshape(-1, keep.shape[-1])[row]
+        unaffected = ~(lq_keep[:, replaced].any(axis=-1))
+        inputs = dict(self.inputs)
+        for name in ("k", "v"):
+            arr = inputs[name].astype(np.float64)
+            arr[..., replaced, :] = rng.standard_normal(arr[..., replaced, :].shape) * 8
+            inputs[name] = round_to(arr, self.fmt.dtype)
+        return inputs, unaffected
+
+
+@dataclasses.dataclass
+class AuditResult:
+    """The results table (one row per candidate x dtype x family), the worst inputs, and the settings."""
+
+    table: object  # pandas.DataFrame
+    worst: dict  # (candidate, dtype, family) -> the worst input, exactly (hex floats)
+    settings: dict
+
+    @property
+    def passed(self) -> bool:
+        return bool((self.table["verdict"] == "pass").all()) if len(self.table) else True
+
+
+def _candidates(targets, kind) -> list[Candidate]:
+    if targets is None:
+        found = builtin.builtins()
+        return [c for c in found if kind is None or c.kind == kind]
+    if isinstance(targets, (str, Path)) or callable(targets):
+        targets = [targets]
+    return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
+
+
+def _prepare(kind: str, fmt: Format, suite: str, files: list) -> dict[str, list[Prepared]]:
+    by_family: dict[str, list[Prepared]] = {}
+    cases = [c for family in families_for(kind) for c in family.cases(kind, fmt, suite)]
+    cases += [c for path in files for c in load_case_file(path, kind)]
+    for index, case in enumerate(cases):
+        by_family.setdefault(case.family, []).append(Prepared(case, index, fmt))
+    return by_family
+
+
+def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tuple[Tally, float, str]:
+    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes."""
+    tally, seconds, notes = Tally(), 0.0, set()
+    rng = np.random.default_rng(0)
+    all_nan = True  # every output NaN where something is defined
+    for pc in prepared:
+        fmt, kind = pc.fmt, candidate.kind
+        start = time.perf_counter()
+        y, note = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+        seconds += time.perf_counter() - start
+        notes.add(note)
+        defined = ~np.asarray(pc.reference.undefined)
+        all_nan &= not defined.any() or (y.size > 0 and bool(np.isnan(y.astype(np.float64)).all()))
+        part = measure(kind, fmt, y, pc.reference, case_index=pc.index, **pc.extras)
+        probe = pc.leak_probe(rng)
+        if probe is not None:
+            inputs, unaffected = probe
+            moved, _ = call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+            a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
+            part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+        tally.merge(part)
+    return tally, seconds, "; ".join(sorted(n for n in notes if n)), all_nan and tally.nan > 0
+
+
+def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) -> dict:
+    """The input behind the worst element, exactly: its row (or query with all keys and values) as hex floats."""
+    shape = pc.output_shape
+    position = np.unravel_index(flat, shape)
+    hexed = lambda a: np.vectorize(lambda v: float(v).hex(), otypes=[object])(np.asarray(a).astype(np.float64)).tolist()  # noqa: E731
+    entry = {
+        "candidate": candidate.name, "kind": candidate.kind, "dtype": pc.fmt.name, "family": pc.case.family,
+        "case": pc.case.description, "seed": pc.case.seed, "element": [int(i) for i in position],
+        "ulp_error": tally.worst[0], "reference": float(np.asarray(pc.reference.value).astype(np.float64)[position]).hex(),
+    }  # fmt: skip
+    if candidate.kind == "attention":
+        lead = position[:-1]
+        q = pc.inputs["q"]
+        batch = tuple(min(i, s - 1) for i, s in zip(lead[:-1], q.shape[:-2]))
+        entry["inputs"] = {
+            "q": hexed(q[batch + (lead[-1],)][None, :]),
+            "k": hexed(pc.inputs["k"][tuple(min(i, s - 1) for i, s in zip(batch, pc.inputs["k"].shape[:-2]))]),
+            "v": hexed(pc.inputs["v"][tuple(min(i, s - 1) for i, s in zip(batch, pc.inputs["v"].shape[:-2]))]),
+        }
+        if pc.mask is not None:
+            entry["inputs"]["mask"] = np.broadcast_to(pc.mask, shape[:-1] + (pc.inputs["k"].shape[-2],))[lead][None, :].tolist()
+        return entry
+    row = position if candidate.kind == "logsumexp" else position[:-1]
+    entry["inputs"] = {"x": hexed(pc.inputs["x"][row][None, :])}
+    if pc.mask is not None:
+        entry["inputs"]["mask"] = np.broadcast_to(pc.mask, pc.inputs["x"].shape)[row][None, :].tolist()
+    return entry
+
+
+def audit(
+    targets=None,
+    *,
+    kind: str | None = None,
+    dtypes: Iterable = DEFAULT_DTYPES,
+    suite: str = "default",
+    cases=None,
+    policy: Policy | None = None,
+    timeout: float | None = 60.0,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> AuditResult:
+    """Audit candidates against the reference on every family of their kind, in every dtype.
+
+    targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
+    for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
+    """
+    import pandas as pd
+
+    from .cases import SUITES
+
+    if suite not in SUITES:
+        raise ValueError(f"suite must be one of {', '.join(SUITES)}, got {suite!r}")
+    policy = policy or Policy()
+    formats = [format_of(d) for d in dtypes]
+    files = [cases] if isinstance(cases, (str, Path)) else list(cases or [])
+    found = _candidates(targets, kind)
+    kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+    plan = [(k, fmt) for k in kinds for fmt in formats]
+    rows, worst = [], {}
+    total = sum(1 for c in found for _ in formats)
+    done = 0
+    for k, fmt in plan:
+        prepared = _prepare(k, fmt, suite, files)
+        comparison = builtin.sound(k)
+        compare_max = {}
+        for family, pcs in prepared.items():
+            try:
+                compare_max[family] = _run_family(comparison, pcs, timeout)[0].max_ulp
+            except CandidateError:
+                compare_max[family] = 0.0
+        for candidate in (c for c in found if c.kind == k):
+            mine, nan_families = [], 0
+            for family, pcs in prepared.items():
+                row = {"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family,
+                       "comparison_max_ulp": compare_max[family], "threshold_ulp": policy.threshold(compare_max[family])}
+                try:
+                    tally, seconds, note, all_nan = _run_family(candidate, pcs, timeout)
+                except CandidateError as exc:
+                    mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
+                    continue
+                nan_families += all_nan
+                verdict, reasons = policy.judge(k, tally, compare_max[family])
+                mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
+                if tally.worst is not None:
+                    pc = next(p for p in pcs if p.index == tally.worst[1])
+                    worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally)
+            if nan_families and nan_families == sum(r["verdict"] != "error" for r in mine):
+                # NaN on every family: the candidate never returned a number, an error rather than a verdict.
+                mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} for r in mine]
+            rows += mine
+            done += 1
+            if progress:
+                progress(done, total, f"{candidate.name} {fmt.name}")
+    table = pd.DataFrame(rows, columns=list(COLUMNS))
+    settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
+                "timeout": timeout, "cases": [str(f) for f in files]}  # fmt: skip
+    return AuditResult(table, worst, settings)
+
+
+def _row(t: Tally) -> dict:
+    return {
+        "cases": t.cases, "elements": t.elements, "max_ulp": t.max_ulp, "mean_ulp": t.mean_ulp,
+        "max_bits": float(np.log2(1 + t.max_ulp)), "correctly_rounded": t.correctly_rounded / t.elements if t.elements else 0.0,
+        "ge2_ulp": t.ge2_ulp / t.elements if t.elements else 0.0, "max_rel_err": t.max_rel_err, "max_abs_err": t.max_abs_err,
+        "nan": t.nan, "overflow": t.overflow, "underflow": t.underflow, "negative": t.negative, "mask_leak": t.mask_leak,
+        "sum_err": t.sum_err, "argmax_flips": t.argmax_flips, "undefined_rows": t.undefined_rows,
+        "nan_not_propagated": t.nan_not_propagated, "fully_masked": t.fully_masked_behaviour,
+        "max_ulp_vsum": t.max_ulp_vsum, "max_normwise": t.max_normwise,
+    }  # fmt: skip
