@@ -126,11 +126,12 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list) -> dict[str, list[
     return by_family
 
 
-def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tuple[Tally, float, str]:
-    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes."""
+def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tuple[Tally, float, str, bool | None]:
+    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, and whether
+    every output was NaN where something is defined (None when nothing is)."""
     tally, seconds, notes = Tally(), 0.0, set()
     rng = np.random.default_rng(0)
-    all_nan = True  # every output NaN where something is defined
+    all_nan, anything = True, False  # every output NaN, on cases where something is defined
     for pc in prepared:
         fmt, kind = pc.fmt, candidate.kind
         start = time.perf_counter()
@@ -138,7 +139,9 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
         seconds += time.perf_counter() - start
         notes.add(note)
         defined = ~np.asarray(pc.reference.undefined)
-        all_nan &= not defined.any() or (y.size > 0 and bool(np.isnan(y.astype(np.float64)).all()))
+        if defined.any():
+            anything = True
+            all_nan &= y.size > 0 and bool(np.isnan(y.astype(np.float64)).all())
         part = measure(kind, fmt, y, pc.reference, case_index=pc.index, **pc.extras)
         probe = pc.leak_probe(rng)
         if probe is not None:
@@ -147,7 +150,7 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
             a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
             part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
         tally.merge(part)
-    return tally, seconds, "; ".join(sorted(n for n in notes if n)), all_nan and tally.nan > 0
+    return tally, seconds, "; ".join(sorted(n for n in notes if n)), (all_nan if anything else None)
 
 
 def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) -> dict:
@@ -220,7 +223,7 @@ def audit(
             except CandidateError:
                 compare_max[family] = 0.0
         for candidate in (c for c in found if c.kind == k):
-            mine, nan_families = [], 0
+            mine, nan_everywhere = [], []
             for family, pcs in prepared.items():
                 row = {"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family,
                        "comparison_max_ulp": compare_max[family], "threshold_ulp": policy.threshold(compare_max[family])}
@@ -229,13 +232,14 @@ def audit(
                 except CandidateError as exc:
                     mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
                     continue
-                nan_families += all_nan
+                if all_nan is not None:
+                    nan_everywhere.append(all_nan)
                 verdict, reasons = policy.judge(k, tally, compare_max[family])
                 mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
                 if tally.worst is not None:
                     pc = next(p for p in pcs if p.index == tally.worst[1])
                     worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally)
-            if nan_families and nan_families == sum(r["verdict"] != "error" for r in mine):
+            if nan_everywhere and all(nan_everywhere):
                 # NaN on every family: the candidate never returned a number, an error rather than a verdict.
                 mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} for r in mine]
             rows += mine

@@ -47,6 +47,8 @@ def _from_function(fn, label: str, kind: str | None) -> Candidate:
     if mark is None and kind is None:
         raise TargetError(f"{label} is not marked with @softaudit.candidate: give its kind (kind= or --kind)")
     marked_kind, name, framework = mark or (None, None, "numpy")
+    if marked_kind and kind and marked_kind != kind:
+        raise TargetError(f"{label} is marked as {marked_kind}, not {kind}")
     return Candidate(check_kind(kind or marked_kind), name or label, fn, framework)
 
 
@@ -65,7 +67,7 @@ def load_target(target, kind: str | None = None) -> list[Candidate]:
             raise TargetError(f"{spec} has no function {func!r}")
         return [_from_function(fn, f"{label}:{func}", kind)]
     found = [
-        _from_function(fn, f"{label}:{fn.__name__}", kind)
+        _from_function(fn, f"{label}:{fn.__name__}", None)
         for fn in vars(module).values()
         if inspect.isfunction(fn) and marking(fn) is not None and fn.__module__ == module.__name__
     ]

@@ -39,9 +39,14 @@ def attn_long(kind, fmt, size, rng):
     return [(_qkv(rng, 8, size.lk, 64), None, f"Lk={size.lk}, d=64")]
 
 
-@family("attn_large_activations", ATTENTION, "16-bit activations large enough that unscaled scores q.k reach the max.")
+@family(
+    "attn_large_activations",
+    ATTENTION,
+    "Activations large enough that unscaled scores q.k pass the dtype's max, in dtypes narrower in range than float32"
+    " (float16, float8): there an upcast to float32 is the cure; bfloat16 scores that large overflow float32 too.",
+)
 def attn_large_activations(kind, fmt, size, rng):
-    if fmt.precision > 11:  # 16-bit and narrower only: a wider dtype's scores would overflow float64 itself
+    if fmt.max_float > 1e10:
         return []
     top = fmt.max_float
     d = 64

@@ -1,0 +1,60 @@
+"""Metrics on hand-made outputs whose errors are known exactly."""
+
+import numpy as np
+
+from softaudit import metrics
+from softaudit import reference as R
+
+
+def _measure(kind, x, y, dtype, mask=None):
+    fmt = R.format_of(dtype)
+    ref = R.evaluate(kind, x, mask, dtype=dtype)
+    undefined = R.undefined_rows(x, mask)
+    extra = {}
+    if mask is not None:
+        extra = {"masked": ~mask, "nothing_kept": (~mask).all(axis=-1)}
+    return metrics.measure(kind, fmt, y, ref, case_index=0, undefined=undefined, **extra)
+
+
+def test_outputs_exactly_one_ulp_off_read_one_ulp():
+    x = np.zeros((3, 4), np.float32)  # softmax is exactly 0.25 everywhere
+    y = np.nextafter(np.full((3, 4), 0.25, np.float32), np.float32(1))
+    t = _measure("softmax", x, y, "float32")
+    assert t.max_ulp == 1.0 and t.mean_ulp == 1.0 and t.correctly_rounded == 0 and t.ge2_ulp == 0
+    y2 = np.nextafter(np.nextafter(np.full((3, 4), 0.25, np.float32), np.float32(0)), np.float32(0))
+    t2 = _measure("softmax", x, y2, "float32")
+    assert t2.max_ulp == 1.0  # below a power of two the steps are half as wide: two of them make ulp(0.25)
+    exact = _measure("softmax", x, np.full((3, 4), 0.25, np.float32), "float32")
+    assert exact.max_ulp == 0 and exact.correctly_rounded == 12
+
+
+def test_ulp_uses_the_subnormal_spacing_below_the_normal_range():
+    fmt = R.format_of("float16")
+    assert metrics.ulp(np.array([1.0, 2.0**-14, 2.0**-20, 0.0]), fmt).tolist() == [2.0**-10, 2.0**-24, 2.0**-24, 2.0**-24]
+
+
+def test_events_are_classified():
+    x = np.array([[0.0, 1.0, 2.0], [0.0, 0.0, 0.0], [0.0, -200.0, 1.0]], np.float32)
+    y = R.softmax(x, dtype="float32").copy()
+    y[0, 0] = np.nan
+    y[1, 1] = np.inf
+    y[2, 1] = 0.0  # e**-201 / (1 + e) is below float32's smallest subnormal: 0 is the correct rounding
+    y[2, 0] = -0.25  # negative probability
+    t = _measure("softmax", x, y, "float32")
+    assert t.nan == 1 and t.overflow == 1 and t.negative == 1
+    assert t.underflow == 0  # e**-201 relative to the row is below float32's subnormals: 0 is correct
+    flipped = R.softmax(x, dtype="float32").copy()
+    flipped[0] = flipped[0][::-1]
+    assert _measure("softmax", x, flipped, "float32").argmax_flips == 1
+
+
+def test_underflow_mask_leak_and_fully_masked_behaviour():
+    x = np.array([[0.0, -90.0], [1.0, 2.0], [3.0, 4.0]], np.float32)  # e**-90 = 8.2e-40, a float32 subnormal
+    mask = np.array([[True, True], [True, False], [False, False]])
+    y = R.masked_softmax(x, mask, dtype="float32").copy()
+    y[0, 1] = 0.0  # underflow: the reference is a nonzero subnormal
+    y[1, 1] = 1e-3  # probability on a masked entry
+    y[2] = 0.5  # a fully masked row comes out uniform
+    t = _measure("masked_softmax", x, y, "float32", mask)
+    assert t.underflow == 1 and t.mask_leak == 1
+    assert t.fully_masked_behaviour == "uniform"

@@ -1,0 +1,108 @@
+"""The audit loop: misbehaving candidates become error rows, finished rows are kept, worst inputs replay."""
+
+import time
+
+import numpy as np
+import pytest
+
+import softaudit
+from softaudit import reference as R
+
+
+def good(x, axis=-1):
+    w = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # rows of -inf: NaN, as the reference says
+        e = np.exp(w - w.max(axis=axis, keepdims=True))
+        return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def raises(x, axis=-1):
+    raise RuntimeError("kaboom")
+
+
+def wrong_shape(x, axis=-1):
+    return x[..., :1]
+
+
+def not_an_array(x, axis=-1):
+    return "nope"
+
+
+def all_nan(x, axis=-1):
+    return np.full_like(x, np.nan)
+
+
+def hangs(x, axis=-1):
+    time.sleep(30)
+    return x
+
+
+def wide(x, axis=-1):
+    return good(x.astype(np.float64), axis)  # float64 out: noted and cast
+
+
+def test_misbehaving_candidates_become_error_rows_and_the_run_goes_on():
+    targets = [good, raises, wrong_shape, not_an_array, all_nan, hangs]
+    result = softaudit.audit(targets, kind="softmax", dtypes=["float32"], suite="quick", timeout=0.5)
+    table = result.table
+    by = {name.rsplit(":", 1)[-1]: t for name, t in table.groupby("candidate")}
+    assert (by["good"].verdict == "pass").all()
+    expected = {
+        "raises": "raised RuntimeError: kaboom",
+        "wrong_shape": "returned shape",
+        "not_an_array": "returned str, not an array",
+        "all_nan": "returned NaN everywhere",
+        "hangs": "ran past the time limit of 0.5 s",
+    }
+    for name, message in expected.items():
+        assert (by[name].verdict == "error").all(), name
+        assert by[name].note.str.contains(message).all(), (name, by[name].note.iloc[0])
+    assert len(by["good"]) == len(by["raises"])  # every family of every candidate has its row
+
+
+def test_another_output_dtype_is_noted_and_cast():
+    table = softaudit.audit(wide, kind="softmax", dtypes=["float16"], suite="quick").table
+    assert table.note.str.contains("returned float64, cast to float16").all()
+
+
+def test_the_results_table_has_the_documented_columns():
+    table = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float32"], suite="quick").table
+    for column in ("candidate", "kind", "dtype", "family", "cases", "elements", "max_ulp", "mean_ulp", "max_rel_err",
+                   "max_abs_err", "nan", "overflow", "underflow", "mask_leak", "sum_err", "verdict", "note"):
+        assert column in table.columns
+    assert set(table.verdict) <= {"pass", "fail", "error"}
+
+
+def test_worst_inputs_are_exact_and_replay_to_the_same_error():
+    result = softaudit.audit("softaudit.candidates.log_softmax:shifted", dtypes=["float32"], suite="quick")
+    key = ("log_softmax.shifted", "float32", "dominant")
+    worst = result.worst[key]
+    x = np.array([[float.fromhex(v) for v in row] for row in worst["inputs"]["x"]], dtype=np.float32)
+    from softaudit.candidates import log_softmax
+
+    y = log_softmax.shifted(x)
+    ref = R.evaluate("log_softmax", x, dtype="float32")
+    column = worst["element"][-1]
+    got = abs((float(y[0, column]) - ref.hi[0, column]) - ref.lo[0, column]) / float(
+        np.spacing(np.float32(abs(ref.hi[0, column])))
+    )
+    row = result.table[(result.table.family == "dominant")].iloc[0]
+    assert got == pytest.approx(row.max_ulp, rel=1e-6)
+    assert float.fromhex(worst["reference"]) == float(ref.value[0, column])
+
+
+def test_attention_mask_leak_is_detected_by_moving_masked_values():
+    def leaky(q, k, v, mask=None):
+        out = R.attention(q, k, v, None, dtype=q.dtype)  # ignores the mask: masked keys change the output
+        return out
+
+    table = softaudit.audit(leaky, kind="attention", dtypes=["float32"], suite="quick").table
+    masks = table[table.family == "attn_masks"].iloc[0]
+    assert masks.mask_leak > 0 and "mask leak" in masks.note
+
+
+def test_unknown_suite_and_dtype():
+    with pytest.raises(ValueError, match="suite must be one of quick, default, full"):
+        softaudit.audit(suite="huge")
+    with pytest.raises(ValueError, match="unknown dtype 'float13'"):
+        softaudit.audit(dtypes=["float13"])
