@@ -18,12 +18,14 @@ FULLY_MASKED = ("zeros", "nan", "uniform", "other")  # what a candidate gives fo
 
 
 def ulp(r: np.ndarray, fmt: Format) -> np.ndarray:
-    """ulp_D(r): the spacing of the format at |r|, with the subnormal spacing below the normal range (r = 0 too)."""
-    mag = np.abs(np.asarray(r, dtype=np.float64))
-    with np.errstate(all="ignore"):
-        binade = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
-        binade = np.where(mag > 0, binade, fmt.emin)
-        return np.exp2(np.maximum(binade, fmt.emin) - (fmt.precision - 1))
+    """ulp_D(r): the spacing of the format at |r|, with the subnormal spacing below the normal range (r = 0 too).
+
+    Read from the exponent bits of r as a float64 (a subnormal or zero reads below every format's emin).
+    """
+    bits = np.ascontiguousarray(r, dtype=np.float64).view(np.int64)
+    binade = ((bits >> 52) & 0x7FF) - 1023
+    exponent = np.maximum(binade, fmt.emin) - (fmt.precision - 1)
+    return np.ldexp(1.0, exponent) if fmt.min_subnormal_exp < -1022 else ((exponent + 1023) << 52).view(np.float64)
 
 
 @dataclasses.dataclass
@@ -88,73 +90,102 @@ def _fully_masked_behaviour(y_rows: np.ndarray) -> list[str]:
     return out
 
 
-def measure(kind: str, fmt: Format, y, ref, *, case_index: int, undefined, nothing_kept=None, kept_nan_rows=None,
-            masked=None, vsum=None) -> Tally:
-    """Compare one case's output with its reference.
+@dataclasses.dataclass
+class Basis:
+    """What one case's measures need from the reference, computed once and shared by every candidate."""
 
-    y: the candidate's output in the audited dtype; ref: the reference Result for the same inputs. undefined:
-    the rows left out of accuracy and events (a NaN or +inf logit, nothing kept). nothing_kept (masked kinds): rows
-    or queries with nothing kept. kept_nan_rows: rows with a NaN among the kept inputs (their output must be NaN).
-    masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for attention,
-    sum_j p_j |v_j| per output element.
+    kind: str
+    fmt: Format
+    rounded: np.ndarray  # R, float64
+    hi: np.ndarray
+    lo: np.ndarray
+    defined: np.ndarray  # per element: its row is defined
+    finite_ref: np.ndarray  # defined and R finite
+    ulp: np.ndarray  # ulp_D(r)
+    size: np.ndarray  # |r|, with 1 where r == 0 (relative error is then not defined: 0 is reported)
+    undefined: np.ndarray  # per row
+    best: np.ndarray | None  # per row: the largest R (argmax flips)
+    nothing_kept: np.ndarray | None = None
+    kept_nan_rows: np.ndarray | None = None
+    masked: np.ndarray | None = None
+    ulp_vsum: np.ndarray | None = None
+
+
+def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None):
+    """The reference side of one case's measures.
+
+    ref: the reference Result. undefined: the rows left out of accuracy and events (a NaN or +inf logit, nothing
+    kept). nothing_kept (masked kinds): rows or queries with nothing kept. kept_nan_rows: rows with a NaN among
+    the kept inputs (their output must be NaN). masked: for masked_softmax, the masked entries (the output must be
+    exactly 0 there). vsum: for attention, sum_j p_j |v_j| per output element.
     """
+    rounded = np.asarray(ref.value).astype(np.float64)
+    undefined = np.asarray(undefined)
+    defined = ~np.broadcast_to(undefined[..., None], rounded.shape) if kind != "logsumexp" else ~undefined
+    r = ref.hi + ref.lo
+    finite_ref = np.isfinite(rounded) & defined
+    if masked is not None:
+        finite_ref = finite_ref & ~masked
+    size = np.where(r != 0, np.abs(r), 1.0)
+    best = None
+    if kind in ("softmax", "log_softmax", "masked_softmax") and rounded.shape[-1]:
+        best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
+    ulp_vsum = None if vsum is None else ulp(vsum, fmt)
+    return Basis(kind, fmt, rounded, ref.hi, ref.lo, defined, finite_ref, ulp(r, fmt), size, undefined, best,
+                 nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
+
+
+def measure(b: Basis, y, *, case_index: int) -> Tally:
+    """Compare one case's output y (in the audited dtype) with its reference."""
     t = Tally(cases=1)
     y = np.asarray(y).astype(np.float64)
-    rounded = np.asarray(ref.value).astype(np.float64)
-    r_hi, r_lo = ref.hi, ref.lo
+    kind, fmt = b.kind, b.fmt
     per_row = kind != "logsumexp"
-    undefined = np.asarray(undefined)
-    defined = ~np.broadcast_to(undefined[..., None], y.shape) if per_row else ~undefined
-    t.undefined_rows = int(undefined.sum())
-    finite_ref = np.isfinite(rounded) & defined
-    t.nan = int((np.isnan(y) & defined & ~np.isnan(rounded)).sum())
-    t.overflow = int((np.isinf(y) & finite_ref).sum())
-    t.underflow = int(((y == 0) & (rounded != 0) & finite_ref).sum())
+    nan_y = np.isnan(y)
+    finite_y = np.isfinite(y)
+    t.undefined_rows = int(b.undefined.sum())
+    t.nan = int((nan_y & b.defined & ~np.isnan(b.rounded)).sum())
+    t.overflow = int((~finite_y & ~nan_y & b.finite_ref).sum())
+    t.underflow = int(((y == 0) & (b.rounded != 0) & b.finite_ref).sum())
     if kind in ("softmax", "masked_softmax"):
         t.negative = int((y < 0).sum())
-    compare = finite_ref & np.isfinite(y)
-    if masked is not None:
-        leak = masked & defined & (y != 0)
-        t.mask_leak = int(leak.sum())
-        compare &= ~masked
+    if b.masked is not None:
+        t.mask_leak = int((b.masked & b.defined & (y != 0)).sum())
+    compare = b.finite_ref & finite_y
     with np.errstate(all="ignore"):
-        diff = np.abs((y - r_hi) - r_lo)
-        errors = np.where(compare, diff / ulp(r_hi + r_lo, fmt), 0.0)
-        rel = np.where(compare & (r_hi != 0), diff / np.abs(r_hi + r_lo), 0.0)
+        diff = np.where(compare, np.abs((y - b.hi) - b.lo), 0.0)
+    errors = diff / b.ulp  # a power of two: exact, and never 0 * inf
     t.elements = int(compare.sum())
     if t.elements:
         t.ulp_sum = float(errors.sum())
-        t.max_ulp = float(errors.max())
-        t.correctly_rounded = int((compare & (y == rounded)).sum())
+        worst = int(np.argmax(errors))
+        t.max_ulp = float(errors.flat[worst])
+        t.correctly_rounded = int((compare & (y == b.rounded)).sum())
         t.ge2_ulp = int((errors >= 2).sum())
-        t.max_rel_err = float(rel.max())
-        t.max_abs_err = float(np.where(compare, diff, 0.0).max())
-        t.worst = (t.max_ulp, case_index, int(np.argmax(errors)))
-    elif (t.nan or t.overflow) and t.worst is None:
-        bad = np.flatnonzero((np.isnan(y) | np.isinf(y)) & finite_ref)
+        t.max_rel_err = float((np.where(b.hi + b.lo != 0, diff, 0.0) / b.size).max())
+        t.max_abs_err = float(diff.max())
+        t.worst = (t.max_ulp, case_index, worst)
+    elif t.nan or t.overflow:
+        bad = np.flatnonzero(~finite_y & b.finite_ref)
         t.worst = (math.inf, case_index, int(bad[0])) if len(bad) else None
-    if kind in ("softmax", "masked_softmax") and y.size:
-        rows_ok = ~undefined & np.isfinite(y).all(axis=-1)
-        with np.errstate(all="ignore"):
-            sums = np.abs(np.where(np.isfinite(y), y, 0).sum(axis=-1) - 1) / 2.0 ** (1 - fmt.precision)
-        t.sum_err = float(np.where(rows_ok, sums, 0).max(initial=0.0))
     if per_row and kind != "attention" and y.size and y.shape[-1]:
-        rows_ok = ~undefined & np.isfinite(y).all(axis=-1)
-        with np.errstate(invalid="ignore"):
-            chosen = np.take_along_axis(rounded, np.argmax(np.where(np.isnan(y), -np.inf, y), axis=-1)[..., None], -1)[..., 0]
-            best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
-        t.argmax_flips = int((rows_ok & (chosen < best)).sum())
-    if kept_nan_rows is not None and kept_nan_rows.any():
-        rows_y = y if per_row else y[..., None]
-        t.nan_not_propagated = int((kept_nan_rows & ~np.isnan(rows_y).all(axis=-1)).sum())
-    if nothing_kept is not None and nothing_kept.any():
-        for behaviour in _fully_masked_behaviour(y[nothing_kept]):
+        rows_ok = ~b.undefined & finite_y.all(axis=-1)
+        if kind in ("softmax", "masked_softmax"):
+            sums = np.abs(np.where(finite_y, y, 0).sum(axis=-1) - 1) / 2.0 ** (1 - fmt.precision)
+            t.sum_err = float(np.where(rows_ok, sums, 0).max(initial=0.0))
+        chosen = np.take_along_axis(b.rounded, np.argmax(np.where(nan_y, -np.inf, y), axis=-1)[..., None], -1)[..., 0]
+        t.argmax_flips = int((rows_ok & (chosen < b.best)).sum())
+    if b.kept_nan_rows is not None and b.kept_nan_rows.any():
+        rows_nan = nan_y.all(axis=-1) if per_row else nan_y
+        t.nan_not_propagated = int((b.kept_nan_rows & ~rows_nan).sum())
+    if b.nothing_kept is not None and b.nothing_kept.any():
+        for behaviour in _fully_masked_behaviour(y[b.nothing_kept]):
             t.fully_masked[behaviour] = t.fully_masked.get(behaviour, 0) + 1
     if kind == "attention" and t.elements:
+        if b.ulp_vsum is not None:
+            t.max_ulp_vsum = float((diff / b.ulp_vsum).max())
         with np.errstate(all="ignore"):
-            if vsum is not None:
-                t.max_ulp_vsum = float(np.where(compare, diff / ulp(vsum, fmt), 0).max())
-            num = np.sqrt((np.where(compare, diff, 0) ** 2).sum(axis=-1))
-            den = np.sqrt((np.where(compare, r_hi + r_lo, 0) ** 2).sum(axis=-1))
+            num = np.sqrt((diff**2).sum(axis=-1))
+            den = np.sqrt((np.where(compare, b.hi + b.lo, 0) ** 2).sum(axis=-1))
             t.max_normwise = float(np.where(den > 0, num / np.where(den > 0, den, 1), 0).max(initial=0.0))
     return t

@@ -20,7 +20,7 @@ from .adapters._call import CandidateError, call
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
 from .cases import Case, families_for, load_case_file
-from .metrics import Tally, measure
+from .metrics import Tally, basis, measure
 from .policy import MASKED_KINDS, Policy
 from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
 
@@ -48,8 +48,12 @@ class Prepared:
         return evaluate(self.case.kind, self.inputs["x"], self.mask, dtype=self.fmt.dtype)
 
     @functools.cached_property
-    def extras(self) -> dict:
-        """What the metrics need beyond the reference: rows with nothing kept, kept NaN rows, masked entries."""
+    def basis(self):
+        """The reference side of the measures, shared by every candidate."""
+        return basis(self.case.kind, self.fmt, self.reference, **self._extras())
+
+    def _extras(self) -> dict:
+        """What the metrics need beyond the reference: undefined rows, rows with nothing kept, masked entries..."""
         kind = self.case.kind
         if kind == "attention":
             q, k, v = (self.inputs[n].astype(np.float64) for n in ("q", "k", "v"))
@@ -100,7 +104,7 @@ class AuditResult:
     """The results table (one row per candidate x dtype x family), the worst inputs, and the settings."""
 
     table: object  # pandas.DataFrame
-    worst: dict  # (candidate, dtype, family) -> the worst input, exactly (hex floats)
+    worst: dict  # (candidate, dtype, family) -> WorstInput (as_json(): exact, hex floats)
     settings: dict
 
     @property
@@ -117,9 +121,10 @@ def _candidates(targets, kind) -> list[Candidate]:
     return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list) -> dict[str, list[Prepared]]:
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only) -> dict[str, list[Prepared]]:
     by_family: dict[str, list[Prepared]] = {}
-    cases = [c for family in families_for(kind) for c in family.cases(kind, fmt, suite)]
+    chosen = [f for f in families_for(kind) if only is None or f.name in only]
+    cases = [c for family in chosen for c in family.cases(kind, fmt, suite)]
     cases += [c for path in files for c in load_case_file(path, kind)]
     for index, case in enumerate(cases):
         by_family.setdefault(case.family, []).append(Prepared(case, index, fmt))
@@ -142,7 +147,7 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
         if defined.any():
             anything = True
             all_nan &= y.size > 0 and bool(np.isnan(y.astype(np.float64)).all())
-        part = measure(kind, fmt, y, pc.reference, case_index=pc.index, **pc.extras)
+        part = measure(pc.basis, y, case_index=pc.index)
         probe = pc.leak_probe(rng)
         if probe is not None:
             inputs, unaffected = probe
@@ -153,33 +158,53 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
     return tally, seconds, "; ".join(sorted(n for n in notes if n)), (all_nan if anything else None)
 
 
-def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) -> dict:
-    """The input behind the worst element, exactly: its row (or query with all keys and values) as hex floats."""
+@dataclasses.dataclass
+class WorstInput:
+    """The input behind the worst element of a row: its row (or query, with every key and value), exactly.
+
+    `as_json()` gives it with every value as a hex float (float.hex), so anyone can replay it bit for bit.
+    """
+
+    candidate: str
+    kind: str
+    dtype: str
+    family: str
+    case: str
+    seed: int | None
+    element: list[int]
+    ulp_error: float
+    reference: float
+    inputs: dict  # name -> array in the audited dtype (mask: boolean)
+
+    def as_json(self) -> dict:
+        def exact(a):
+            a = np.asarray(a)
+            if a.dtype == np.bool_:
+                return a.tolist()
+            return [[float(v).hex() for v in row] for row in a.astype(np.float64).reshape(len(a), -1)]
+
+        out = dataclasses.asdict(self) | {"reference": float(self.reference).hex()}
+        out["inputs"] = {name: exact(a) for name, a in self.inputs.items()}
+        return out
+
+
+def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) -> WorstInput:
     shape = pc.output_shape
     position = np.unravel_index(flat, shape)
-    hexed = lambda a: np.vectorize(lambda v: float(v).hex(), otypes=[object])(np.asarray(a).astype(np.float64)).tolist()  # noqa: E731
-    entry = {
-        "candidate": candidate.name, "kind": candidate.kind, "dtype": pc.fmt.name, "family": pc.case.family,
-        "case": pc.case.description, "seed": pc.case.seed, "element": [int(i) for i in position],
-        "ulp_error": tally.worst[0], "reference": float(np.asarray(pc.reference.value).astype(np.float64)[position]).hex(),
-    }  # fmt: skip
+    value = float(np.asarray(pc.reference.value).astype(np.float64)[position])
     if candidate.kind == "attention":
         lead = position[:-1]
-        q = pc.inputs["q"]
-        batch = tuple(min(i, s - 1) for i, s in zip(lead[:-1], q.shape[:-2]))
-        entry["inputs"] = {
-            "q": hexed(q[batch + (lead[-1],)][None, :]),
-            "k": hexed(pc.inputs["k"][tuple(min(i, s - 1) for i, s in zip(batch, pc.inputs["k"].shape[:-2]))]),
-            "v": hexed(pc.inputs["v"][tuple(min(i, s - 1) for i, s in zip(batch, pc.inputs["v"].shape[:-2]))]),
-        }
+        pick = lambda a: a[tuple(min(i, s - 1) for i, s in zip(lead[:-1], a.shape[:-2]))]  # noqa: E731
+        inputs = {"q": pick(pc.inputs["q"])[lead[-1]][None, :], "k": pick(pc.inputs["k"]), "v": pick(pc.inputs["v"])}
         if pc.mask is not None:
-            entry["inputs"]["mask"] = np.broadcast_to(pc.mask, shape[:-1] + (pc.inputs["k"].shape[-2],))[lead][None, :].tolist()
-        return entry
-    row = position if candidate.kind == "logsumexp" else position[:-1]
-    entry["inputs"] = {"x": hexed(pc.inputs["x"][row][None, :])}
-    if pc.mask is not None:
-        entry["inputs"]["mask"] = np.broadcast_to(pc.mask, pc.inputs["x"].shape)[row][None, :].tolist()
-    return entry
+            inputs["mask"] = np.broadcast_to(pc.mask, shape[:-1] + (pc.inputs["k"].shape[-2],))[lead][None, :]
+    else:
+        row = position if candidate.kind == "logsumexp" else position[:-1]
+        inputs = {"x": pc.inputs["x"][row][None, :]}
+        if pc.mask is not None:
+            inputs["mask"] = np.broadcast_to(pc.mask, pc.inputs["x"].shape)[row][None, :]
+    return WorstInput(candidate.name, candidate.kind, pc.fmt.name, pc.case.family, pc.case.description, pc.case.seed,
+                      [int(i) for i in position], float(tally.worst[0]), value, inputs)  # fmt: skip
 
 
 def audit(
@@ -189,6 +214,7 @@ def audit(
     dtypes: Iterable = DEFAULT_DTYPES,
     suite: str = "default",
     cases=None,
+    families: Iterable[str] | None = None,
     policy: Policy | None = None,
     timeout: float | None = 60.0,
     progress: Callable[[int, int, str], None] | None = None,
@@ -197,6 +223,7 @@ def audit(
 
     targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
     for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
+    families: only these built-in families (case files are always run). timeout: seconds per candidate call.
     """
     import pandas as pd
 
@@ -207,6 +234,10 @@ def audit(
     policy = policy or Policy()
     formats = [format_of(d) for d in dtypes]
     files = [cases] if isinstance(cases, (str, Path)) else list(cases or [])
+    only = None if families is None else set(families)
+    unknown = sorted(only - {f.name for k in KINDS for f in families_for(k)}) if only else []
+    if unknown:
+        raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
     found = _candidates(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     plan = [(k, fmt) for k in kinds for fmt in formats]
@@ -214,7 +245,7 @@ def audit(
     total = sum(1 for c in found for _ in formats)
     done = 0
     for k, fmt in plan:
-        prepared = _prepare(k, fmt, suite, files)
+        prepared = _prepare(k, fmt, suite, files, only)
         comparison = builtin.sound(k)
         compare_max = {}
         for family, pcs in prepared.items():
@@ -248,7 +279,7 @@ def audit(
                 progress(done, total, f"{candidate.name} {fmt.name}")
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
-                "timeout": timeout, "cases": [str(f) for f in files]}  # fmt: skip
+                "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None}  # fmt: skip
     return AuditResult(table, worst, settings)
 
 

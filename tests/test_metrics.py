@@ -13,7 +13,7 @@ def _measure(kind, x, y, dtype, mask=None):
     extra = {}
     if mask is not None:
         extra = {"masked": ~mask, "nothing_kept": (~mask).all(axis=-1)}
-    return metrics.measure(kind, fmt, y, ref, case_index=0, undefined=undefined, **extra)
+    return metrics.measure(metrics.basis(kind, fmt, ref, undefined=undefined, **extra), y, case_index=0)
 
 
 def test_outputs_exactly_one_ulp_off_read_one_ulp():

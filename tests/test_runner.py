@@ -76,7 +76,7 @@ def test_the_results_table_has_the_documented_columns():
 def test_worst_inputs_are_exact_and_replay_to_the_same_error():
     result = softaudit.audit("softaudit.candidates.log_softmax:shifted", dtypes=["float32"], suite="quick")
     key = ("log_softmax.shifted", "float32", "dominant")
-    worst = result.worst[key]
+    worst = result.worst[key].as_json()
     x = np.array([[float.fromhex(v) for v in row] for row in worst["inputs"]["x"]], dtype=np.float32)
     from softaudit.candidates import log_softmax
 
@@ -106,3 +106,19 @@ def test_unknown_suite_and_dtype():
         softaudit.audit(suite="huge")
     with pytest.raises(ValueError, match="unknown dtype 'float13'"):
         softaudit.audit(dtypes=["float13"])
+
+
+def test_no_measure_is_nan_and_nothing_warns_on_the_quick_suite():
+    """A NaN max_ulp would compare as passing; 0 * inf from an inverted subnormal ulp once made one."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        table = softaudit.audit(suite="quick").table
+    measured = table[table.verdict != "error"]
+    assert not measured[["max_ulp", "mean_ulp", "max_rel_err", "max_abs_err"]].isna().any().any()
+
+
+def test_float8_dtypes_can_be_audited():
+    table = softaudit.audit(dtypes=["float8_e4m3fn", "float8_e5m2"], suite="quick", kind="softmax").table
+    assert set(table.dtype) == {"float8_e4m3fn", "float8_e5m2"} and (table.verdict != "error").all()
