@@ -44,8 +44,10 @@ def dtype_sum(x: np.ndarray) -> np.ndarray:
 
 
 def row_max(x: np.ndarray) -> np.ndarray:
-    """The maximum along the last axis (keeps the axis); -inf for an empty row."""
-    return x.max(axis=-1, keepdims=True, initial=-np.inf).astype(x.dtype)
+    """The maximum along the last axis (keeps the axis). No -inf initial: float8_e4m3fn has no -inf (it is NaN)."""
+    if x.shape[-1] == 0:
+        return np.full(x.shape[:-1] + (1,), -np.inf).astype(x.dtype)
+    return x.max(axis=-1, keepdims=True)
 
 
 def matmul(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:

@@ -44,9 +44,9 @@ def online_softmax(block: int = 128):
         """Streaming (online) softmax in the dtype, blocks of {block}: running max m, sum s *= exp(m_old - m_new).
         Weakness: the running sum accumulates block by block in the dtype and stalls on long 16-bit rows once it
         dwarfs each block's sum; a row of -inf gives NaN (-inf - -inf)."""
-        m = np.full(x.shape[:-1] + (1,), -np.inf, x.dtype)
-        s = np.zeros(x.shape[:-1] + (1,), x.dtype)
-        for start in range(0, x.shape[-1], block):
+        m = row_max(x[..., :block])
+        s = dtype_sum(np.exp(x[..., :block] - m))
+        for start in range(block, x.shape[-1], block):
             chunk = x[..., start : start + block]
             new_m = np.maximum(m, row_max(chunk))
             s = s * np.exp(m - new_m) + dtype_sum(np.exp(chunk - new_m))
