@@ -21,7 +21,7 @@ from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
 from .cases import Case, families_for, load_case_file
 from .metrics import Tally, basis, measure
-from .policy import MASKED_KINDS, Policy
+from .policy import Policy
 from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
 
 DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -57,8 +57,9 @@ class Prepared:
         kind = self.case.kind
         if kind == "attention":
             q, k, v = (self.inputs[n].astype(np.float64) for n in ("q", "k", "v"))
-            keep = np.ones(q.shape[:-1] + (k.shape[-2],), bool) if self.mask is None else np.broadcast_to(self.mask, np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), self.mask.shape))
-            with np.errstate(all="ignore"):
+            scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
+            keep = np.broadcast_to(True if self.mask is None else self.mask, scores_shape)
+            with np.errstate(all="ignore"):  # sum_j p_j |v_j| in float64: a scale for the error, not a result
                 s = np.where(keep, q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]), -np.inf)
                 p = np.exp(s - s.max(axis=-1, keepdims=True))
                 p = p / p.sum(axis=-1, keepdims=True)
@@ -79,18 +80,16 @@ class Prepared:
         return self.reference.value.shape
 
     def leak_probe(self, rng) -> tuple[dict, np.ndarray] | None:
-        """For attention with a mask: inputs with the masked keys' k and v replaced, and the queries that must
-        not change (those that may attend none of the replaced keys)."""
+        """For attention with a mask: inputs with some masked keys' k and v replaced, and the queries that must not
+        change (those that may attend none of the replaced keys in any batch entry)."""
         if self.case.kind != "attention" or self.mask is None:
             return None
-        keep = np.broadcast_to(self.mask, self.mask.shape)
-        lq_keep = keep.reshape(-1, keep.shape[-2], keep.shape[-1]).any(axis=0)
-        counts = (~keep.reshape(-1, keep.shape[-1])).sum(axis=1)
-        if not counts.any():
+        keep = self.mask.reshape((-1,) + self.mask.shape[-2:]).any(axis=0)  # (Lq, Lk): may attend anywhere
+        masked_counts = np.where(keep.any(axis=1), (~keep).sum(axis=1), 0)
+        if not masked_counts.any():
             return None
-        row = int(np.argmax(np.where(keep.reshape(-1, keep.shape[-1]).any(axis=1), counts, -1)))
-        replaced = ~keep.reshape(-1, keep.shape[-1])[row]
-        unaffected = ~(lq_keep[:, replaced].any(axis=-1))
+        replaced = ~keep[int(np.argmax(masked_counts))]  # the masked keys of the most masked query
+        unaffected = ~keep[:, replaced].any(axis=1)
         inputs = dict(self.inputs)
         for name in ("k", "v"):
             arr = inputs[name].astype(np.float64)
@@ -138,7 +137,7 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
     rng = np.random.default_rng(0)
     all_nan, anything = True, False  # every output NaN, on cases where something is defined
     for pc in prepared:
-        fmt, kind = pc.fmt, candidate.kind
+        fmt = pc.fmt
         start = time.perf_counter()
         y, note = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
         seconds += time.perf_counter() - start
