@@ -31,8 +31,8 @@ class Result:
 
 
 def fast_input(arr: np.ndarray) -> bool:
-    """True when every element converts to float64 exactly."""
-    return arr.dtype.itemsize <= 8 or arr.dtype == np.float64
+    """True when every element converts to float64 exactly (every float dtype but an 80- or 128-bit longdouble)."""
+    return arr.dtype.itemsize <= 8
 
 
 def fast_target(fmt: Format) -> bool:
@@ -40,7 +40,7 @@ def fast_target(fmt: Format) -> bool:
 
 
 class _Collector:
-    """Gathers rounded values from every tier into float64 (fast targets) or into libmp pairs (the others)."""
+    """Gathers rounded values from every tier into the target dtype (fast targets) or libmp pairs (the others)."""
 
     def __init__(self, shape, fmt: Format, detail: bool = True):
         """With detail False only the rounded values are kept (hi, lo, err and tier are then size-0 arrays)."""
@@ -154,9 +154,9 @@ def row_blocks(rows: np.ndarray, width: int, block: int = BLOCK):
     """Blocks of `rows` of about `block` elements each, as slices where the rows are consecutive."""
     size = max(1, block // max(width, 1))
     for start in range(0, len(rows), size):
-        block = rows[start : start + size]
-        contiguous = block[-1] - block[0] + 1 == len(block)
-        yield slice(int(block[0]), int(block[-1]) + 1) if contiguous else block
+        chunk = rows[start : start + size]
+        contiguous = chunk[-1] - chunk[0] + 1 == len(chunk)
+        yield slice(int(chunk[0]), int(chunk[-1]) + 1) if contiguous else chunk
 
 
 def _pending(kind, todo, removed):

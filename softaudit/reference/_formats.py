@@ -163,16 +163,13 @@ def round_fraction(value: Fraction, fmt: Format) -> tuple[tuple, bool]:
 
 
 def mpf_to_numpy(values: list[tuple[tuple, bool]], fmt: Format, shape) -> np.ndarray:
-    """Turn rounded libmp values (each exactly representable in fmt) into an array of fmt's dtype."""
+    """Rounded libmp values as mpmath objects (dtype None) or a longdouble array: the formats the fast tiers do
+    not serve (every other one is gathered in its own dtype directly)."""
     if fmt.dtype is None:
         out = np.empty(len(values), dtype=object)
         out[:] = [_mpf_object(v, neg) for v, neg in values]
         return out.reshape(shape)
-    if fmt.dtype == np.longdouble and fmt.dtype != np.float64:
-        flat = np.array([_to_longdouble(v, neg) for v, neg in values], dtype=np.longdouble)
-        return flat.reshape(shape)
-    flat = np.array([math.copysign(libmp.to_float(v), -1.0 if neg else 1.0) for v, neg in values], dtype=np.float64)
-    return cast_exact(flat, fmt).reshape(shape)
+    return np.array([_to_longdouble(v, neg) for v, neg in values], dtype=np.longdouble).reshape(shape)
 
 
 def cast_exact(values: np.ndarray, fmt: Format) -> np.ndarray:
