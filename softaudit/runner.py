@@ -105,6 +105,7 @@ class AuditResult:
     table: object  # pandas.DataFrame
     worst: dict  # (candidate, dtype, family) -> WorstInput (as_json(): exact, hex floats)
     settings: dict
+    cases: object = None  # pandas.DataFrame: one row per candidate x dtype x case (what the plots draw)
 
     @property
     def passed(self) -> bool:
@@ -120,20 +121,21 @@ def _candidates(targets, kind) -> list[Candidate]:
     return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only) -> dict[str, list[Prepared]]:
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int) -> dict[str, list[Prepared]]:
     by_family: dict[str, list[Prepared]] = {}
     chosen = [f for f in families_for(kind) if only is None or f.name in only]
-    cases = [c for family in chosen for c in family.cases(kind, fmt, suite)]
+    cases = [c for family in chosen for c in family.cases(kind, fmt, suite, seed)]
     cases += [c for path in files for c in load_case_file(path, kind)]
     for index, case in enumerate(cases):
         by_family.setdefault(case.family, []).append(Prepared(case, index, fmt))
     return by_family
 
 
-def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tuple[Tally, float, str, bool | None]:
-    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, and whether
-    every output was NaN where something is defined (None when nothing is)."""
+def _run_family(candidate: Candidate, prepared: list[Prepared], timeout):
+    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, whether
+    every output was NaN where something is defined (None when nothing is), and one record per case."""
     tally, seconds, notes = Tally(), 0.0, set()
+    per_case = []
     rng = np.random.default_rng(0)
     all_nan, anything = True, False  # every output NaN, on cases where something is defined
     for pc in prepared:
@@ -154,7 +156,11 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout) -> tupl
             a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
             part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
         tally.merge(part)
-    return tally, seconds, "; ".join(sorted(n for n in notes if n)), (all_nan if anything else None)
+        per_case.append({"case": pc.case.description, "size": int(y.size), "max_ulp": part.max_ulp,
+                         "mean_ulp": part.mean_ulp, "events": part.nan + part.overflow + part.mask_leak,
+                         **pc.case.params})  # fmt: skip
+    notes = "; ".join(sorted(n for n in notes if n))
+    return tally, seconds, notes, (all_nan if anything else None), per_case
 
 
 @dataclasses.dataclass
@@ -215,6 +221,7 @@ def audit(
     cases=None,
     families: Iterable[str] | None = None,
     policy: Policy | None = None,
+    seed: int = 0,
     timeout: float | None = 60.0,
     progress: Callable[[int, int, str], None] | None = None,
 ) -> AuditResult:
@@ -223,6 +230,7 @@ def audit(
     targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
     for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
     families: only these built-in families (case files are always run). timeout: seconds per candidate call.
+    seed: varies the random families (the same seed always gives the same cases).
     """
     import pandas as pd
 
@@ -240,11 +248,11 @@ def audit(
     found = _candidates(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     plan = [(k, fmt) for k in kinds for fmt in formats]
-    rows, worst = [], {}
+    rows, worst, case_rows = [], {}, []
     total = sum(1 for c in found for _ in formats)
     done = 0
     for k, fmt in plan:
-        prepared = _prepare(k, fmt, suite, files, only)
+        prepared = _prepare(k, fmt, suite, files, only, seed)
         comparison = builtin.sound(k)
         compare_max = {}
         for family, pcs in prepared.items():
@@ -258,12 +266,13 @@ def audit(
                 row = {"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family,
                        "comparison_max_ulp": compare_max[family], "threshold_ulp": policy.threshold(compare_max[family])}
                 try:
-                    tally, seconds, note, all_nan = _run_family(candidate, pcs, timeout)
+                    tally, seconds, note, all_nan, per_case = _run_family(candidate, pcs, timeout)
                 except CandidateError as exc:
                     mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
                     continue
                 if all_nan is not None:
                     nan_everywhere.append(all_nan)
+                case_rows += [{"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family} | c for c in per_case]
                 verdict, reasons = policy.judge(k, tally, compare_max[family])
                 mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
                 if tally.worst is not None:
@@ -278,8 +287,9 @@ def audit(
                 progress(done, total, f"{candidate.name} {fmt.name}")
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
-                "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None}  # fmt: skip
-    return AuditResult(table, worst, settings)
+                "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,
+                "seed": seed}  # fmt: skip
+    return AuditResult(table, worst, settings, pd.DataFrame(case_rows))
 
 
 def _row(t: Tally) -> dict:

@@ -22,7 +22,7 @@ def _qkv(rng, lq, lk, d, dv=None, scale=1.0, batch=()):
 
 @family("attn_gaussian", ATTENTION, "Gaussian q, k, v with head dimension d from 16 to 256.")
 def attn_gaussian(kind, fmt, size, rng):
-    return [(_qkv(rng, size.lq, 128, d), None, f"d={d}, Lq={size.lq}, Lk=128") for d in size.d]
+    return [(_qkv(rng, size.lq, 128, d), None, f"d={d}, Lq={size.lq}, Lk=128", {"d": d}) for d in size.d]
 
 
 @family("attn_shapes", ATTENTION, "Lq != Lk, a single key, and batch and head dimensions.")
@@ -36,7 +36,7 @@ def attn_shapes(kind, fmt, size, rng):
 
 @family("attn_long", ATTENTION, "Long key sequences (Lk 4096 in default).")
 def attn_long(kind, fmt, size, rng):
-    return [(_qkv(rng, 8, size.lk, 64), None, f"Lk={size.lk}, d=64")]
+    return [(_qkv(rng, 8, lk, 64), None, f"Lk={lk}, d=64", {"lk": lk}) for lk in sorted({128, 1024, size.lk})]
 
 
 @family(

@@ -23,6 +23,7 @@ class Case:
     mask: np.ndarray | None  # boolean, True = keep / may attend
     seed: int | None
     description: str
+    params: Mapping[str, float] = dataclasses.field(default_factory=dict)  # e.g. {"scale": 1e3}: what plots use
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,15 +52,13 @@ class Family:
     name: str
     kinds: tuple[str, ...]
     description: str
-    make: Callable  # make(kind, fmt, size, rng) -> list of (arrays, mask, description)
+    make: Callable  # make(kind, fmt, size, rng) -> list of (arrays, mask, description[, params])
 
-    def cases(self, kind: str, fmt: Format, suite: str) -> list[Case]:
-        seed = zlib.crc32(f"{self.name}/{kind}/{fmt.name}/{suite}".encode())
+    def cases(self, kind: str, fmt: Format, suite: str, seed: int = 0) -> list[Case]:
+        """The family's cases for kind and dtype; the same arguments always give the same cases."""
+        seed = zlib.crc32(f"{self.name}/{kind}/{fmt.name}/{suite}/{seed}".encode())
         rng = np.random.default_rng(seed)
-        return [
-            Case(kind, self.name, arrays, mask, seed, description)
-            for arrays, mask, description in self.make(kind, fmt, SIZES[suite], rng)
-        ]
+        return [Case(kind, self.name, *made[:2], seed, *made[2:]) for made in self.make(kind, fmt, SIZES[suite], rng)]
 
 
 FAMILIES: dict[str, Family] = {}

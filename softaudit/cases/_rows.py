@@ -52,7 +52,7 @@ def gaussian(kind, fmt, size, rng):
     out = []
     for scale in (1e-3, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4):
         x = rng.standard_normal((size.rows, size.n)) * scale
-        out.append(({"x": x}, _kept(kind, rng, x), f"N(0, {scale:g}^2)"))
+        out.append(({"x": x}, _kept(kind, rng, x), f"N(0, {scale:g}^2)", {"scale": scale}))
     return out
 
 
@@ -103,14 +103,15 @@ def long(kind, fmt, size, rng):
             x = rng.standard_normal((2, n)) * 2
             spot = {"early": 0, "late": n - 1, "random": int(rng.integers(n))}[where]
             x[:, spot] = x.max() + 1
-            out.append(({"x": x}, _kept(kind, rng, x, density=0.9), f"n={n}, max {where}"))
+            out.append(({"x": x}, _kept(kind, rng, x, density=0.9), f"n={n}, max {where}", {"n": n}))
     return out
 
 
 @family("temperature", ROWS, "Logits divided by temperatures 1e-3 to 1e3.")
 def temperature(kind, fmt, size, rng):
     base = rng.standard_normal((size.rows, size.n)) * 3
-    return [({"x": base / t}, _kept(kind, rng, base), f"T = {t:g}") for t in (1e-3, 1e-2, 0.1, 1.0, 10.0, 1e2, 1e3)]
+    temperatures = (1e-3, 1e-2, 0.1, 1.0, 10.0, 1e2, 1e3)
+    return [({"x": base / t}, _kept(kind, rng, base), f"T = {t:g}", {"temperature": t}) for t in temperatures]
 
 
 @family("subnormal", ROWS, "Rows whose softmax values fall in the dtype's subnormal range.")
