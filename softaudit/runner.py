@@ -36,8 +36,8 @@ COLUMNS = (
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 
-    def __init__(self, case: Case, index: int, fmt: Format):
-        self.case, self.index, self.fmt = case, index, fmt
+    def __init__(self, case: Case, index: int, fmt: Format, case_in_family: int):
+        self.case, self.index, self.fmt, self.case_in_family = case, index, fmt, case_in_family
         self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
         self.mask = case.mask
 
@@ -127,7 +127,8 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int) -
     cases = [c for family in chosen for c in family.cases(kind, fmt, suite, seed)]
     cases += [c for path in files for c in load_case_file(path, kind)]
     for index, case in enumerate(cases):
-        by_family.setdefault(case.family, []).append(Prepared(case, index, fmt))
+        group = by_family.setdefault(case.family, [])
+        group.append(Prepared(case, index, fmt, len(group)))
     return by_family
 
 
@@ -180,6 +181,11 @@ class WorstInput:
     ulp_error: float
     reference: float
     inputs: dict  # name -> array in the audited dtype (mask: boolean)
+    replay: dict  # suite, seed and case index: the families are deterministic, so these regenerate the case
+
+    #: Inputs larger than this are written as `replay` (and, for attention, the query row) instead of every value:
+    #: the families are deterministic, so suite, seed, family and case index regenerate them bit for bit.
+    MAX_VALUES = 4096
 
     def as_json(self) -> dict:
         def exact(a):
@@ -189,11 +195,12 @@ class WorstInput:
             return [[float(v).hex() for v in row] for row in a.astype(np.float64).reshape(len(a), -1)]
 
         out = dataclasses.asdict(self) | {"reference": float(self.reference).hex()}
-        out["inputs"] = {name: exact(a) for name, a in self.inputs.items()}
+        big = sum(np.asarray(a).size for a in self.inputs.values()) > self.MAX_VALUES
+        out["inputs"] = {name: exact(a) for name, a in self.inputs.items() if not big or name == "q"}
         return out
 
 
-def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) -> WorstInput:
+def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally, suite: str, seed: int) -> WorstInput:
     shape = pc.output_shape
     position = np.unravel_index(flat, shape)
     value = float(np.asarray(pc.reference.value).astype(np.float64)[position])
@@ -208,8 +215,9 @@ def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally) ->
         inputs = {"x": pc.inputs["x"][row][None, :]}
         if pc.mask is not None:
             inputs["mask"] = np.broadcast_to(pc.mask, pc.inputs["x"].shape)[row][None, :]
+    replay = {"suite": suite, "seed": seed, "family": pc.case.family, "case_index": pc.case_in_family}
     return WorstInput(candidate.name, candidate.kind, pc.fmt.name, pc.case.family, pc.case.description, pc.case.seed,
-                      [int(i) for i in position], float(tally.worst[0]), value, inputs)  # fmt: skip
+                      [int(i) for i in position], float(tally.worst[0]), value, inputs, replay)  # fmt: skip
 
 
 def audit(
@@ -277,7 +285,7 @@ def audit(
                 mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
                 if tally.worst is not None:
                     pc = next(p for p in pcs if p.index == tally.worst[1])
-                    worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally)
+                    worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally, suite, seed)
             if nan_everywhere and all(nan_everywhere):
                 # NaN on every family: the candidate never returned a number, an error rather than a verdict.
                 mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} for r in mine]

@@ -1,0 +1,89 @@
+"""Small inline SVG charts (no plotting library, no script): lines on log axes, and bars."""
+
+from __future__ import annotations
+
+import math
+from html import escape
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 560, 300, 58, 170, 28, 44
+
+
+def _scale(lo: float, hi: float, log: bool, size: float, flip: bool):
+    if log:
+        lo, hi = math.log10(lo), math.log10(hi)
+    span = (hi - lo) or 1.0
+
+    def place(v):
+        t = ((math.log10(v) if log else v) - lo) / span
+        return size * (1 - t) if flip else size * t
+
+    return place
+
+
+def _ticks(lo: float, hi: float, log: bool) -> list[float]:
+    if log:
+        return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+    step = (hi - lo) / 4 or 1.0
+    return [lo + i * step for i in range(5)]
+
+
+def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool = True) -> str:
+    """series: name -> [(x, y)]. y is drawn on a log axis of 1 + y (ULP errors start at 0)."""
+    points = [(x, y) for pts in series.values() for x, y in pts if x > 0 or not logx]
+    if not points:
+        return ""
+    xs = [x for x, _ in points]
+    ys = [1 + max(y, 0.0) for _, y in points]
+    x_lo, x_hi = min(xs), max(xs)
+    y_lo, y_hi = 1.0, max(ys) * 1.5 if max(ys) > 1 else 10.0
+    px = _scale(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx, WIDTH - LEFT - RIGHT, False)
+    py = _scale(y_lo, y_hi, True, HEIGHT - TOP - BOTTOM, True)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
+             f"<title>{escape(title)}</title>",
+             f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+             f'<g transform="translate({LEFT},{TOP})">']  # fmt: skip
+    inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+    parts.append(f'<rect width="{inner_w}" height="{inner_h}" class="frame"/>')
+    for tick in _ticks(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx):
+        if x_lo <= tick <= max(x_hi, x_lo):
+            x = px(tick)
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
+                         f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{tick:g}</text>')  # fmt: skip
+    for tick in _ticks(y_lo, y_hi, True):
+        if y_lo <= tick <= y_hi:
+            y = py(tick)
+            parts.append(f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+                         f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick - 1:g}</text>')  # fmt: skip
+    for i, (name, pts) in enumerate(series.items()):
+        pts = sorted((x, 1 + max(y, 0.0)) for x, y in pts if x > 0 or not logx)
+        if not pts:
+            continue
+        color = PALETTE[i % len(PALETTE)]
+        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
+        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
+        parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts]
+        parts.append(f'<text x="{inner_w + 8}" y="{12 + 14 * i}" fill="{color}" class="legend">{escape(str(name))}</text>')
+    parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text>')
+    parts.append(f'<text transform="rotate(-90)" x="{-inner_h / 2}" y="-44" text-anchor="middle">{escape(y_label)}</text>')
+    parts.append("</g></svg>")
+    return "".join(parts)
+
+
+def bar_chart(title: str, labels: list[str], counts: list[int], x_label: str) -> str:
+    if not counts or not any(counts):
+        return ""
+    inner_w, inner_h = WIDTH - LEFT - 20, HEIGHT - TOP - BOTTOM
+    width = inner_w / len(counts)
+    top = max(counts)
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
+             f"<title>{escape(title)}</title>",
+             f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+             f'<g transform="translate({LEFT},{TOP})"><rect width="{inner_w}" height="{inner_h}" class="frame"/>']  # fmt: skip
+    for i, (label, count) in enumerate(zip(labels, counts)):
+        h = inner_h * count / top
+        parts.append(f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" fill="{PALETTE[0]}"/>'
+                     f'<text x="{i * width + width / 2:.1f}" y="{inner_h + 14}" text-anchor="middle">{escape(label)}</text>'
+                     f'<text x="{i * width + width / 2:.1f}" y="{inner_h - h - 3:.1f}" text-anchor="middle">{count}</text>')  # fmt: skip
+    parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text></g></svg>')
+    return "".join(parts)
