@@ -19,9 +19,8 @@ class TargetError(ValueError):
 def _import_file(path: Path):
     if not path.is_file():
         raise TargetError(f"no such file: {path}")
+    # Loaded afresh every time, as running a script is: a file edited between two audits is the new one.
     name = "softaudit_target_" + hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:12]
-    if name in sys.modules:
-        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module

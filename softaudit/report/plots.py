@@ -22,16 +22,26 @@ def _scale(lo: float, hi: float, log: bool, size: float, flip: bool):
 
 
 def _ticks(lo: float, hi: float, log: bool) -> list[float]:
+    """At most about seven ticks: every decade, or every few decades on a long axis."""
     if log:
-        return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+        step = max(1, math.ceil((last - first) / 6))
+        return [10.0**e for e in range(first, last + 1, step)]
     step = (hi - lo) / 4 or 1.0
     return [lo + i * step for i in range(5)]
+
+
+def _ulp_ticks(top: float) -> list[float]:
+    """ULP values for the y axis (drawn at 1 + value on a log scale): 0, 1, 10, 100, ... up to top."""
+    decades = max(1, math.ceil(math.log10(top)))
+    step = max(1, math.ceil(decades / 6))
+    return [0.0] + [10.0**e for e in range(0, decades + 1, step)]
 
 
 def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool = True) -> str:
     """series: name -> [(x, y)]. y is drawn on a log axis of 1 + y (ULP errors start at 0)."""
     points = [(x, y) for pts in series.values() for x, y in pts if x > 0 or not logx]
-    if not points:
+    if len({x for x, _ in points}) < 2:  # one x value says nothing a table does not
         return ""
     xs = [x for x, _ in points]
     ys = [1 + max(y, 0.0) for _, y in points]
@@ -50,11 +60,11 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
             x = px(tick)
             parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
                          f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{tick:g}</text>')  # fmt: skip
-    for tick in _ticks(y_lo, y_hi, True):
-        if y_lo <= tick <= y_hi:
-            y = py(tick)
+    for tick in _ulp_ticks(y_hi - 1):
+        if y_lo <= 1 + tick <= y_hi:
+            y = py(1 + tick)
             parts.append(f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                         f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick - 1:g}</text>')  # fmt: skip
+                         f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')  # fmt: skip
     for i, (name, pts) in enumerate(series.items()):
         pts = sorted((x, 1 + max(y, 0.0)) for x, y in pts if x > 0 or not logx)
         if not pts:
@@ -63,7 +73,7 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
         path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
         parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
         parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts]
-        parts.append(f'<text x="{inner_w + 8}" y="{12 + 14 * i}" fill="{color}" class="legend">{escape(str(name))}</text>')
+        parts.append(f'<text x="{inner_w + 8}" y="{12 + 14 * i}" style="fill:{color}" class="legend">{escape(str(name))}</text>')
     parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text transform="rotate(-90)" x="{-inner_h / 2}" y="-44" text-anchor="middle">{escape(y_label)}</text>')
     parts.append("</g></svg>")

@@ -1,0 +1,67 @@
+"""Report formats: structure, escaping, atomic writes."""
+
+import xml.etree.ElementTree as ET
+
+import numpy as np
+
+import softaudit
+from softaudit.report import annotations, write_reports
+from softaudit.report._files import write_atomic
+
+
+def weird(x, axis=-1):
+    return np.zeros_like(x)  # every probability 0: fails
+
+
+weird.__qualname__ = "weird<script>alert(1)</script>,name:x"
+
+
+def test_junit_is_xunit2_with_a_suite_per_candidate_and_a_case_per_dtype_and_family(tmp_path):
+    result = softaudit.audit(["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"],
+                             dtypes=["float16", "float32"], suite="quick")  # fmt: skip
+    write_reports(result, tmp_path, ["junit"])
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["softmax.naive", "softmax.max_shifted_f32acc"]
+    naive_cases = suites[0].findall("testcase")
+    assert len(naive_cases) == len(result.table) // 2
+    assert any(c.find("failure") is not None for c in naive_cases)
+    assert all(c.find("failure") is None for c in suites[1].findall("testcase"))
+    assert int(suites[0].get("failures")) == int((result.table.candidate == "softmax.naive").sum() - (result.table[result.table.candidate == "softmax.naive"].verdict == "pass").sum())
+
+
+def test_candidate_text_is_escaped_in_html_and_annotations(tmp_path):
+    result = softaudit.audit(weird, kind="softmax", dtypes=["float32"], suite="quick", families=["gaussian"])
+    write_reports(result, tmp_path, ["html", "md"])
+    html = (tmp_path / "report.html").read_text()
+    assert "<script>" not in html and "&lt;script&gt;" in html
+    line = annotations(result)[0]
+    title = line.split("::")[1]
+    assert "%3A" in title and "%2C" in title and "<script>" in title  # properties escape : and , ; no HTML here
+
+
+def test_github_data_escaping_of_newlines_and_percent():
+    from softaudit.report.github import _escape_data, _escape_property
+
+    assert _escape_data("50% done\nnext\r") == "50%25 done%0Anext%0D"
+    assert _escape_property("a:b,c") == "a%3Ab%2Cc"
+
+
+def test_atomic_writes_replace_whole_files_and_leave_no_temporaries(tmp_path):
+    target = tmp_path / "sub" / "file.txt"
+    write_atomic(target, "first")
+    write_atomic(target, "second")
+    assert target.read_text() == "second"
+    assert sorted(p.name for p in target.parent.iterdir()) == ["file.txt"]
+
+
+def test_results_json_has_settings_versions_and_machine(tmp_path):
+    import json
+
+    result = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float32"], suite="quick")
+    write_reports(result, tmp_path, ["json", "csv"])
+    data = json.loads((tmp_path / "results.json").read_text())
+    assert data["settings"]["suite"] == "quick" and data["versions"]["numpy"] and data["machine"]["cpus"]
+    assert len(data["results"]) == len(result.table)
+    worst = (tmp_path / "worst.csv").read_text()
+    assert "0x1." in worst  # hex floats
