@@ -62,9 +62,10 @@ def _progress(quiet: bool):
     """A rich progress bar on a terminal (NO_COLOR is honoured by rich); nothing otherwise."""
     if quiet or not sys.stderr.isatty():
         return None, None
+    from rich.console import Console
     from rich.progress import Progress
 
-    bar = Progress(transient=True, console=None)
+    bar = Progress(transient=True, console=Console(stderr=True))
     task = bar.add_task("auditing", total=None)
 
     def update(done, total, label):
@@ -131,9 +132,11 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
         for line in annotations(result, comparison):
             click.echo(line)
         summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_path and (out / "summary.md").exists():
+        if summary_path:
+            from .report.markdown import summary
+
             with open(summary_path, "a", encoding="utf-8") as f:
-                f.write((out / "summary.md").read_text(encoding="utf-8"))
+                f.write(summary(result, comparison))
     failed = comparison.failed if comparison is not None else not result.passed
     if not quiet:
         _print_summary(result, comparison, written, verbose)

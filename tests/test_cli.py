@@ -128,3 +128,12 @@ def test_listings():
     assert "long" in invoke("cases").output
     out = invoke("candidates", "--kind", "softmax").output
     assert "softmax.naive" in out and "(comparison)" in out
+
+
+def test_github_format_prints_annotations_and_fills_the_step_summary(project, monkeypatch):
+    (project / "kernels.py").write_text(BAD)
+    step = project / "step.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "github")
+    assert r.exit_code == 1
+    assert r.output.startswith("::error title=softaudit fail%3A") and "## Verdicts" in step.read_text()
