@@ -12,7 +12,7 @@ def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"),
     from .runner import audit
 
     result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
-    bad = result.table[result.table.verdict != "pass"]
+    bad = result.table[result.table.verdict.isin(["fail", "error"])]
     if len(bad):
         lines = [f"{len(bad)} of {len(result.table)} audits did not pass for {kind} candidate {result.table.candidate[0]}:"]
         width = max(len(f) for f in bad.family)

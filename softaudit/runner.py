@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from . import candidates as builtin
+from .adapters._bridge import CandidateSkip
 from .adapters._call import CandidateError, call
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
@@ -109,7 +110,8 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        return bool((self.table["verdict"] == "pass").all()) if len(self.table) else True
+        """No row failed or errored (a `skip`, a dtype the candidate cannot do, is not a failure)."""
+        return not self.table["verdict"].isin(["fail", "error"]).any()
 
 
 def _candidates(targets, kind) -> list[Candidate]:
@@ -278,6 +280,9 @@ def audit(
                 except CandidateError as exc:
                     mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
                     continue
+                except CandidateSkip as exc:
+                    mine.append(row | {"cases": len(pcs), "verdict": "skip", "note": str(exc)})
+                    continue
                 if all_nan is not None:
                     nan_everywhere.append(all_nan)
                 case_rows += [{"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family} | c for c in per_case]
@@ -286,9 +291,9 @@ def audit(
                 if tally.worst is not None:
                     pc = next(p for p in pcs if p.index == tally.worst[1])
                     worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally, suite, seed)
-            if nan_everywhere and all(nan_everywhere):
+            if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
                 # NaN on every family: the candidate never returned a number, an error rather than a verdict.
-                mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} for r in mine]
+                mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r for r in mine]
             rows += mine
             done += 1
             if progress:

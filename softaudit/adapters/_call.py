@@ -13,6 +13,7 @@ import threading
 import numpy as np
 
 from ..reference import format_of
+from . import _bridge as bridge
 from ._candidate import Candidate
 
 
@@ -54,16 +55,22 @@ def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout:
     The output must be an array (or array-like) of `shape`; another floating dtype is cast and noted.
     """
     args, kwargs = _arguments(candidate.kind, arrays, mask)
+    framework = candidate.framework
     try:
         # The audit counts NaN, overflow and underflow itself; numpy's warnings about them would only be noise.
-        with _time_limit(timeout), np.errstate(all="ignore"):
+        with _time_limit(timeout), np.errstate(all="ignore"), bridge.context(framework):
+            if framework != "numpy":
+                to, back = bridge.converters(framework)
+                args = tuple(to(a, candidate.device) for a in args)
+                if kwargs.get("mask") is not None:
+                    kwargs = kwargs | {"mask": to(np.asarray(kwargs["mask"]), candidate.device)}
             out = candidate.call(*args, **kwargs)
-    except CandidateError:
+            if framework != "numpy":
+                out = back(out)
+    except (CandidateError, bridge.CandidateSkip):
         raise
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}") from exc
-    if hasattr(out, "numpy") and not isinstance(out, np.ndarray):  # a framework tensor
-        out = out.numpy()
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise CandidateError(f"returned {type(out).__name__}, not an array")
     out = np.asarray(out)

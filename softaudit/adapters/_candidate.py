@@ -23,7 +23,8 @@ class Candidate:
     kind: str
     name: str
     call: Callable
-    framework: str = "numpy"
+    framework: str = "numpy"  # numpy, torch or jax: the adapter converts arrays to its tensors and back
+    device: str | None = None  # torch: "cpu" (default) or "cuda"
 
     @property
     def summary(self) -> str:
@@ -38,20 +39,25 @@ def check_kind(kind) -> str:
     return kind
 
 
-def candidate(fn: Callable | None = None, *, kind: str, name: str | None = None, framework: str = "numpy"):
+def candidate(fn: Callable | None = None, *, kind: str, name: str | None = None, framework: str = "numpy",
+              device: str | None = None):  # fmt: skip
     """Mark `fn` as a candidate of `kind`; `softaudit run module` then audits every marked function in it.
 
     Usable as @candidate(kind="softmax") or candidate(fn, kind="softmax"). The function is returned unchanged.
+    framework="torch" or "jax": the function gets that framework's tensors (same dtype, bit for bit) and returns
+    one; device= places torch tensors ("cpu" by default, "cuda").
     """
     check_kind(kind)
+    if framework not in ("numpy", "torch", "jax"):
+        raise ValueError(f"unknown framework {framework!r}; known: numpy, torch, jax")
 
     def mark(f: Callable) -> Callable:
-        setattr(f, _MARK, (kind, name, framework))
+        setattr(f, _MARK, (kind, name, framework, device))
         return f
 
     return mark if fn is None else mark(fn)
 
 
-def marking(fn) -> tuple[str, str | None, str] | None:
-    """The (kind, name, framework) a function was marked with, or None."""
+def marking(fn) -> tuple[str, str | None, str, str | None] | None:
+    """The (kind, name, framework, device) a function was marked with, or None."""
     return getattr(fn, _MARK, None)

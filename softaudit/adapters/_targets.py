@@ -45,10 +45,10 @@ def _from_function(fn, label: str, kind: str | None) -> Candidate:
     mark = marking(fn)
     if mark is None and kind is None:
         raise TargetError(f"{label} is not marked with @softaudit.candidate: give its kind (kind= or --kind)")
-    marked_kind, name, framework = mark or (None, None, "numpy")
+    marked_kind, name, framework, device = mark or (None, None, "numpy", None)
     if marked_kind and kind and marked_kind != kind:
         raise TargetError(f"{label} is marked as {marked_kind}, not {kind}")
-    return Candidate(check_kind(kind or marked_kind), name or label, fn, framework)
+    return Candidate(check_kind(kind or marked_kind), name or label, fn, framework, device)
 
 
 def load_target(target, kind: str | None = None) -> list[Candidate]:

@@ -20,7 +20,7 @@ def annotations(result, comparison=None) -> list[str]:
         for change in comparison.known:
             lines.append(f"::notice title={_escape_property('softaudit known failure')}::{_escape_data(change.key)}")
         return lines
-    for row in result.table[result.table.verdict != "pass"].itertuples():
+    for row in result.table[result.table.verdict.isin(["fail", "error"])].itertuples():
         title = _escape_property(f"softaudit {row.verdict}: {row.candidate} {row.dtype}")
         lines.append(f"::error title={title}::{_escape_data(f'{row.family}: {row.note}')}")
     return lines

@@ -14,7 +14,7 @@ STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
 h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
-th{background:#f4f4f4}.pass{background:#d9f2d9}.fail{background:#f8d0d0}.error{background:#f3e1a6}
+th{background:#f4f4f4}.pass{background:#d9f2d9}.fail{background:#f8d0d0}.error{background:#f3e1a6}.skip{background:#e8e8e8}
 .charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}.chart .t{font-size:13px;font-weight:600}
 .chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}.legend{font-size:11px}
 code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
@@ -96,7 +96,7 @@ def _family_tables(table) -> str:
     return "".join(out)
 
 
-_COLOR = {"pass": "#d9f2d9", "fail": "#f8d0d0", "error": "#f3e1a6"}
+_COLOR = {"pass": "#d9f2d9", "fail": "#f8d0d0", "error": "#f3e1a6", "skip": "#e8e8e8"}
 
 
 def _worst(result, limit: int = 40) -> str:

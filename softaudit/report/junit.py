@@ -22,6 +22,8 @@ def junit(result, comparison=None) -> str:
             key = f"{candidate} | {row.dtype} | {row.family}"
             if row.verdict == "error":
                 ET.SubElement(case, "error", message=str(row.note)).text = str(row.note)
+            elif row.verdict == "skip":
+                ET.SubElement(case, "skipped", message=str(row.note))
             elif row.verdict == "fail" or key in regressions:
                 why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", str(row.note)]))
                 ET.SubElement(case, "failure", message=why).text = why

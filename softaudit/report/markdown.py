@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ._files import write_atomic
 
-SYMBOL = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**"}
+SYMBOL = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
 
 
 def verdict_matrix(table):
@@ -14,7 +14,7 @@ def verdict_matrix(table):
     cells = {}
     for (candidate, dtype), group in table.groupby(["candidate", "dtype"], sort=False):
         counts = group.verdict.value_counts()
-        worst = "error" if counts.get("error") else "fail" if counts.get("fail") else "pass"
+        worst = next((v for v in ("error", "fail", "skip") if counts.get(v)), "pass")
         cells[(candidate, dtype)] = (worst, int(counts.get(worst, 0)), len(group))
     return cells
 
@@ -37,7 +37,7 @@ def summary(result, comparison=None) -> str:
             verdict, count, total = cells.get((candidate, dtype), ("", 0, 0))
             row.append(SYMBOL.get(verdict, "") + (f" {count}/{total}" if verdict != "pass" and total else ""))
         lines.append(f"| `{candidate}` | " + " | ".join(row) + " |")
-    bad = table[table.verdict != "pass"]
+    bad = table[table.verdict.isin(["fail", "error"])]
     if len(bad):
         lines += ["", "## Failures and errors", "", "| candidate | dtype | family | max ulp | why |", "|---|---|---|---|---|"]
         for row in bad.itertuples():

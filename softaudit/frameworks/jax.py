@@ -1,0 +1,65 @@
+"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention, on the CPU.
+
+Inputs arrive as jax arrays of the audited dtype (64-bit mode is switched on, scoped to each call, so float64
+stays float64).
+"""
+
+from __future__ import annotations
+
+from ..adapters._bridge import CandidateSkip
+from ..adapters._candidate import candidate
+from ._need import need
+
+need("jax", "jax")
+
+
+@candidate(kind="softmax", name="jax.nn.softmax", framework="jax")
+def softmax(x, axis=-1):
+    """jax.nn.softmax(x, axis)."""
+    import jax
+
+    return jax.nn.softmax(x, axis=axis)
+
+
+@candidate(kind="masked_softmax", name="jax.nn.softmax_where", framework="jax")
+def softmax_where(x, mask, axis=-1):
+    """jax.nn.softmax(x, axis, where=mask)."""
+    import jax
+
+    return jax.nn.softmax(x, axis=axis, where=mask)
+
+
+@candidate(kind="log_softmax", name="jax.nn.log_softmax", framework="jax")
+def log_softmax(x, axis=-1):
+    """jax.nn.log_softmax(x, axis)."""
+    import jax
+
+    return jax.nn.log_softmax(x, axis=axis)
+
+
+@candidate(kind="logsumexp", name="jax.nn.logsumexp", framework="jax")
+def logsumexp(x, axis=-1):
+    """jax.nn.logsumexp(x, axis)."""
+    import jax
+
+    return jax.nn.logsumexp(x, axis=axis)
+
+
+@candidate(kind="attention", name="jax.nn.dot_product_attention", framework="jax")
+def dot_product_attention(q, k, v, mask=None):
+    """jax.nn.dot_product_attention, q k v in its (batch, length, heads, dim) layout, a boolean mask."""
+    import jax
+    import jax.numpy as jnp
+
+    batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lq, lk = q.shape[-2], k.shape[-2]
+
+    def layout(a, length):
+        a = jnp.broadcast_to(a, batch + (length, a.shape[-1])).reshape((-1, length, a.shape[-1]))
+        return a[:, :, None, :]  # (B, T, 1 head, H)
+
+    if v.shape[-1] != q.shape[-1]:
+        raise CandidateSkip(f"jax.nn.dot_product_attention needs dv == d (got dv={v.shape[-1]}, d={q.shape[-1]})")
+    m = None if mask is None else jnp.broadcast_to(mask, batch + (lq, lk)).reshape((-1, 1, lq, lk))
+    out = jax.nn.dot_product_attention(layout(q, lq), layout(k, lk), layout(v, lk), mask=m)
+    return out[:, :, 0, :].reshape(batch + (lq, v.shape[-1]))

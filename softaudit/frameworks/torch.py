@@ -1,0 +1,112 @@
+"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention, on the CPU.
+
+Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and float8 included). Attention goes
+through each SDPA backend by name (math, flash, efficient, cudnn); a backend the device lacks gives a `skip` row.
+For CUDA, make candidates with `sdpa(..., device="cuda")`.
+"""
+
+from __future__ import annotations
+
+from ..adapters._bridge import CandidateSkip
+from ..adapters._candidate import candidate
+from ._need import need
+
+need("torch", "torch")
+
+
+_UNSUPPORTED = ("not implemented for", "No available kernel", "No viable backend", "Unsupported")
+
+
+def _run(fn):
+    """Run a torch op; an op or backend torch lacks for a dtype becomes a skip with torch's reason."""
+    import warnings
+
+    try:
+        with warnings.catch_warnings():  # torch explains at length why a fused kernel was not used: noise here
+            warnings.simplefilter("ignore", UserWarning)
+            return fn()
+    except (RuntimeError, NotImplementedError) as exc:
+        if any(reason in str(exc) for reason in _UNSUPPORTED):
+            raise CandidateSkip(str(exc).splitlines()[0][:200]) from None
+        raise
+
+
+@candidate(kind="softmax", name="torch.softmax", framework="torch")
+def softmax(x, axis=-1):
+    """torch.softmax(x, dim)."""
+    return _run(lambda: x.softmax(axis))
+
+
+@candidate(kind="log_softmax", name="torch.log_softmax", framework="torch")
+def log_softmax(x, axis=-1):
+    """torch.log_softmax(x, dim)."""
+    return _run(lambda: x.log_softmax(axis))
+
+
+@candidate(kind="logsumexp", name="torch.logsumexp", framework="torch")
+def logsumexp(x, axis=-1):
+    """torch.logsumexp(x, dim)."""
+    return _run(lambda: x.logsumexp(axis))
+
+
+@candidate(kind="masked_softmax", name="torch.masked_fill_neginf", framework="torch")
+def masked_fill_neginf(x, mask, axis=-1):
+    """x.masked_fill(~mask, -inf).softmax(dim): the common idiom."""
+    return _run(lambda: x.masked_fill(~mask, float("-inf")).softmax(axis))
+
+
+@candidate(kind="masked_softmax", name="torch.masked_fill_finfo_min", framework="torch")
+def masked_fill_finfo_min(x, mask, axis=-1):
+    """x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(dim): the idiom that avoids NaN."""
+    import torch
+
+    return _run(lambda: x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(axis))
+
+
+def sdpa(mask_style: str, backend: str, device: str | None = None):
+    """A candidate calling scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal,
+    restricted to one backend (math, flash, efficient, cudnn)."""
+
+    def attend(q, k, v, mask=None):
+        import torch
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        from torch.nn.functional import scaled_dot_product_attention
+
+        kwargs = {}
+        if mask is not None:
+            if mask_style == "causal":
+                lq, lk = mask.shape[-2:]
+                causal = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril()
+                if not bool((mask == causal).all()):
+                    raise CandidateSkip("is_causal serves causal masks only")
+                kwargs["is_causal"] = True
+            elif mask_style == "float":
+                zero = torch.zeros((), dtype=q.dtype, device=q.device)
+                kwargs["attn_mask"] = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+            else:
+                kwargs["attn_mask"] = mask
+        chosen = getattr(SDPBackend, {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
+                                      "cudnn": "CUDNN_ATTENTION"}[backend])  # fmt: skip
+        # The fused kernels take (batch, heads, length, dim), as models call them.
+        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        q4, k4, v4 = (a.expand(batch + a.shape[-2:]).reshape((-1, 1) + a.shape[-2:]) for a in (q, k, v))
+        if "attn_mask" in kwargs:
+            m = kwargs["attn_mask"]
+            kwargs["attn_mask"] = m.expand(batch + m.shape[-2:]).reshape((-1, 1) + m.shape[-2:])
+        with sdpa_kernel([chosen]):
+            out = _run(lambda: scaled_dot_product_attention(q4, k4, v4, **kwargs))
+        return out.reshape(batch + out.shape[-2:])
+
+    name = f"sdpa_{mask_style}_{backend}" + (f"_{device}" if device and device != "cpu" else "")
+    attend.__name__ = attend.__qualname__ = name
+    attend.__doc__ = f"scaled_dot_product_attention, {mask_style} mask, {backend} backend."
+    return candidate(attend, kind="attention", name=f"torch.{name}", framework="torch", device=device)
+
+
+sdpa_bool_math = sdpa("bool", "math")
+sdpa_float_math = sdpa("float", "math")
+sdpa_causal_math = sdpa("causal", "math")
+sdpa_bool_flash = sdpa("bool", "flash")
+sdpa_float_flash = sdpa("float", "flash")
+sdpa_causal_flash = sdpa("causal", "flash")
+sdpa_bool_efficient = sdpa("bool", "efficient")
