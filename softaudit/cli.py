@@ -17,7 +17,7 @@ import click
 CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
     "formats": list, "baseline": str, "factor": float, "min_ulp": float, "fully_masked": str, "timeout": float,
-    "seed": int, "tolerance": float,
+    "seed": int, "tolerance": float, "corpus": str, "budget": float,
 }  # fmt: skip
 
 
@@ -92,10 +92,11 @@ def _progress(quiet: bool):
 @click.option("--tolerance", type=float, help="relative growth of max ULP error the gate accepts (default 0.1)")
 @click.option("--timeout", type=float, help="seconds per candidate call (default 60)")
 @click.option("--seed", type=int, help="varies the random families (default 0)")
+@click.option("--corpus", help="folder of hunt findings replayed as the family `corpus` (default reports/corpus)")
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
 @click.option("-v", "--verbose", is_flag=True, help="print every failing row")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        fully_masked, tolerance, timeout, seed, quiet, verbose):  # fmt: skip
+        fully_masked, tolerance, timeout, seed, corpus, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
@@ -118,7 +119,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                            suite=_pick(suite, config, "suite", "default"), cases=_pick(cases, config, "cases", []),
                            families=_pick(families, config, "families", None), policy=policy,
                            timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                           progress=progress)  # fmt: skip
+                           corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress)  # fmt: skip
         comparison = None
         if baseline and not update_baseline:
             tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
@@ -157,6 +158,46 @@ def _print_summary(result, comparison, written, verbose) -> None:
             click.echo(f"  {row.verdict:5s} {row.candidate} {row.dtype} {row.family}: {row.note}")
     for path in written:
         click.echo(f"wrote {path}")
+
+
+@main.command()
+@click.argument("targets", nargs=-1)
+@click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
+@click.option("--dtype", "dtypes", multiple=True, help="dtype to hunt in (repeatable; default float32)")
+@click.option("--budget", type=float, help="seconds for the whole search (default 60)")
+@click.option("--corpus", help="folder for the failures found (default reports/corpus)")
+@click.option("--out", help="folder for hunt.csv and hunt.md (default reports)")
+@click.option("-q", "--quiet", is_flag=True, help="print only errors")
+def hunt(targets, kind, dtypes, budget, corpus, out, quiet):
+    """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
+    import numpy as np
+    import pandas as pd
+
+    from .adapters._targets import TargetError
+    from .hunt import hunt as run_hunt
+    from .report._files import write_atomic
+
+    config = read_config(Path.cwd())
+    out = Path(_pick(out, config, "out", "reports"))
+    try:
+        bar, progress = _progress(quiet)
+        with bar or contextlib.nullcontext():
+            findings = run_hunt(_pick(targets, config, "targets", None) or None, kind=_pick(kind, config, "kind", None),
+                                dtypes=_pick(dtypes, config, "dtypes", ("float32",)), budget=_pick(budget, config, "budget", 60.0),
+                                corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress)  # fmt: skip
+    except (TargetError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
+                           "found": "FAIL" if f.failed else "none", "max_ulp": f.max_ulp, "seconds": round(f.seconds, 2),
+                           "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
+                           "reason": f.reason, "corpus": f.corpus_file or ""} for f in findings])  # fmt: skip
+    write_atomic(out / "hunt.csv", table.to_csv(index=False))
+    header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
+    body = "".join("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False))
+    write_atomic(out / "hunt.md", "# softaudit hunt\n\n" + header + body)
+    if not quiet:
+        click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_ulp", "reason"]].to_string(index=False))
+    sys.exit(1 if any(f.failed for f in findings) else 0)
 
 
 @main.command("cases")

@@ -123,11 +123,14 @@ def _candidates(targets, kind) -> list[Candidate]:
     return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int) -> dict[str, list[Prepared]]:
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus) -> dict[str, list[Prepared]]:
+    from .hunt import load_corpus
+
     by_family: dict[str, list[Prepared]] = {}
     chosen = [f for f in families_for(kind) if only is None or f.name in only]
     cases = [c for family in chosen for c in family.cases(kind, fmt, suite, seed)]
     cases += [c for path in files for c in load_case_file(path, kind)]
+    cases += load_corpus(corpus, kind, fmt.name) if corpus else []
     for index, case in enumerate(cases):
         group = by_family.setdefault(case.family, [])
         group.append(Prepared(case, index, fmt, len(group)))
@@ -230,6 +233,7 @@ def audit(
     suite: str = "default",
     cases=None,
     families: Iterable[str] | None = None,
+    corpus=None,
     policy: Policy | None = None,
     seed: int = 0,
     timeout: float | None = 60.0,
@@ -240,7 +244,8 @@ def audit(
     targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
     for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
     families: only these built-in families (case files are always run). timeout: seconds per candidate call.
-    seed: varies the random families (the same seed always gives the same cases).
+    seed: varies the random families (the same seed always gives the same cases). corpus: a folder of hunt
+    findings, replayed as the family `corpus` (each case in its own dtype).
     """
     import pandas as pd
 
@@ -262,7 +267,7 @@ def audit(
     total = sum(1 for c in found for _ in formats)
     done = 0
     for k, fmt in plan:
-        prepared = _prepare(k, fmt, suite, files, only, seed)
+        prepared = _prepare(k, fmt, suite, files, only, seed, corpus)
         comparison = builtin.sound(k)
         compare_max = {}
         for family, pcs in prepared.items():
@@ -301,7 +306,7 @@ def audit(
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
                 "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,
-                "seed": seed}  # fmt: skip
+                "seed": seed, "corpus": str(corpus) if corpus else None}  # fmt: skip
     return AuditResult(table, worst, settings, pd.DataFrame(case_rows))
 
 

@@ -1,0 +1,61 @@
+"""The corpus: every failure the hunt found, one JSON file per candidate, inputs as exact hex floats.
+
+`softaudit run` replays the corpus as a family named `corpus` (each case in its own dtype), so the gate keeps
+testing what a hunt once found.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..cases import Case
+from ..report._files import write_atomic
+
+
+def _hex(a: np.ndarray) -> list:
+    return [[float(v).hex() for v in row] for row in np.asarray(a).astype(np.float64).reshape(len(a), -1)]
+
+
+def file_for(corpus: Path, candidate: str) -> Path:
+    return Path(corpus) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate).strip("_") + ".json")
+
+
+def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask, reason: str, max_ulp: float) -> Path:
+    """Add one failing input to the candidate's corpus file (an identical input is not added twice)."""
+    path = file_for(corpus, candidate)
+    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"candidate": candidate, "kind": kind, "cases": []}
+    entry = {"dtype": dtype, "reason": reason, "max_ulp": None if not np.isfinite(max_ulp) else max_ulp,
+             "inputs": {name: {"shape": list(np.shape(a)), "values": _hex(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1)))}
+                        for name, a in inputs.items()},
+             "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()}}  # fmt: skip
+    if all(c["inputs"] != entry["inputs"] or c["mask"] != entry["mask"] or c["dtype"] != dtype for c in data["cases"]):
+        data["cases"].append(entry)
+    return write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def _array(spec) -> np.ndarray:
+    values = np.array([[float.fromhex(v) for v in row] for row in spec["values"]], dtype=np.float64)
+    return values.reshape(spec["shape"])
+
+
+def load(corpus, kind: str, dtype: str) -> list[Case]:
+    """The corpus cases of `kind` in `dtype`, as Cases of the family `corpus`."""
+    cases = []
+    for path in sorted(Path(corpus).glob("*.json")) if Path(corpus).is_dir() else []:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if data.get("kind") != kind:
+            continue
+        for entry in data.get("cases", []):
+            if entry.get("dtype") != dtype:
+                continue
+            arrays = {name: _array(spec) for name, spec in entry["inputs"].items()}
+            mask = None if entry["mask"] is None else np.array(entry["mask"]["values"], bool).reshape(entry["mask"]["shape"])
+            cases.append(Case(kind, "corpus", arrays, mask, None, f"{path.name}: {entry['reason']}"))
+    return cases

@@ -1,0 +1,127 @@
+"""The hunt: Hypothesis searches each candidate's inputs for a failure, steered toward large errors and events.
+
+Each drawn input is judged exactly as `softaudit run` judges a family (reference, measures, the comparison
+implementation on the same input, the policy). `hypothesis.target` on the ULP error and on the event count drives
+the search toward the worst inputs; a failure is shrunk to a small input and saved to the corpus.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, given, settings, target
+from hypothesis.errors import Flaky
+
+from .. import candidates as builtin
+from ..adapters._bridge import CandidateSkip
+from ..adapters._call import CandidateError, call
+from ..cases import Case
+from ..policy import Policy
+from ..reference import format_of
+from ..runner import Prepared, _candidates
+from ..metrics import measure
+from . import _corpus, _strategies
+
+
+class _OutOfTime(Exception):
+    """Raised inside the search once the budget is spent (before any failure): it ends the search."""
+
+
+@dataclasses.dataclass
+class Finding:
+    candidate: str
+    kind: str
+    dtype: str
+    examples: int
+    failed: bool
+    reason: str
+    max_ulp: float
+    seconds: float
+    corpus_file: str | None
+    inputs: dict | None = None
+    mask: object = None
+
+
+def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
+    """(verdict, reasons, max ulp, events) for one input, by the same rules as `softaudit run`."""
+    case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
+    pc = Prepared(case, 0, fmt, 0)
+    try:
+        y, _ = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+    except CandidateError as exc:
+        return "fail", [str(exc)], math.inf, 1
+    tally = measure(pc.basis, y, case_index=0)
+    reference_y, _ = call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+    comparison_ulp = measure(pc.basis, reference_y, case_index=0).max_ulp
+    verdict, reasons = policy.judge(kind, tally, comparison_ulp)
+    events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated
+    return verdict, reasons, tally.max_ulp, events
+
+
+def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:
+    kind = candidate.kind
+    comparison = builtin.sound(kind)
+    strategy = _strategies.attention(fmt) if kind == "attention" else _strategies.rows(kind, fmt)
+    state = {"examples": 0, "last": None}
+    start = time.monotonic()
+
+    @settings(max_examples=10**6, deadline=None, database=None, derandomize=bool(os.environ.get("CI")),
+              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.target, Phase.shrink],
+              report_multiple_bugs=False)  # fmt: skip
+    @given(strategy)
+    def probe(drawn):
+        elapsed = time.monotonic() - start
+        if state["last"] is None and elapsed > budget:
+            raise _OutOfTime
+        if state["last"] is not None and elapsed > 1.5 * budget:
+            return  # shrinking has had its time: stop improving
+        inputs, mask = drawn
+        state["examples"] += 1
+        try:
+            verdict, reasons, max_ulp, events = judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout)
+        except CandidateSkip:
+            return
+        target(min(max_ulp, 1e300) if math.isfinite(max_ulp) else 1e300, label="max ulp error")
+        target(float(events), label="events")
+        if verdict == "fail":
+            state["last"] = (inputs, mask, "; ".join(reasons), max_ulp)
+            raise AssertionError("; ".join(reasons))
+
+    try:
+        probe()
+    except (AssertionError, Flaky, _OutOfTime):
+        pass
+    except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
+        if state["last"] is None:
+            state["last"] = (None, None, f"hunt stopped: {type(exc).__name__}: {exc}", math.nan)
+    seconds = time.monotonic() - start
+    if state["last"] is None:
+        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
+    inputs, mask, reason, max_ulp = state["last"]
+    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, reason, max_ulp, seconds, None,
+                   inputs, mask)  # fmt: skip
+
+
+def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
+         policy: Policy | None = None, timeout: float = 10.0, progress=None) -> list[Finding]:  # fmt: skip
+    """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`."""
+    policy = policy or Policy()
+    found = _candidates(targets, kind)
+    formats = [format_of(d) for d in dtypes]
+    share = budget / max(1, len(found) * len(formats))
+    findings = []
+    for i, candidate in enumerate(found):
+        for fmt in formats:
+            finding = hunt_one(candidate, fmt, share, policy, timeout)
+            if finding.failed and corpus:
+                path = _corpus.save(corpus, candidate.name, candidate.kind, fmt.name, finding.inputs, finding.mask,
+                                    finding.reason, finding.max_ulp)  # fmt: skip
+                finding.corpus_file = str(path)
+            findings.append(finding)
+            if progress:
+                progress(len(findings), len(found) * len(formats), f"{candidate.name} {fmt.name}")
+    return findings

@@ -1,0 +1,101 @@
+"""The hunt finds deliberately broken candidates, shrinks their inputs, and the corpus replays through run."""
+
+import json
+
+import numpy as np
+import pytest
+
+import softaudit
+from softaudit.hunt import hunt, load_corpus
+
+BROKEN = '''
+import numpy as np
+import softaudit
+
+
+@softaudit.candidate(kind="softmax")
+def online_late_max(x, axis=-1):
+    """Streaming softmax that updates the running max after adding the block's sum."""
+    m = np.full(x.shape[:-1] + (1,), -np.inf, x.dtype)
+    s = np.zeros(x.shape[:-1] + (1,), x.dtype)
+    for i in range(0, x.shape[-1], 8):
+        block = x[..., i : i + 8]
+        s = s + np.exp(block - np.where(np.isfinite(m), m, 0)).sum(-1, keepdims=True)
+        m = np.maximum(m, block.max(-1, keepdims=True))
+    return np.exp(x - m) / s
+
+
+@softaudit.candidate(kind="logsumexp")
+def short_rows_unshifted(x, axis=-1):
+    """Log-sum-exp that switches to the unshifted formula for rows shorter than 8."""
+    if x.shape[-1] < 8:
+        return np.log(np.exp(x).sum(-1))
+    m = x.max(-1, keepdims=True)
+    return (m + np.log(np.exp(x - m).sum(-1, keepdims=True)))[..., 0]
+
+
+@softaudit.candidate(kind="masked_softmax")
+def fill_minus_30(x, mask, axis=-1):
+    """Masked softmax that fills masked entries with -30."""
+    w = np.where(mask, x, x.dtype.type(-30)).astype(np.float32)
+    e = np.exp(w - w.max(-1, keepdims=True))
+    return (e / e.sum(-1, keepdims=True)).astype(x.dtype)
+'''
+
+
+@pytest.fixture
+def broken(tmp_path):
+    path = tmp_path / "broken.py"
+    path.write_text(BROKEN)
+    return path
+
+
+def test_each_broken_candidate_is_found_shrunk_and_replays_through_run(broken, tmp_path):
+    corpus = tmp_path / "corpus"
+    findings = hunt(str(broken), dtypes=["float32"], budget=60, corpus=corpus)
+    assert [f.failed for f in findings] == [True, True, True]
+    for f in findings:
+        assert sum(np.size(a) for a in f.inputs.values()) <= 8, (f.candidate, f.inputs)  # shrunk small
+        assert f.seconds < 60
+    table = softaudit.audit(str(broken), dtypes=["float32"], suite="quick", families=["textbook"], corpus=corpus).table
+    replayed = table[table.family == "corpus"]
+    assert len(replayed) == 3 and (replayed.verdict == "fail").all()
+
+
+def test_the_best_practice_built_ins_give_no_failures(tmp_path):
+    targets = ["softaudit.candidates.softmax:max_shifted_f32acc", "softaudit.candidates.masked_softmax:where"]
+    findings = hunt(targets, dtypes=["float16"], budget=8, corpus=tmp_path / "corpus")
+    assert not any(f.failed for f in findings), [(f.candidate, f.reason) for f in findings]
+    assert all(f.examples > 50 for f in findings)
+    assert not (tmp_path / "corpus").exists()
+
+
+def test_the_search_is_deterministic_when_ci_is_set(broken, tmp_path, monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    first = hunt(f"{broken}:fill_minus_30", dtypes=["float16"], budget=30, corpus=None)[0]
+    second = hunt(f"{broken}:fill_minus_30", dtypes=["float16"], budget=30, corpus=None)[0]
+    assert first.failed and second.failed
+    assert first.inputs["x"].tobytes() == second.inputs["x"].tobytes()
+    np.testing.assert_array_equal(first.mask, second.mask)
+
+
+def test_the_corpus_holds_exact_values(broken, tmp_path):
+    corpus = tmp_path / "corpus"
+    (finding,) = hunt(f"{broken}:online_late_max", dtypes=["bfloat16"], budget=30, corpus=corpus)
+    data = json.loads((corpus / "broken_online_late_max.json").read_text())
+    assert data["kind"] == "softmax" and data["cases"][0]["dtype"] == "bfloat16"
+    (case,) = load_corpus(corpus, "softmax", "bfloat16")
+    np.testing.assert_array_equal(case.arrays["x"], finding.inputs["x"].astype(np.float64))
+    assert load_corpus(corpus, "softmax", "float32") == []
+
+
+def test_hunt_command(broken, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from softaudit.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["hunt", f"{broken}:fill_minus_30", "--budget", "20", "--corpus", "c", "--out", "o"])
+    assert r.exit_code == 1 and "FAIL" in r.output
+    assert (tmp_path / "o" / "hunt.csv").is_file() and (tmp_path / "o" / "hunt.md").is_file()
+    assert CliRunner().invoke(main, ["hunt", "no_module_xyz"]).exit_code == 2
