@@ -2,7 +2,6 @@
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner

@@ -114,7 +114,7 @@ def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, 
     formats = [format_of(d) for d in dtypes]
     share = budget / max(1, len(found) * len(formats))
     findings = []
-    for i, candidate in enumerate(found):
+    for candidate in found:
         for fmt in formats:
             finding = hunt_one(candidate, fmt, share, policy, timeout)
             if finding.failed and corpus:
