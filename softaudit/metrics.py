@@ -52,6 +52,7 @@ class Tally:
     fully_masked: dict = dataclasses.field(default_factory=dict)  # behaviour -> rows
     max_ulp_vsum: float = 0.0  # attention: error in ulps of sum_j p_j |v_j|
     max_normwise: float = 0.0  # attention: max over queries of ||y - r|| / ||r||
+    invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
     worst: tuple | None = None  # (ulp error, case index, flat index of the element) of the worst element
 
     def merge(self, other: Tally) -> None:
@@ -62,12 +63,19 @@ class Tally:
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
         for key, count in other.fully_masked.items():
             self.fully_masked[key] = self.fully_masked.get(key, 0) + count
+        for key, count in other.invariants.items():
+            self.invariants[key] = self.invariants.get(key, 0) + count
         if other.worst is not None and (self.worst is None or other.worst[0] > self.worst[0]):
             self.worst = other.worst
 
     @property
     def mean_ulp(self) -> float:
         return self.ulp_sum / self.elements if self.elements else 0.0
+
+    @property
+    def invariants_broken(self) -> str:
+        """The invariants with violations, as "name count; ..." (empty when none)."""
+        return "; ".join(f"{k} {v}" for k, v in self.invariants.items() if v)
 
     @property
     def fully_masked_behaviour(self) -> str:

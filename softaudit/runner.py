@@ -21,6 +21,7 @@ from .adapters._call import CandidateError, call
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
 from .cases import Case, families_for, load_case_file
+from . import invariants
 from .metrics import Tally, basis, measure
 from .policy import Policy
 from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
@@ -30,7 +31,7 @@ COLUMNS = (
     "candidate", "kind", "dtype", "family", "cases", "elements", "max_ulp", "mean_ulp", "max_bits",
     "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err", "nan", "overflow", "underflow", "negative",
     "mask_leak", "sum_err", "argmax_flips", "undefined_rows", "nan_not_propagated", "fully_masked",
-    "max_ulp_vsum", "max_normwise", "comparison_max_ulp", "threshold_ulp", "seconds", "verdict", "note",
+    "max_ulp_vsum", "max_normwise", "invariants", "comparison_max_ulp", "threshold_ulp", "seconds", "verdict", "note",
 )  # fmt: skip
 
 
@@ -137,7 +138,7 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, c
     return by_family
 
 
-def _run_family(candidate: Candidate, prepared: list[Prepared], timeout):
+def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_invariants: bool = True):
     """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, whether
     every output was NaN where something is defined (None when nothing is), and one record per case."""
     tally, seconds, notes = Tally(), 0.0, set()
@@ -155,6 +156,9 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout):
             anything = True
             all_nan &= y.size > 0 and bool(np.isnan(y.astype(np.float64)).all())
         part = measure(pc.basis, y, case_index=pc.index)
+        if check_invariants:
+            part.invariants = invariants.check(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, y, timeout, rng,
+                                               part.max_ulp)  # fmt: skip
         probe = pc.leak_probe(rng)
         if probe is not None:
             inputs, unaffected = probe
@@ -272,7 +276,7 @@ def audit(
         compare_max = {}
         for family, pcs in prepared.items():
             try:
-                compare_max[family] = _run_family(comparison, pcs, timeout)[0].max_ulp
+                compare_max[family] = _run_family(comparison, pcs, timeout, check_invariants=False)[0].max_ulp
             except CandidateError:
                 compare_max[family] = 0.0
         for candidate in (c for c in found if c.kind == k):
@@ -318,5 +322,5 @@ def _row(t: Tally) -> dict:
         "nan": t.nan, "overflow": t.overflow, "underflow": t.underflow, "negative": t.negative, "mask_leak": t.mask_leak,
         "sum_err": t.sum_err, "argmax_flips": t.argmax_flips, "undefined_rows": t.undefined_rows,
         "nan_not_propagated": t.nan_not_propagated, "fully_masked": t.fully_masked_behaviour,
-        "max_ulp_vsum": t.max_ulp_vsum, "max_normwise": t.max_normwise,
+        "max_ulp_vsum": t.max_ulp_vsum, "max_normwise": t.max_normwise, "invariants": t.invariants_broken,
     }  # fmt: skip

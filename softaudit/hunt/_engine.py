@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis.errors import Flaky
 
 from .. import candidates as builtin
+from .. import invariants
 from ..adapters._bridge import CandidateSkip
 from ..adapters._call import CandidateError, call
 from ..cases import Case
@@ -58,7 +59,10 @@ def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
     reference_y, _ = call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
     comparison_ulp = measure(pc.basis, reference_y, case_index=0).max_ulp
     verdict, reasons = policy.judge(kind, tally, comparison_ulp)
-    events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated
+    broken = invariants.check(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, y, timeout,
+                              np.random.default_rng(0), tally.max_ulp)  # fmt: skip
+    # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
+    events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
     return verdict, reasons, tally.max_ulp, events
 
 

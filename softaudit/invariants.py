@@ -1,0 +1,95 @@
+"""Invariants that need no reference, checked with extra calls of the candidate on transformed inputs.
+
+Each returns the number of output elements (or rows) that break it; `softaudit run` reports them in the
+`invariants` column and docs/metrics.md defines each. Sum to 1 and no negative probabilities are the `sum_err`
+and `negative` columns; the attention leak probe (masked keys' values moved) is `mask_leak`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .adapters._call import call
+from .reference import round_to
+
+ROW_KINDS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
+
+
+def _differ(a, b) -> np.ndarray:
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+
+
+def _exact_shift(x: np.ndarray, dtype) -> float | None:
+    """A shift c with x + c exact in the dtype for every finite entry, or None.
+
+    The spacing of the dtype at max|x| is a multiple of every entry's spacing, so x + c is usually exact; it is
+    checked all the same.
+    """
+    finite = np.isfinite(x)
+    top = np.abs(np.where(finite, x, 0.0)).max(initial=0.0)
+    step = float(np.spacing(np.asarray(top).astype(dtype)).astype(np.float64))
+    for c in (1.0, step, 2 * step):
+        shifted = x + c
+        if np.array_equal(round_to(np.where(finite, shifted, 0.0), dtype).astype(np.float64), np.where(finite, shifted, 0.0)):
+            return c
+    return None
+
+
+def check(candidate, inputs: dict, mask, shape, dtype, y, timeout, rng, max_ulp: float) -> dict[str, int]:
+    """Violations per invariant for one case (row kinds only; attention has its leak probe).
+
+    Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
+    checks allow 2 max(E, 0.5) + 1 ulps, E the candidate's max ULP error on this case: a larger difference means
+    the transformed input exposes an error the original does not.
+    """
+    if candidate.kind not in ROW_KINDS:
+        return {}
+    with np.errstate(all="ignore"):  # NaN and inf outputs are compared, not warned about
+        return _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp)
+
+
+def _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp) -> dict[str, int]:
+    kind = candidate.kind
+    x = inputs["x"].astype(np.float64)
+    y = np.asarray(y).astype(np.float64)
+    kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
+    defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)
+    out: dict[str, int] = {}
+
+    def again(new_x, new_mask=mask):
+        result, _ = call(candidate, {"x": round_to(new_x, dtype)}, new_mask, shape, dtype, timeout)
+        return result.astype(np.float64)
+
+    tolerance = 2 * max(max_ulp if np.isfinite(max_ulp) else 0.0, 0.5) + 1
+
+    def beyond(a, b):
+        return _differ(a, b) & (np.abs(a - b) > tolerance * np.abs(np.spacing(np.asarray(b).astype(dtype)).astype(np.float64)))
+
+    c = _exact_shift(np.where(kept, x, 0.0), dtype)
+    if c is not None and kind != "logsumexp":
+        moved = again(np.where(kept, x + c, x))
+        out["shift"] = int((_differ(moved, y) & defined[..., None]).sum())
+    perm = rng.permutation(x.shape[-1])
+    permuted = again(x[..., perm], None if mask is None else np.broadcast_to(mask, x.shape)[..., perm])
+    expected = y if kind == "logsumexp" else y[..., perm]
+    out["permutation"] = int((beyond(permuted, expected) & (defined if kind == "logsumexp" else defined[..., None])).sum())
+    if kind == "logsumexp":
+        top = np.where(kept, x, -np.inf).max(axis=-1)
+        out["lse_below_max"] = int((defined & (y < top)).sum())
+        return out
+    order = np.argsort(np.where(kept, x, -np.inf), axis=-1, kind="stable")
+    xs = np.take_along_axis(np.where(kept, x, -np.inf), order, -1)
+    ys = np.take_along_axis(np.where(kept, y, -np.inf), order, -1)  # kept entries only: a leak is mask_leak
+    descents = (np.diff(xs, axis=-1) > 0) & (np.diff(ys, axis=-1) < 0) & np.isfinite(xs[..., 1:])
+    out["monotonic"] = int((descents & defined[..., None]).sum())
+    if kind == "masked_softmax":
+        junk = np.where(kept, x, rng.standard_normal(x.shape) * 8)
+        out["masked_values"] = int((_differ(again(junk), y) & defined[..., None]).sum())
+        violations = 0
+        for row in np.flatnonzero(defined)[:2]:  # the kept entries alone, as a row of their own
+            alone, _ = call(candidate, {"x": round_to(x[row][kept[row]][None, :], dtype)}, np.ones((1, int(kept[row].sum())), bool),
+                            (1, int(kept[row].sum())), dtype, timeout)  # fmt: skip
+            violations += int(beyond(alone.astype(np.float64)[0], y[row][kept[row]]).sum())
+        out["masked_equals_kept"] = violations
+    return out
