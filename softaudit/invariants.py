@@ -96,3 +96,4 @@ def _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp) -> d
             violations += int(beyond(alone.astype(np.float64)[0], y[row][kept[row]]).sum())
         out["masked_equals_kept"] = violations
     return out
+

@@ -43,3 +43,4 @@ def test_masked_values_that_matter_and_a_non_monotonic_candidate_are_flagged():
     assert "masked_values" in got[("ignores_mask", "random_mask")]
     got = table(reversed_probabilities, kind="softmax", families=["gaussian"])
     assert "monotonic" in got[("reversed_probabilities", "gaussian")]  # (its huge error widens the permutation check)
+
