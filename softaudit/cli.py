@@ -147,7 +147,8 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
 def _print_summary(result, comparison, written, verbose) -> None:
     table = result.table
     counts = table.verdict.value_counts()
-    click.echo(f"{len(table)} rows: {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('error', 0)} error")
+    skipped = f", {counts.get('skip', 0)} skip" if counts.get("skip") else ""
+    click.echo(f"{len(table)} rows: {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('error', 0)} error{skipped}")
     if comparison is not None:
         click.echo(f"against the baseline: {len(comparison.regressions)} regression(s), {len(comparison.known)} known "
                    f"failure(s), {len(comparison.improvements)} improvement(s)")  # fmt: skip
