@@ -115,7 +115,8 @@ class AuditResult:
         return not self.table["verdict"].isin(["fail", "error"]).any()
 
 
-def _candidates(targets, kind) -> list[Candidate]:
+def candidates_for(targets, kind) -> list[Candidate]:
+    """The candidates of the targets (None: the built-ins), filtered by kind."""
     if targets is None:
         found = builtin.builtins()
         return [c for c in found if kind is None or c.kind == kind]
@@ -264,7 +265,7 @@ def audit(
     unknown = sorted(only - {f.name for k in KINDS for f in families_for(k)}) if only else []
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
-    found = _candidates(targets, kind)
+    found = candidates_for(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     plan = [(k, fmt) for k in kinds for fmt in formats]
     rows, worst, case_rows = [], {}, []

@@ -23,7 +23,7 @@ from ..adapters._call import CandidateError, call
 from ..cases import Case
 from ..policy import Policy
 from ..reference import format_of
-from ..runner import Prepared, _candidates
+from ..runner import Prepared, candidates_for
 from ..metrics import measure
 from . import _corpus, _strategies
 
@@ -114,7 +114,7 @@ def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, 
          policy: Policy | None = None, timeout: float = 10.0, progress=None) -> list[Finding]:  # fmt: skip
     """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`."""
     policy = policy or Policy()
-    found = _candidates(targets, kind)
+    found = candidates_for(targets, kind)
     formats = [format_of(d) for d in dtypes]
     share = budget / max(1, len(found) * len(formats))
     findings = []
