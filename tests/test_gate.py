@@ -15,7 +15,7 @@ def test_every_category():
     new = {"rows": {
         "a": row(),                        # unchanged
         "b": row("fail", 0.5),             # pass became fail
-        "c": row(max_ulp=11.4),            # within max(10%, +0.5): allowed
+        "c": row(max_ulp=10.9),            # within max(10 * 1.1, 10 + 0.5) = 11: allowed
         "d": row("fail", 50.0, nan=3),     # known failure, but a new event: a regression
         "e": row("pass", 0.5),             # fixed: an improvement
         "f": row(max_ulp=12.0),            # past the tolerance: a regression
@@ -41,3 +41,9 @@ def test_tolerance_is_configurable():
     old, new = {"rows": {"x": row(max_ulp=100.0)}}, {"rows": {"x": row(max_ulp=130.0)}}
     assert gate.compare(old, new).failed
     assert not gate.compare(old, new, gate.Tolerance(relative=0.5)).failed
+
+
+def test_the_allowance_edge():
+    old = {"rows": {"x": row(max_ulp=10.0)}}
+    assert not gate.compare(old, {"rows": {"x": row(max_ulp=11.0)}}).failed
+    assert gate.compare(old, {"rows": {"x": row(max_ulp=11.01)}}).failed
