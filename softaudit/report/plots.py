@@ -6,7 +6,7 @@ import math
 from html import escape
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
-WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 560, 300, 58, 170, 28, 44
+WIDTH, HEIGHT, LEFT, RIGHT, TOP, BOTTOM = 600, 300, 58, 210, 28, 44
 
 
 def _scale(lo: float, hi: float, log: bool, size: float, flip: bool):
