@@ -11,7 +11,7 @@ from .markdown import verdict_matrix
 from .plots import bar_chart, line_chart
 
 STYLE = """
-body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1260px;color:#222;padding:0 16px}
 h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
 table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
 th{background:#f4f4f4}.pass{background:#d9f2d9}.fail{background:#f8d0d0}.error{background:#f3e1a6}.skip{background:#e8e8e8}
