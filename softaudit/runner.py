@@ -20,7 +20,7 @@ from .adapters._bridge import CandidateSkip
 from .adapters._call import CandidateError, call
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
-from .cases import Case, families_for, load_case_file
+from .cases import Case, families_for, hex_rows, load_case_file
 from . import invariants
 from .metrics import Tally, basis, measure
 from .policy import Policy
@@ -200,9 +200,7 @@ class WorstInput:
     def as_json(self) -> dict:
         def exact(a):
             a = np.asarray(a)
-            if a.dtype == np.bool_:
-                return a.tolist()
-            return [[float(v).hex() for v in row] for row in a.astype(np.float64).reshape(len(a), -1)]
+            return a.tolist() if a.dtype == np.bool_ else hex_rows(a)
 
         out = dataclasses.asdict(self) | {"reference": float(self.reference).hex()}
         big = sum(np.asarray(a).size for a in self.inputs.values()) > self.MAX_VALUES

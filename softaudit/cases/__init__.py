@@ -11,7 +11,8 @@ from ._case import SUITES as SUITES
 from ._case import Case as Case
 from ._case import Family as Family
 from ._case import families_for as families_for
+from ._case import hex_rows as hex_rows
 from ._files import CaseFileError as CaseFileError
 from ._files import load_case_file as load_case_file
 
-__all__ = ["FAMILIES", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "families_for", "load_case_file"]
+__all__ = ["FAMILIES", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "families_for", "hex_rows", "load_case_file"]

@@ -12,12 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..cases import Case
+from ..cases import Case, hex_rows
 from ..report._files import write_atomic
-
-
-def _hex(a: np.ndarray) -> list:
-    return [[float(v).hex() for v in row] for row in np.asarray(a).astype(np.float64).reshape(len(a), -1)]
 
 
 def file_for(corpus: Path, candidate: str) -> Path:
@@ -29,7 +25,7 @@ def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask
     path = file_for(corpus, candidate)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"candidate": candidate, "kind": kind, "cases": []}
     entry = {"dtype": dtype, "reason": reason, "max_ulp": None if not np.isfinite(max_ulp) else max_ulp,
-             "inputs": {name: {"shape": list(np.shape(a)), "values": _hex(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1)))}
+             "inputs": {name: {"shape": list(np.shape(a)), "values": hex_rows(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1)))}
                         for name, a in inputs.items()},
              "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()}}  # fmt: skip
     if all(c["inputs"] != entry["inputs"] or c["mask"] != entry["mask"] or c["dtype"] != dtype for c in data["cases"]):
