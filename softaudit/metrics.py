@@ -8,6 +8,7 @@ tallies of one family merge into one row of the results table.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -106,17 +107,24 @@ class Basis:
     fmt: Format
     rounded: np.ndarray  # R, float64
     hi: np.ndarray
-    lo: np.ndarray
+    lo: np.ndarray | None  # None where every lo is 0 (tier A's approximations are single floats)
     defined: np.ndarray  # per element: its row is defined
-    finite_ref: np.ndarray  # defined and R finite
+    finite_ref: np.ndarray  # defined and R finite (and, for masked_softmax, a kept entry): the compared elements
+    nonzero_ref: np.ndarray  # compared and R != 0 (0 there is an underflow)
     ulp: np.ndarray  # ulp_D(r)
-    size: np.ndarray  # |r|, with 1 where r == 0 (relative error is then not defined: 0 is reported)
+    inv_ulp: np.ndarray | None  # 1 / ulp_D(r), exact (a power of two); None where it would overflow (float64)
+    rel_per_ulp: np.ndarray  # ulp_D(r) / |r|, 0 where r is 0 or not finite: relative error = ULP error x this
     undefined: np.ndarray  # per row
     best: np.ndarray | None  # per row: the largest R (argmax flips)
     nothing_kept: np.ndarray | None = None
     kept_nan_rows: np.ndarray | None = None
     masked: np.ndarray | None = None
     ulp_vsum: np.ndarray | None = None
+
+    @functools.cached_property
+    def everything_compared(self) -> bool:
+        """Every element is compared: with a finite output too, `measure` takes its short route."""
+        return bool(self.finite_ref.all())
 
 
 def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None):
@@ -130,60 +138,63 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
     rounded = np.asarray(ref.value).astype(np.float64)
     undefined = np.asarray(undefined)
     defined = ~np.broadcast_to(undefined[..., None], rounded.shape) if kind != "logsumexp" else ~undefined
-    r = ref.hi + ref.lo
+    lo = ref.lo if ref.lo.any() else None
+    r = ref.hi if lo is None else ref.hi + lo
     finite_ref = np.isfinite(rounded) & defined
     if masked is not None:
         finite_ref = finite_ref & ~masked
-    size = np.where(r != 0, np.abs(r), 1.0)
+    ulp_r = ulp(r, fmt)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel_per_ulp = np.where(finite_ref & (r != 0), ulp_r / np.abs(r), 0.0)
+    # Multiplying by 1/ulp is exact and much faster than dividing; only float64's 2**-1074 has no finite inverse.
+    inv_ulp = 1.0 / ulp_r if fmt.min_subnormal_exp >= -1022 else None
     best = None
     if kind in ("softmax", "log_softmax", "masked_softmax") and rounded.shape[-1]:
         best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
     ulp_vsum = None if vsum is None else ulp(vsum, fmt)
-    return Basis(kind, fmt, rounded, ref.hi, ref.lo, defined, finite_ref, ulp(r, fmt), size, undefined, best,
-                 nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
+    return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_r, inv_ulp,
+                 rel_per_ulp, undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
 
 
 def measure(b: Basis, y, *, case_index: int) -> Tally:
-    """Compare one case's output y (in the audited dtype) with its reference."""
-    t = Tally(cases=1)
+    """Compare one case's output y (in the audited dtype) with its reference.
+
+    Most outputs are finite where every element is compared; those skip the event masks (one short route, the
+    same numbers: tests/test_metrics.py checks the two routes agree).
+    """
+    t = Tally(cases=1, undefined_rows=int(b.undefined.sum()))
     y = np.asarray(y).astype(np.float64)
-    kind, fmt = b.kind, b.fmt
+    kind = b.kind
     per_row = kind != "logsumexp"
-    nan_y = np.isnan(y)
-    finite_y = np.isfinite(y)
-    t.undefined_rows = int(b.undefined.sum())
-    t.nan = int((nan_y & b.defined & ~np.isnan(b.rounded)).sum())
-    t.overflow = int((~finite_y & ~nan_y & b.finite_ref).sum())
-    t.underflow = int(((y == 0) & (b.rounded != 0) & b.finite_ref).sum())
+    if b.everything_compared and np.isfinite(y).all():
+        nan_y, finite_y, compare = None, None, None  # no NaN, no infinity, every element compared
+        zeros = y == 0
+        t.underflow = int(np.count_nonzero(zeros & b.nonzero_ref)) if zeros.any() else 0
+    else:
+        nan_y = np.isnan(y)
+        finite_y = np.isfinite(y)
+        t.nan = int(np.count_nonzero(nan_y & b.defined & ~np.isnan(b.rounded)))
+        t.overflow = int(np.count_nonzero(~finite_y & ~nan_y & b.finite_ref))
+        t.underflow = int(np.count_nonzero((y == 0) & b.nonzero_ref))
+        compare = b.finite_ref & finite_y
     if kind in ("softmax", "masked_softmax"):
-        t.negative = int((y < 0).sum())
+        t.negative = int(np.count_nonzero(y < 0))
     if b.masked is not None:
-        t.mask_leak = int((b.masked & b.defined & (y != 0)).sum())
-    compare = b.finite_ref & finite_y
-    with np.errstate(all="ignore"):
-        diff = np.where(compare, np.abs((y - b.hi) - b.lo), 0.0)
-    errors = diff / b.ulp  # a power of two: exact, and never 0 * inf
-    t.elements = int(compare.sum())
-    if t.elements:
-        t.ulp_sum = float(errors.sum())
-        worst = int(np.argmax(errors))
-        t.max_ulp = float(errors.flat[worst])
-        t.correctly_rounded = int((compare & (y == b.rounded)).sum())
-        t.ge2_ulp = int((errors >= 2).sum())
-        t.max_rel_err = float((np.where(b.hi + b.lo != 0, diff, 0.0) / b.size).max())
-        t.max_abs_err = float(diff.max())
-        t.worst = (t.max_ulp, case_index, worst)
-    elif t.nan or t.overflow:
+        t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
+    diff = _accuracy(t, b, y, compare, case_index)
+    if not t.elements and (t.nan or t.overflow):
         bad = np.flatnonzero(~finite_y & b.finite_ref)
         t.worst = (math.inf, case_index, int(bad[0])) if len(bad) else None
     if per_row and kind != "attention" and y.size and y.shape[-1]:
-        rows_ok = ~b.undefined & finite_y.all(axis=-1)
+        rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
         if kind in ("softmax", "masked_softmax"):
-            sums = np.abs(np.where(finite_y, y, 0).sum(axis=-1) - 1) / 2.0 ** (1 - fmt.precision)
+            sums = (y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1)
+            sums = np.abs(sums - 1) / 2.0 ** (1 - b.fmt.precision)
             t.sum_err = float(np.where(rows_ok, sums, 0).max(initial=0.0))
-        chosen = np.take_along_axis(b.rounded, np.argmax(np.where(nan_y, -np.inf, y), axis=-1)[..., None], -1)[..., 0]
-        t.argmax_flips = int((rows_ok & (chosen < b.best)).sum())
-    if b.kept_nan_rows is not None and b.kept_nan_rows.any():
+        chosen = np.argmax(y if nan_y is None else np.where(nan_y, -np.inf, y), axis=-1)
+        chosen = np.take_along_axis(b.rounded, chosen[..., None], -1)[..., 0]
+        t.argmax_flips = int(np.count_nonzero(rows_ok & (chosen < b.best)))
+    if b.kept_nan_rows is not None and b.kept_nan_rows.any():  # (such rows are undefined: not the short route)
         rows_nan = nan_y.all(axis=-1) if per_row else nan_y
         t.nan_not_propagated = int((b.kept_nan_rows & ~rows_nan).sum())
     if b.nothing_kept is not None and b.nothing_kept.any():
@@ -192,8 +203,34 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     if kind == "attention" and t.elements:
         if b.ulp_vsum is not None:
             t.max_ulp_vsum = float((diff / b.ulp_vsum).max())
+        r = b.hi if b.lo is None else b.hi + b.lo
         with np.errstate(all="ignore"):
             num = np.sqrt((diff**2).sum(axis=-1))
-            den = np.sqrt((np.where(compare, b.hi + b.lo, 0) ** 2).sum(axis=-1))
+            den = np.sqrt((r**2 if compare is None else np.where(compare, r, 0) ** 2).sum(axis=-1))
             t.max_normwise = float(np.where(den > 0, num / np.where(den > 0, den, 1), 0).max(initial=0.0))
     return t
+
+
+def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray:
+    """The error measures over the compared elements (compare None: all of them); returns |y - r| there (0
+    elsewhere)."""
+    with np.errstate(all="ignore"):
+        diff = y - b.hi
+        if b.lo is not None:
+            diff -= b.lo
+        np.abs(diff, out=diff)
+        if compare is not None:
+            diff[~compare] = 0.0
+    errors = diff / b.ulp if b.inv_ulp is None else diff * b.inv_ulp  # exact either way
+    t.elements = diff.size if compare is None else int(np.count_nonzero(compare))
+    if t.elements:
+        t.ulp_sum = float(errors.sum())
+        worst = int(np.argmax(errors))
+        t.max_ulp = float(errors.flat[worst])
+        same = y == b.rounded
+        t.correctly_rounded = int(np.count_nonzero(same if compare is None else compare & same))
+        t.ge2_ulp = int(np.count_nonzero(errors >= 2))
+        t.max_rel_err = float(np.fmax.reduce((errors * b.rel_per_ulp).ravel()))  # fmax: inf * 0 is NaN
+        t.max_abs_err = float(diff.max())
+        t.worst = (t.max_ulp, case_index, worst)
+    return diff

@@ -69,31 +69,47 @@ def _spacing_exp(base: Fraction, fmt: Format) -> int:
 
 def _to_mpf(value: Fraction, prec: int) -> tuple[tuple, tuple]:
     """A rational as a libmp value at `prec` bits (exact when dyadic) and the bound of its rounding error."""
+    dyadic = value.denominator & (value.denominator - 1) == 0
+    if dyadic:  # exact at any size, or a base within 2**-prec of a boundary could never be decided
+        prec = max(prec, abs(value.numerator).bit_length())
     approx = libmp.from_rational(value.numerator, value.denominator, prec)
-    exact = value.denominator & (value.denominator - 1) == 0 and approx[3] <= prec
+    exact = dyadic and approx[3] <= prec
     return approx, libmp.fzero if exact else libmp.mpf_abs(libmp.mpf_mul(approx, _pow2(1 - prec)))
 
 
 def decide_sum(base: Fraction, corr: tuple, err: tuple, sign: int, fmt: Format) -> Entry | None:
     """The rounding of base + c for every c within err of corr, base exact; sign is c's sign when base == 0.
 
-    When |c| is below an eighth of fmt's spacing at base, no rounding boundary other than base itself lies
-    between base and base + c (boundaries are at least a quarter spacing apart), so base + c rounds like
-    base +- spacing/8: c may be e**-500000 and no precision is needed to see it.
+    When base is a multiple of a quarter of fmt's spacing at base (a representable number, a rounding boundary,
+    or between them on that grid) and |c| is below an eighth of the spacing, no rounding boundary other than base
+    itself lies between base and base + c (the others are at least a quarter spacing away), so base + c rounds
+    like base +- spacing/8: c may be e**-500000 and no precision is needed to see it. A base off that grid (a
+    log-softmax t = x - m has the bits of both) can sit closer than |c| to a boundary: it takes the general route,
+    whose precision only has to resolve base's own distance to the boundary.
     """
     if base == 0:
         found = decide(corr, err, sign, fmt)
         return None if found is None else (found, corr, err)
     eighth = _spacing_exp(base, fmt) - 3
-    if libmp.mpf_cmp(libmp.mpf_add(libmp.mpf_abs(corr), err, 30, _ROUND_UP), _pow2(eighth)) < 0:
-        step = Fraction(2) ** eighth
-        below, above = round_fraction(base - step, fmt), round_fraction(base + step, fmt)
-        if libmp.mpf_cmp(err, libmp.mpf_abs(corr)) < 0:
-            found = above if libmp.mpf_sign(corr) > 0 else below
-        else:
+    reach = libmp.mpf_add(libmp.mpf_abs(corr), err, 30, _ROUND_UP)  # |c| <= reach for every c
+    on_grid = (base / Fraction(2) ** (eighth + 1)).denominator == 1  # a multiple of a quarter spacing
+    if libmp.mpf_cmp(reach, _pow2(eighth)) < 0:
+        if on_grid:
+            step = Fraction(2) ** eighth
+            below, above = round_fraction(base - step, fmt), round_fraction(base + step, fmt)
+            if libmp.mpf_cmp(err, libmp.mpf_abs(corr)) < 0:
+                found = above if libmp.mpf_sign(corr) > 0 else below
+            else:
+                found = below if below == above else None
+        else:  # off the grid: decided when no boundary lies within reach of base (exact rationals, any size)
+            below, above = round_fraction(base - _fraction(reach), fmt), round_fraction(base + _fraction(reach), fmt)
             found = below if below == above else None
-        approx, approx_err = _to_mpf(base, fmt.precision + 64)
-        return None if found is None else (found, approx, libmp.mpf_add(approx_err, libmp.mpf_abs(corr), 30, _ROUND_UP))
+        if found is not None:
+            approx, approx_err = _to_mpf(base, fmt.precision + 64)
+            return found, approx, libmp.mpf_add(approx_err, reach, 30, _ROUND_UP)
+        if on_grid:
+            return None
+    # A boundary within reach of an off-grid base is within base's own bits of it: exact base (when dyadic) + c.
     approx, approx_err = _to_mpf(base, fmt.precision + 64 + max(0, -eighth))
     value = libmp.mpf_add(approx, corr, 0)
     err = libmp.mpf_add(err, approx_err, 30, _ROUND_UP)

@@ -231,9 +231,13 @@ def _decide_by_cast(h, err, sign):
     The ends are widened by 2**-52 |h| (and 2**-50 relative) so that their own float64 rounding cannot move
     them inside the true interval; monotone rounding then makes equal ends prove the answer.
     """
-    wide = (err + np.abs(h) * 2.0**-52) * (1 + 2.0**-50)
+    wide = np.abs(h)  # (err + |h| 2**-52) (1 + 2**-50), in place: these arrays are the largest of the audit
+    wide *= 2.0**-52
+    wide += err
+    wide *= 1 + 2.0**-50
     low = (h - wide).astype(np.float32)
-    high = (h + wide).astype(np.float32)
+    wide += h
+    high = wide.astype(np.float32)
     ok = low == high
     if np.ndim(sign) or sign == 0:  # -0.0 == 0.0: with the sign unknown, a zero must agree in sign too
         ok &= np.signbit(low) == np.signbit(high)

@@ -61,22 +61,22 @@ def tier_a(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
     """float64 with numpy's exp and log1p: for targets of at most 24 bits."""
     xk, m, top, rows, kept = _row_max(x, removed)
     with np.errstate(over="ignore", invalid="ignore"):
-        # Removed entries, and x - m beyond -1e300 (an overflow), give e = 0, which is right to 2**-1074.
-        t = np.maximum(xk - m[:, None], -1e300)
+        t = xk - m[:, None]  # -inf where removed or where x - m overflows: e = 0 there, right to 2**-1074
     e = np.exp(t)
-    rel = LIBM_EXP_REL - U * t  # fl(x - m) is within u|t| of x - m, and t <= 0
+    # One relative bound per row: fl(x - m) is within u|t| of x - m, and every e_j with t_j >= -746 is within
+    # rel of e**(x_j - m); below -746 both are under 2**-1075, which the 2**-1074 per entry covers.
+    rel = LIBM_EXP_REL + U * np.minimum(-t.min(axis=1), 746.0)
     e[rows, top] = 0.0
-    rel[rows, top] = 0.0
     rest = _dd.pairwise_sum(e)[0]
-    weighted = _dd.pairwise_sum(e * rel)[0]
     gamma = _dd.gamma(_dd.depth(x.shape[1]))
     # exp underflowing below 2**-1022 loses its relative accuracy but not 2**-1074 absolute.
-    rest_err = (weighted + gamma * rest) * _SECOND_ORDER + np.maximum(kept - 1, 0) * TINY
+    rest_err = (rel + gamma) * rest * _SECOND_ORDER + np.maximum(kept - 1, 0) * TINY
     if kind == "softmax":
         e[rows, top] = 1.0
         s = 1.0 + rest  # within u s of the exact 1 + rest
-        p = e / s[:, None]
-        err = p * (rel + (rest_err / s + 2 * U)[:, None]) * _SECOND_ORDER + TINY
+        p = np.divide(e, s[:, None], out=e)
+        err = p * ((rel + rest_err / s + 2 * U) * _SECOND_ORDER)[:, None]
+        err += TINY
         return Approx(p, None, err, 1.0)
     log = np.log1p(rest)
     log_err = (LIBM_LOG1P_REL * log + rest_err / (1 + rest - rest_err)) * _SECOND_ORDER

@@ -1,5 +1,6 @@
 """Known answers: closed forms evaluated with mpmath at 300 bits, and published vectors (ONNX, SciPy)."""
 
+import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
@@ -101,3 +102,33 @@ def test_scipy_vectors_are_correctly_rounded_where_scipy_published_values_are_no
     assert ulps.tolist() == [[0, 0, 1, 1], [0, 1, 0, 1]]
     # The first entry of the second row is e**-749 / (...) ~ 3.8e-326, below half the smallest subnormal.
     assert got[1, 0] == 0.0 and not np.signbit(got[1, 0])
+
+
+@pytest.mark.parametrize("gap", [8.36, 5.3, 4.0])  # log s = 2.3e-4 (stays on the near side), 5.0e-3 and 1.8e-2
+def test_log_softmax_of_an_off_grid_t_near_a_rounding_boundary(gap):
+    """t = x - m need not lie on the target's quarter-spacing grid: in float16, 3.97265625 - 90.5625 =
+    -86.58984375 is 2**-8 above the boundary -86.59375 between -86.5625 and -86.625. Found by Hypothesis: tier C
+    once rounded t - log s like t - spacing/8 (past the boundary) whenever log s was below spacing/8."""
+    from .oracle import rounded_rows
+
+    x = np.array([[3.97265625, 90.5625, 90.5625 - gap]], np.float16)
+    expected = rounded_rows("log_softmax", x.astype(np.float64), "float16")
+    assert expected[0, 0] == (-86.5625 if gap > 8 else -86.625)  # by hand: t - log s against -86.59375
+    for method in ("auto", "mpmath"):
+        got = R.log_softmax(x, dtype="float16", method=method).astype(np.float64)
+        np.testing.assert_array_equal(got, expected, err_msg=method)
+
+
+
+def test_a_base_near_a_boundary_with_an_astronomically_small_correction():
+    """bfloat16 log-softmax of [1032, 301056]: t = -300024 is 8 above the boundary -300032 (bfloat16's spacing
+    is 2048 there) and off the quarter-spacing grid, while log s = log1p(e**-300024) is astronomically small. The
+    result rounds as t does, decided from exact rationals without carrying e**-300024 to full precision."""
+    from .oracle import rounded_rows
+
+    x = np.array([[1032.0, 301056.0]], ml_dtypes.bfloat16)
+    expected = rounded_rows("log_softmax", x.astype(np.float64), "bfloat16")
+    assert expected[0, 0] == -299008.0
+    for method in ("auto", "mpmath"):
+        got = R.log_softmax(x, dtype="bfloat16", method=method).astype(np.float64)
+        np.testing.assert_array_equal(got, expected, err_msg=method)
