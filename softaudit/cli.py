@@ -119,7 +119,8 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                            suite=_pick(suite, config, "suite", "default"), cases=_pick(cases, config, "cases", []),
                            families=_pick(families, config, "families", None), policy=policy,
                            timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                           corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress)  # fmt: skip
+                           corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress,
+                           cache=False)  # one audit per process: nothing to keep  # fmt: skip
         comparison = None
         if baseline and not update_baseline:
             tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))

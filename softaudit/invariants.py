@@ -39,7 +39,42 @@ def _exact_shift(x: np.ndarray, dtype) -> float | None:
     return None
 
 
-def check(candidate, inputs: dict, mask, shape, dtype, y, timeout, rng, max_ulp: float) -> dict[str, int]:
+class Probes:
+    """One case's transformed inputs, made once and shared by every candidate (row kinds only).
+
+    shifted: the kept entries plus an exact shift c (None where no small c is exact); permuted: the row's entries
+    in a random order (seeded, so every candidate sees the same one); order: the stable sort of the kept entries
+    (monotonicity); for masked_softmax, junk: masked entries replaced by random values, and up to two rows' kept
+    entries alone.
+    """
+
+    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
+        with np.errstate(all="ignore"):  # -inf - -inf among removed entries: compared, not warned about
+            self._make(kind, inputs, mask, dtype, np.random.default_rng(seed))
+
+    def _make(self, kind, inputs, mask, dtype, rng):
+        self.kind, self.mask, self.dtype = kind, mask, dtype
+        x = inputs["x"].astype(np.float64)
+        kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
+        self.defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)
+        c = _exact_shift(np.where(kept, x, 0.0), dtype) if kind != "logsumexp" else None
+        self.shifted = None if c is None else round_to(np.where(kept, x + c, x), dtype)
+        self.perm = rng.permutation(x.shape[-1])
+        self.permuted = round_to(x[..., self.perm], dtype)
+        self.permuted_mask = None if mask is None else np.broadcast_to(mask, x.shape)[..., self.perm]
+        self.kept = kept
+        if kind == "logsumexp":
+            self.top = np.where(kept, x, -np.inf).max(axis=-1)
+            return
+        self.order = np.argsort(np.where(kept, x, -np.inf), axis=-1, kind="stable")
+        xs = np.take_along_axis(np.where(kept, x, -np.inf), self.order, -1)
+        self.rises = (np.diff(xs, axis=-1) > 0) & np.isfinite(xs[..., 1:]) & self.defined[..., None]
+        if kind == "masked_softmax":
+            self.junk = round_to(np.where(kept, x, rng.standard_normal(x.shape) * 8), dtype)
+            self.alone = [(row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]]
+
+
+def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float) -> dict[str, int]:
     """Violations per invariant for one case (row kinds only; attention has its leak probe).
 
     Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
@@ -49,19 +84,16 @@ def check(candidate, inputs: dict, mask, shape, dtype, y, timeout, rng, max_ulp:
     if candidate.kind not in ROW_KINDS:
         return {}
     with np.errstate(all="ignore"):  # NaN and inf outputs are compared, not warned about
-        return _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp)
+        return _check(candidate, probes, y, shape, timeout, max_ulp)
 
 
-def _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp) -> dict[str, int]:
-    kind = candidate.kind
-    x = inputs["x"].astype(np.float64)
+def _check(candidate, p: Probes, y, shape, timeout, max_ulp) -> dict[str, int]:
+    kind, dtype, defined = candidate.kind, p.dtype, p.defined
     y = np.asarray(y).astype(np.float64)
-    kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
-    defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)
     out: dict[str, int] = {}
 
-    def again(new_x, new_mask=mask):
-        result, _ = call(candidate, {"x": round_to(new_x, dtype)}, new_mask, shape, dtype, timeout)
+    def again(x, mask=p.mask, out_shape=shape):
+        result, _ = call(candidate, {"x": x}, mask, out_shape, dtype, timeout)
         return result.astype(np.float64)
 
     tolerance = 2 * max(max_ulp if np.isfinite(max_ulp) else 0.0, 0.5) + 1
@@ -69,31 +101,21 @@ def _check(candidate, inputs, mask, shape, dtype, y, timeout, rng, max_ulp) -> d
     def beyond(a, b):
         return _differ(a, b) & (np.abs(a - b) > tolerance * np.abs(np.spacing(np.asarray(b).astype(dtype)).astype(np.float64)))
 
-    c = _exact_shift(np.where(kept, x, 0.0), dtype)
-    if c is not None and kind != "logsumexp":
-        moved = again(np.where(kept, x + c, x))
-        out["shift"] = int((_differ(moved, y) & defined[..., None]).sum())
-    perm = rng.permutation(x.shape[-1])
-    permuted = again(x[..., perm], None if mask is None else np.broadcast_to(mask, x.shape)[..., perm])
-    expected = y if kind == "logsumexp" else y[..., perm]
+    if p.shifted is not None:
+        out["shift"] = int((_differ(again(p.shifted), y) & defined[..., None]).sum())
+    permuted = again(p.permuted, p.permuted_mask)
+    expected = y if kind == "logsumexp" else y[..., p.perm]
     out["permutation"] = int((beyond(permuted, expected) & (defined if kind == "logsumexp" else defined[..., None])).sum())
     if kind == "logsumexp":
-        top = np.where(kept, x, -np.inf).max(axis=-1)
-        out["lse_below_max"] = int((defined & (y < top)).sum())
+        out["lse_below_max"] = int((defined & (y < p.top)).sum())
         return out
-    order = np.argsort(np.where(kept, x, -np.inf), axis=-1, kind="stable")
-    xs = np.take_along_axis(np.where(kept, x, -np.inf), order, -1)
-    ys = np.take_along_axis(np.where(kept, y, -np.inf), order, -1)  # kept entries only: a leak is mask_leak
-    descents = (np.diff(xs, axis=-1) > 0) & (np.diff(ys, axis=-1) < 0) & np.isfinite(xs[..., 1:])
-    out["monotonic"] = int((descents & defined[..., None]).sum())
+    ys = np.take_along_axis(np.where(p.kept, y, -np.inf), p.order, -1)  # kept entries only: a leak is mask_leak
+    out["monotonic"] = int((p.rises & (np.diff(ys, axis=-1) < 0)).sum())
     if kind == "masked_softmax":
-        junk = np.where(kept, x, rng.standard_normal(x.shape) * 8)
-        out["masked_values"] = int((_differ(again(junk), y) & defined[..., None]).sum())
+        out["masked_values"] = int((_differ(again(p.junk), y) & defined[..., None]).sum())
         violations = 0
-        for row in np.flatnonzero(defined)[:2]:  # the kept entries alone, as a row of their own
-            alone, _ = call(candidate, {"x": round_to(x[row][kept[row]][None, :], dtype)}, np.ones((1, int(kept[row].sum())), bool),
-                            (1, int(kept[row].sum())), dtype, timeout)  # fmt: skip
-            violations += int(beyond(alone.astype(np.float64)[0], y[row][kept[row]]).sum())
+        for row, alone in p.alone:  # the kept entries alone, as a row of their own
+            got = again(alone, np.ones(alone.shape, bool), alone.shape)
+            violations += int(beyond(got[0], y[row][p.kept[row]]).sum())
         out["masked_equals_kept"] = violations
     return out
-

@@ -114,6 +114,7 @@ class Basis:
     ulp: np.ndarray  # ulp_D(r)
     inv_ulp: np.ndarray | None  # 1 / ulp_D(r), exact (a power of two); None where it would overflow (float64)
     rel_per_ulp: np.ndarray  # ulp_D(r) / |r|, 0 where r is 0 or not finite: relative error = ULP error x this
+    far_below: tuple[np.ndarray, np.ndarray]  # flat indices and |r| where ulp_D(r) / |r| overflows (r < 2**-1000 ulp)
     undefined: np.ndarray  # per row
     best: np.ndarray | None  # per row: the largest R (argmax flips)
     nothing_kept: np.ndarray | None = None
@@ -144,8 +145,10 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
     if masked is not None:
         finite_ref = finite_ref & ~masked
     ulp_r = ulp(r, fmt)
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel_per_ulp = np.where(finite_ref & (r != 0), ulp_r / np.abs(r), 0.0)
+    far = np.flatnonzero(np.isinf(rel_per_ulp))  # (rare) their relative error is computed by division
+    rel_per_ulp.flat[far] = 0.0
     # Multiplying by 1/ulp is exact and much faster than dividing; only float64's 2**-1074 has no finite inverse.
     inv_ulp = 1.0 / ulp_r if fmt.min_subnormal_exp >= -1022 else None
     best = None
@@ -153,7 +156,7 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
         best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
     ulp_vsum = None if vsum is None else ulp(vsum, fmt)
     return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_r, inv_ulp,
-                 rel_per_ulp, undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
+                 rel_per_ulp, (far, np.abs(r.flat[far])), undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
 
 
 def measure(b: Basis, y, *, case_index: int) -> Tally:
@@ -230,7 +233,11 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         same = y == b.rounded
         t.correctly_rounded = int(np.count_nonzero(same if compare is None else compare & same))
         t.ge2_ulp = int(np.count_nonzero(errors >= 2))
-        t.max_rel_err = float(np.fmax.reduce((errors * b.rel_per_ulp).ravel()))  # fmax: inf * 0 is NaN
+        with np.errstate(invalid="ignore"):
+            t.max_rel_err = float(np.fmax.reduce((errors * b.rel_per_ulp).ravel()))  # fmax: inf * 0 is NaN
+        far, size = b.far_below
+        if len(far):
+            t.max_rel_err = max(t.max_rel_err, float((diff.flat[far] / size).max()))
         t.max_abs_err = float(diff.max())
         t.worst = (t.max_ulp, case_index, worst)
     return diff

@@ -1,12 +1,15 @@
 """The audit loop: for candidate x dtype x family, round the inputs to the dtype, call, compare, judge.
 
 The reference of each case is computed once per dtype and shared by every candidate of the kind; so is the
-comparison implementation's error, which sets the ULP threshold. A candidate that raises, hangs or returns garbage
-on a family gives an `error` row for that family and the run goes on, keeping every finished row.
+comparison implementation's error, which sets the ULP threshold. Both are kept between audit() calls in one
+process (`CACHE_BYTES`): the families are deterministic, so a second audit of the same kind, dtype, suite and seed
+reuses them. A candidate that raises, hangs or returns garbage on a family gives an `error` row for that family
+and the run goes on, keeping every finished row.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import time
@@ -38,10 +41,15 @@ COLUMNS = (
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 
-    def __init__(self, case: Case, index: int, fmt: Format, case_in_family: int):
-        self.case, self.index, self.fmt, self.case_in_family = case, index, fmt, case_in_family
+    def __init__(self, case: Case, fmt: Format, case_in_family: int):
+        self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
         self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
         self.mask = case.mask
+
+    @property
+    def nbytes(self) -> int:
+        """About what this case holds once its reference and basis exist (about 100 bytes per input element)."""
+        return 100 * sum(a.size for a in self.inputs.values())
 
     @functools.cached_property
     def reference(self):
@@ -81,11 +89,21 @@ class Prepared:
     def output_shape(self) -> tuple:
         return self.reference.value.shape
 
-    def leak_probe(self, rng) -> tuple[dict, np.ndarray] | None:
+    @functools.cached_property
+    def probes(self) -> invariants.Probes | None:
+        """The invariants' transformed inputs (row kinds, cases up to invariants.MAX_ELEMENTS elements)."""
+        x = self.inputs.get("x")
+        if self.case.kind not in invariants.ROW_KINDS or x is None or x.size > invariants.MAX_ELEMENTS:
+            return None
+        return invariants.Probes(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
+
+    @functools.cached_property
+    def leak_probe(self) -> tuple[dict, np.ndarray] | None:
         """For attention with a mask: inputs with some masked keys' k and v replaced, and the queries that must not
         change (those that may attend none of the replaced keys in any batch entry)."""
         if self.case.kind != "attention" or self.mask is None:
             return None
+        rng = np.random.default_rng(self.case_in_family)
         keep = self.mask.reshape((-1,) + self.mask.shape[-2:]).any(axis=0)  # (Lq, Lk): may attend anywhere
         masked_counts = np.where(keep.any(axis=1), (~keep).sum(axis=1), 0)
         if not masked_counts.any():
@@ -125,17 +143,53 @@ def candidates_for(targets, kind) -> list[Candidate]:
     return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus) -> dict[str, list[Prepared]]:
+@dataclasses.dataclass
+class _Family:
+    """One built-in family's prepared cases for a kind, dtype, suite and seed, and the comparison's error on them."""
+
+    prepared: list[Prepared]
+    comparison_max: float | None = None  # max ULP error of the comparison implementation (None: not run yet)
+
+
+#: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
+#: once they hold more than about this many bytes. 0 turns the cache off; `clear_cache()` empties it.
+CACHE_BYTES = 512 << 20
+_CACHE: collections.OrderedDict[tuple, _Family] = collections.OrderedDict()
+
+
+def clear_cache() -> None:
+    """Forget every prepared family (inputs, references, comparison errors) kept between audits."""
+    _CACHE.clear()
+
+
+def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool) -> _Family:
+    key = (family.name, kind, fmt.name, suite, seed)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    found = _Family([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
+    if cache and CACHE_BYTES > 0:
+        _CACHE[key] = found
+        held = sum(pc.nbytes for f in _CACHE.values() for pc in f.prepared)
+        while held > CACHE_BYTES and len(_CACHE) > 1:
+            _, dropped = _CACHE.popitem(last=False)
+            held -= sum(pc.nbytes for pc in dropped.prepared)
+    return found
+
+
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool) -> dict[str, _Family]:
     from .hunt import load_corpus
 
-    by_family: dict[str, list[Prepared]] = {}
-    chosen = [f for f in families_for(kind) if only is None or f.name in only]
-    cases = [c for family in chosen for c in family.cases(kind, fmt, suite, seed)]
-    cases += [c for path in files for c in load_case_file(path, kind)]
-    cases += load_corpus(corpus, kind, fmt.name) if corpus else []
-    for index, case in enumerate(cases):
-        group = by_family.setdefault(case.family, [])
-        group.append(Prepared(case, index, fmt, len(group)))
+    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache) for f in families_for(kind) if only is None or f.name in only}
+    extra = [c for path in files for c in load_case_file(path, kind)]
+    extra += load_corpus(corpus, kind, fmt.name) if corpus else []
+    shared = set(by_family)  # possibly cached: copied before a case file adds to one
+    for case in extra:  # case files and the corpus are read fresh every time (they may have changed)
+        if case.family in shared:
+            by_family[case.family] = _Family(list(by_family[case.family].prepared))
+            shared.discard(case.family)
+        group = by_family.setdefault(case.family, _Family([])).prepared
+        group.append(Prepared(case, fmt, len(group)))
     return by_family
 
 
@@ -144,7 +198,6 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
     every output was NaN where something is defined (None when nothing is), and one record per case."""
     tally, seconds, notes = Tally(), 0.0, set()
     per_case = []
-    rng = np.random.default_rng(0)
     all_nan, anything = True, False  # every output NaN, on cases where something is defined
     for pc in prepared:
         fmt = pc.fmt
@@ -156,11 +209,10 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
         if defined.any():
             anything = True
             all_nan &= y.size > 0 and bool(np.isnan(y.astype(np.float64)).all())
-        part = measure(pc.basis, y, case_index=pc.index)
-        if check_invariants and y.size <= invariants.MAX_ELEMENTS:
-            part.invariants = invariants.check(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, y, timeout, rng,
-                                               part.max_ulp)  # fmt: skip
-        probe = pc.leak_probe(rng)
+        part = measure(pc.basis, y, case_index=pc.case_in_family)
+        if check_invariants and pc.probes is not None:
+            part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
+        probe = pc.leak_probe
         if probe is not None:
             inputs, unaffected = probe
             moved, _ = call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
@@ -241,6 +293,7 @@ def audit(
     seed: int = 0,
     timeout: float | None = 60.0,
     progress: Callable[[int, int, str], None] | None = None,
+    cache: bool = True,
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
 
@@ -248,7 +301,8 @@ def audit(
     for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
     families: only these built-in families (case files are always run). timeout: seconds per candidate call.
     seed: varies the random families (the same seed always gives the same cases). corpus: a folder of hunt
-    findings, replayed as the family `corpus` (each case in its own dtype).
+    findings, replayed as the family `corpus` (each case in its own dtype). cache: keep the prepared built-in
+    families (inputs, references, the comparison's errors) for later audits in this process (`CACHE_BYTES`).
     """
     import pandas as pd
 
@@ -270,17 +324,18 @@ def audit(
     total = sum(1 for c in found for _ in formats)
     done = 0
     for k, fmt in plan:
-        prepared = _prepare(k, fmt, suite, files, only, seed, corpus)
+        prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache)
         comparison = builtin.sound(k)
-        compare_max = {}
-        for family, pcs in prepared.items():
-            try:
-                compare_max[family] = _run_family(comparison, pcs, timeout, check_invariants=False)[0].max_ulp
-            except CandidateError:
-                compare_max[family] = 0.0
+        for fam in prepared.values():
+            if fam.comparison_max is None:
+                try:
+                    fam.comparison_max = _run_family(comparison, fam.prepared, timeout, check_invariants=False)[0].max_ulp
+                except CandidateError:
+                    fam.comparison_max = 0.0
+        compare_max = {family: fam.comparison_max for family, fam in prepared.items()}
         for candidate in (c for c in found if c.kind == k):
             mine, nan_everywhere = [], []
-            for family, pcs in prepared.items():
+            for family, pcs in ((name, fam.prepared) for name, fam in prepared.items()):
                 row = {"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family,
                        "comparison_max_ulp": compare_max[family], "threshold_ulp": policy.threshold(compare_max[family])}
                 try:
@@ -297,7 +352,7 @@ def audit(
                 verdict, reasons = policy.judge(k, tally, compare_max[family])
                 mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
                 if tally.worst is not None:
-                    pc = next(p for p in pcs if p.index == tally.worst[1])
+                    pc = pcs[tally.worst[1]]
                     worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally, suite, seed)
             if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
                 # NaN on every family: the candidate never returned a number, an error rather than a verdict.

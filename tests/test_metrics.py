@@ -76,7 +76,7 @@ def test_the_short_route_gives_the_same_tally_as_the_general_one():
                                 ("masked_softmax", "float16", "padding"), ("attention", "float16", "attn_gaussian")]:  # fmt: skip
         fmt = R.format_of(dtype)
         for i, case in enumerate(FAMILIES[family].cases(kind, fmt, "quick")):
-            pc = Prepared(case, i, fmt, i)
+            pc = Prepared(case, fmt, i)
             for cand in (c for c in candidates.builtins() if c.kind == kind):
                 y, _ = call(cand, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, None)
                 general = dataclasses.replace(pc.basis)
@@ -85,3 +85,14 @@ def test_the_short_route_gives_the_same_tally_as_the_general_one():
                 fast, slow = metrics.measure(pc.basis, y, case_index=i), metrics.measure(general, y, case_index=i)
                 assert dataclasses.asdict(fast) == dataclasses.asdict(slow), (cand.name, dtype, case.description)
     assert shorts > 50  # the short route was taken
+
+
+def test_relative_error_of_a_reference_far_below_the_dtype_spacing():
+    """softmax of [0, -727] in float16: p = e**-727 / (1 + e**-727), about 1.7e-316, rounds to 0 (float16's
+    smallest subnormal is 6e-8, and 2**-24 / p overflows float64). A candidate's 0 is then off by all of p:
+    relative error 1 (not inf), ULP error p / 2**-24, and no underflow event (0 is the correct rounding)."""
+    x = np.array([[0.0, -727.0]])
+    y = np.array([[1.0, 0.0]], np.float16)
+    t = _measure("softmax", x.astype(np.float16), y, "float16")
+    assert t.max_rel_err == 1.0 and t.underflow == 0
+    assert np.isclose(t.max_ulp, np.exp(-727.0) / 2.0**-24, rtol=1e-6, atol=0)

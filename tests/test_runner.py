@@ -122,3 +122,45 @@ def test_no_measure_is_nan_and_nothing_warns_on_the_quick_suite():
 def test_float8_dtypes_can_be_audited():
     table = softaudit.audit(dtypes=["float8_e4m3fn", "float8_e5m2"], suite="quick", kind="softmax").table
     assert set(table.dtype) == {"float8_e4m3fn", "float8_e5m2"} and (table.verdict != "error").all()
+
+
+def scribbles(x, axis=-1):
+    """A correct softmax that shifts its input in place, as some kernels do."""
+    with np.errstate(invalid="ignore"):
+        x -= x.max(axis=axis, keepdims=True)
+    return good(x, axis)
+
+
+def test_a_candidate_writing_into_its_input_changes_nothing_for_the_others(monkeypatch):
+    from softaudit import runner
+
+    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    options = {"kind": "softmax", "dtypes": ["float32"], "suite": "quick", "families": ["gaussian", "offset"]}
+    alone = softaudit.audit(good, **options).table
+    both = softaudit.audit([scribbles, good], **options).table
+    cols = ["max_ulp", "mean_ulp", "correctly_rounded", "verdict"]
+    assert both[both.candidate.str.endswith("good")][cols].reset_index(drop=True).equals(alone[cols])
+    assert (both.verdict == "pass").all()  # scribbles saw its inputs as they are, twice over
+
+
+def test_a_second_audit_reuses_the_prepared_families(monkeypatch):
+    from softaudit import runner
+
+    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    calls = []
+    real = runner.evaluate
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    options = {"kind": "softmax", "dtypes": ["float16"], "suite": "quick", "families": ["gaussian", "ties"]}
+    first = softaudit.audit(good, **options).table
+    computed = len(calls)
+    assert computed > 0 and len(runner._CACHE) == 2
+    second = softaudit.audit(good, **options).table
+    assert len(calls) == computed  # no reference computed again
+    assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
+    softaudit.audit(good, cache=False, **options | {"families": ["dominant"]})
+    assert len(runner._CACHE) == 2 and len(calls) > computed  # not kept
+    monkeypatch.setattr(runner, "CACHE_BYTES", 1)
+    softaudit.audit(good, **options | {"families": ["dominant"]})
+    assert list(runner._CACHE) == [("dominant", "softmax", "float16", "quick", 0)]  # the older ones dropped
+    runner.clear_cache()
+    assert not runner._CACHE

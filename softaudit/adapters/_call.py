@@ -42,6 +42,9 @@ def _time_limit(seconds: float | None):
 
 
 def _arguments(kind: str, arrays: dict, mask):
+    # Copies: a candidate may write into its inputs, which every other candidate and the reference share.
+    arrays = {name: np.array(a) for name, a in arrays.items()}
+    mask = None if mask is None else np.array(mask)
     if kind == "attention":
         return (arrays["q"], arrays["k"], arrays["v"]), {"mask": mask}
     if kind == "masked_softmax":

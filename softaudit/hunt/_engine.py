@@ -50,7 +50,7 @@ class Finding:
 def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
     """(verdict, reasons, max ulp, events) for one input, by the same rules as `softaudit run`."""
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
-    pc = Prepared(case, 0, fmt, 0)
+    pc = Prepared(case, fmt, 0)
     try:
         y, _ = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
     except CandidateError as exc:
@@ -59,8 +59,7 @@ def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
     reference_y, _ = call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
     comparison_ulp = measure(pc.basis, reference_y, case_index=0).max_ulp
     verdict, reasons = policy.judge(kind, tally, comparison_ulp)
-    broken = invariants.check(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, y, timeout,
-                              np.random.default_rng(0), tally.max_ulp)  # fmt: skip
+    broken = {} if pc.probes is None else invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
     events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
     return verdict, reasons, tally.max_ulp, events

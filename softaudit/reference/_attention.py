@@ -167,9 +167,22 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool) ->
                     out.put_block((b, chunk), rounded, approx, decided, tier)
                     pending[b, chunk] &= ~decided
     _tier_c(problem, fmt, pending, out)
+    _negative_zeros(problem, out)
     shape = problem.shape if detail else (0,) * len(problem.shape)
     parts = (out.hi, out.lo, out.err, out.tier)
     return Result(out.array().reshape(problem.shape), *(a.reshape(shape) for a in parts), problem.undefined)
+
+
+def _negative_zeros(problem: Problem, out: _Collector):
+    """-0 where every value a query may attend is -0 in that column, as IEEE arithmetic gives (a sum of p_j * -0);
+    the tiers, exact or rational, only know the value 0."""
+    v = problem.v
+    negative_zero = (v == 0) & np.signbit(v)
+    if not negative_zero.any():
+        return
+    others = problem.keep.astype(np.float64) @ (~negative_zero).astype(np.float64)  # (B, Lq, dv): kept non -0 values
+    where = (others == 0) & problem.keep.any(axis=2)[:, :, None] & ~problem.undefined.reshape(others.shape[:2])[:, :, None]
+    out.fill(where, -0.0)
 
 
 def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector):

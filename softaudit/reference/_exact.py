@@ -77,6 +77,19 @@ def _to_mpf(value: Fraction, prec: int) -> tuple[tuple, tuple]:
     return approx, libmp.fzero if exact else libmp.mpf_abs(libmp.mpf_mul(approx, _pow2(1 - prec)))
 
 
+def _off_grid_gap(base: Fraction, eighth: int) -> int:
+    """g with 2**g at most the distance from base, off the quarter-spacing grid 2**(eighth + 1), to any rounding
+    boundary (every boundary is on that grid).
+
+    Dyadic base: both are multiples of 2**b, b the exponent of base's lowest bit, and they differ: at least 2**b.
+    Otherwise base = n/d with d not a power of two: |n/d - k 2**q| >= 2**min(0, q) / d, a nonzero integer over d 2**-q.
+    """
+    num, den = base.numerator, base.denominator
+    if den & (den - 1) == 0:
+        return ((num & -num).bit_length() - 1) - (den.bit_length() - 1)
+    return min(0, eighth + 1) - den.bit_length()
+
+
 def decide_sum(base: Fraction, corr: tuple, err: tuple, sign: int, fmt: Format) -> Entry | None:
     """The rounding of base + c for every c within err of corr, base exact; sign is c's sign when base == 0.
 
@@ -101,7 +114,9 @@ def decide_sum(base: Fraction, corr: tuple, err: tuple, sign: int, fmt: Format) 
                 found = above if libmp.mpf_sign(corr) > 0 else below
             else:
                 found = below if below == above else None
-        else:  # off the grid: decided when no boundary lies within reach of base (exact rationals, any size)
+        elif libmp.mpf_cmp(reach, _pow2(_off_grid_gap(base, eighth))) < 0:  # off the grid, and no boundary near
+            found = round_fraction(base, fmt)
+        else:  # off the grid: decided when no boundary lies within reach of base (reach is not tiny here)
             below, above = round_fraction(base - _fraction(reach), fmt), round_fraction(base + _fraction(reach), fmt)
             found = below if below == above else None
         if found is not None:

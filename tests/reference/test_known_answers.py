@@ -132,3 +132,31 @@ def test_a_base_near_a_boundary_with_an_astronomically_small_correction():
     for method in ("auto", "mpmath"):
         got = R.log_softmax(x, dtype="bfloat16", method=method).astype(np.float64)
         np.testing.assert_array_equal(got, expected, err_msg=method)
+
+
+def test_an_off_grid_base_with_a_correction_beyond_any_exponent_is_rounded_without_forming_it():
+    """float32 log-softmax of [1.5, 1e30]: t = 1.5 - 1e30 is off the grid and log s is about e**-1e30, whose
+    exact rational would need 1.4e30 bits (an earlier version built it and ran out of memory). The answer is t
+    rounded: -1e30 in float32."""
+    from .oracle import rounded_rows
+
+    x = np.array([[1.5, 1e30]], np.float32)
+    expected = rounded_rows("log_softmax", x.astype(np.float64), "float32")
+    assert expected[0, 0] == -float(np.float32(1e30))
+    for method in ("auto", "mpmath"):
+        np.testing.assert_array_equal(R.log_softmax(x, dtype="float32", method=method).astype(np.float64), expected)
+
+
+def test_attention_keeps_the_sign_of_zero_that_ieee_arithmetic_gives():
+    """o = sum_j p_j v_j: a column whose kept values are all -0 gives -0 (p_j * -0 = -0, and -0 + -0 = -0); one
+    +0 among them gives +0. Found by Hypothesis: a single key with v = -0 once came back +0."""
+    q = np.array([[1.0, 0.5]])
+    k = np.array([[0.25, 1.0], [2.0, -1.0], [0.0, 3.0]])
+    v = np.array([[-0.0, -0.0, 1.0], [-0.0, 0.0, 2.0], [5.0, 0.0, 3.0]])
+    mask = np.array([[True, True, False]])  # the third key (the only non-zero first column) may not be attended
+    p = np.exp(q @ k.T / np.sqrt(2))[0, :2]
+    by_hand = [p[0] * v[0, c] + p[1] * v[1, c] for c in range(2)]  # IEEE products and a sum
+    assert [np.signbit(h) for h in by_hand] == [True, False]
+    for dtype in ("float16", "float32", "float64"):
+        got = R.attention(q, k, v, mask, dtype=dtype).astype(np.float64)[0]
+        assert got[0] == 0 and np.signbit(got[0]) and got[1] == 0 and not np.signbit(got[1]), dtype
