@@ -214,30 +214,48 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     return t
 
 
-def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray:
-    """The error measures over the compared elements (compare None: all of them); returns |y - r| there (0
-    elsewhere)."""
-    with np.errstate(all="ignore"):
-        diff = y - b.hi
-        if b.lo is not None:
-            diff -= b.lo
-        np.abs(diff, out=diff)
-        if compare is not None:
-            diff[~compare] = 0.0
-    errors = diff / b.ulp if b.inv_ulp is None else diff * b.inv_ulp  # exact either way
-    t.elements = diff.size if compare is None else int(np.count_nonzero(compare))
+#: Elements per step of `_accuracy`: temporaries of 128 KiB stay in cache and in malloc's heap (arrays far above its
+#: mmap threshold, 128 KiB, are mapped afresh and page-faulted on every use, which costs more than the arithmetic).
+CHUNK = 1 << 14
+
+
+def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray | None:
+    """The error measures over the compared elements (compare None: all of them), a chunk at a time. For
+    attention returns |y - r| at every element (0 where not compared), which its normwise measures need."""
+    flat = {name: None if a is None else a.reshape(-1) for name, a in
+            (("y", y), ("hi", b.hi), ("lo", b.lo), ("rounded", b.rounded), ("compare", compare), ("ulp", b.ulp),
+             ("inv_ulp", b.inv_ulp), ("rel_per_ulp", b.rel_per_ulp))}  # fmt: skip
+    whole = np.zeros(y.size) if b.kind == "attention" else None
+    best, worst, ulp_sum, same, ge2, rel, largest = -1.0, 0, 0.0, 0, 0, 0.0, 0.0
+    for start in range(0, y.size, CHUNK):
+        f = {name: None if a is None else a[start : start + CHUNK] for name, a in flat.items()}
+        with np.errstate(all="ignore"):
+            diff = f["y"] - f["hi"]
+            if f["lo"] is not None:
+                diff -= f["lo"]
+            np.abs(diff, out=diff)
+            if f["compare"] is not None:
+                diff[~f["compare"]] = 0.0
+            errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
+            i = int(np.argmax(errors))
+            if errors[i] > best:
+                best, worst = float(errors[i]), start + i
+            ulp_sum += float(errors.sum())
+            equal = f["y"] == f["rounded"]
+            same += int(np.count_nonzero(equal if f["compare"] is None else equal & f["compare"]))
+            ge2 += int(np.count_nonzero(errors >= 2))
+            rel = max(rel, float(np.fmax.reduce(errors * f["rel_per_ulp"])))  # fmax: inf * 0 is NaN
+            largest = max(largest, float(diff.max()))
+        if whole is not None:
+            whole[start : start + CHUNK] = diff
+    t.elements = y.size if compare is None else int(np.count_nonzero(compare))
     if t.elements:
-        t.ulp_sum = float(errors.sum())
-        worst = int(np.argmax(errors))
-        t.max_ulp = float(errors.flat[worst])
-        same = y == b.rounded
-        t.correctly_rounded = int(np.count_nonzero(same if compare is None else compare & same))
-        t.ge2_ulp = int(np.count_nonzero(errors >= 2))
-        with np.errstate(invalid="ignore"):
-            t.max_rel_err = float(np.fmax.reduce((errors * b.rel_per_ulp).ravel()))  # fmax: inf * 0 is NaN
-        far, size = b.far_below
+        t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
+        far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
-            t.max_rel_err = max(t.max_rel_err, float((diff.flat[far] / size).max()))
-        t.max_abs_err = float(diff.max())
+            lo = 0.0 if b.lo is None else flat["lo"][far]
+            far_diff = np.abs((flat["y"][far] - flat["hi"][far]) - lo)
+            rel = max(rel, float((np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size).max()))
+        t.max_rel_err = rel
         t.worst = (t.max_ulp, case_index, worst)
-    return diff
+    return None if whole is None else whole.reshape(y.shape)

@@ -208,7 +208,7 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
         defined = ~np.asarray(pc.reference.undefined)
         if defined.any():
             anything = True
-            all_nan &= y.size > 0 and bool(np.isnan(y.astype(np.float64)).all())
+            all_nan = all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
         part = measure(pc.basis, y, case_index=pc.case_in_family)
         if check_invariants and pc.probes is not None:
             part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
