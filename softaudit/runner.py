@@ -181,6 +181,7 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, c
     from .hunt import load_corpus
 
     by_family = {f.name: _family(f, kind, fmt, suite, seed, cache) for f in families_for(kind) if only is None or f.name in only}
+    by_family = {name: fam for name, fam in by_family.items() if fam.prepared}  # (a family may have no case in a dtype)
     extra = [c for path in files for c in load_case_file(path, kind)]
     extra += load_corpus(corpus, kind, fmt.name) if corpus else []
     shared = set(by_family)  # possibly cached: copied before a case file adds to one

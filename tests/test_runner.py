@@ -164,3 +164,14 @@ def test_a_second_audit_reuses_the_prepared_families(monkeypatch):
     assert list(runner._CACHE) == [("dominant", "softmax", "float16", "quick", 0)]  # the older ones dropped
     runner.clear_cache()
     assert not runner._CACHE
+
+
+def test_a_family_with_no_case_in_a_dtype_gives_no_row():
+    """attn_large_activations has no bfloat16 case (scores that large overflow float32 too): no empty row."""
+    from softaudit.cases import FAMILIES
+
+    assert not FAMILIES["attn_large_activations"].cases("attention", R.format_of("bfloat16"), "quick")
+    table = softaudit.audit("softaudit.candidates.attention:upcast", dtypes=["bfloat16", "float16"], suite="quick",
+                            families=["attn_large_activations", "attn_gaussian"], cache=False).table  # fmt: skip
+    assert sorted(zip(table.dtype, table.family)) == [("bfloat16", "attn_gaussian"), ("float16", "attn_gaussian"),
+                                                      ("float16", "attn_large_activations")]  # fmt: skip
