@@ -264,7 +264,7 @@ class WorstInput:
 def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally, suite: str, seed: int) -> WorstInput:
     shape = pc.output_shape
     position = np.unravel_index(flat, shape)
-    value = float(np.asarray(pc.reference.value).astype(np.float64)[position])
+    value = float(np.asarray(pc.reference.value)[position])  # one element, not the whole array in float64
     if candidate.kind == "attention":
         lead = position[:-1]
         pick = lambda a: a[tuple(min(i, s - 1) for i, s in zip(lead[:-1], a.shape[:-2]))]  # noqa: E731
