@@ -48,12 +48,10 @@ class Probes:
     entries alone.
     """
 
+    @np.errstate(all="ignore")  # -inf - -inf among removed entries: compared, not warned about
     def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
-        with np.errstate(all="ignore"):  # -inf - -inf among removed entries: compared, not warned about
-            self._make(kind, inputs, mask, dtype, np.random.default_rng(seed))
-
-    def _make(self, kind, inputs, mask, dtype, rng):
-        self.kind, self.mask, self.dtype = kind, mask, dtype
+        rng = np.random.default_rng(seed)
+        self.mask, self.dtype = mask, dtype
         x = inputs["x"].astype(np.float64)
         kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
         self.defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)

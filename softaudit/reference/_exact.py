@@ -67,9 +67,14 @@ def _spacing_exp(base: Fraction, fmt: Format) -> int:
     return max(binade, fmt.emin) - (fmt.precision - 1)
 
 
+def _dyadic(value: Fraction) -> bool:
+    """The denominator is a power of two."""
+    return value.denominator & (value.denominator - 1) == 0
+
+
 def _to_mpf(value: Fraction, prec: int) -> tuple[tuple, tuple]:
     """A rational as a libmp value at `prec` bits (exact when dyadic) and the bound of its rounding error."""
-    dyadic = value.denominator & (value.denominator - 1) == 0
+    dyadic = _dyadic(value)
     if dyadic:  # exact at any size, or a base within 2**-prec of a boundary could never be decided
         prec = max(prec, abs(value.numerator).bit_length())
     approx = libmp.from_rational(value.numerator, value.denominator, prec)
@@ -85,7 +90,7 @@ def _off_grid_gap(base: Fraction, eighth: int) -> int:
     Otherwise base = n/d with d not a power of two: |n/d - k 2**q| >= 2**min(0, q) / d, a nonzero integer over d 2**-q.
     """
     num, den = base.numerator, base.denominator
-    if den & (den - 1) == 0:
+    if _dyadic(base):
         return ((num & -num).bit_length() - 1) - (den.bit_length() - 1)
     return min(0, eighth + 1) - den.bit_length()
 
@@ -97,8 +102,9 @@ def decide_sum(base: Fraction, corr: tuple, err: tuple, sign: int, fmt: Format) 
     or between them on that grid) and |c| is below an eighth of the spacing, no rounding boundary other than base
     itself lies between base and base + c (the others are at least a quarter spacing away), so base + c rounds
     like base +- spacing/8: c may be e**-500000 and no precision is needed to see it. A base off that grid (a
-    log-softmax t = x - m has the bits of both) can sit closer than |c| to a boundary: it takes the general route,
-    whose precision only has to resolve base's own distance to the boundary.
+    log-softmax t = x - m has the bits of both) can sit closer than |c| to a boundary. It is decided without
+    forming c when |c| is below base's own distance to any boundary (`_off_grid_gap`), else from base -+ |c|
+    as exact rationals, else by the general route, whose precision only has to resolve that distance.
     """
     if base == 0:
         found = decide(corr, err, sign, fmt)
