@@ -20,7 +20,7 @@ import numpy as np
 
 from . import candidates as builtin
 from .adapters._bridge import CandidateSkip
-from .adapters._call import CandidateError, call
+from .adapters._call import CandidateError, call, time_limits
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
 from .cases import Case, families_for, hex_rows, load_case_file
@@ -125,7 +125,14 @@ class AuditResult:
     table: object  # pandas.DataFrame
     worst: dict  # (candidate, dtype, family) -> WorstInput (as_json(): exact, hex floats)
     settings: dict
-    cases: object = None  # pandas.DataFrame: one row per candidate x dtype x case (what the plots draw)
+    case_records: list = dataclasses.field(default_factory=list)  # one dict per candidate x dtype x case
+
+    @functools.cached_property
+    def cases(self):
+        """pandas.DataFrame: one row per candidate x dtype x case (what the plots draw), made when first read."""
+        import pandas as pd
+
+        return pd.DataFrame(self.case_records)
 
     @property
     def passed(self) -> bool:
@@ -177,7 +184,8 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool) 
     return found
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool) -> dict[str, _Family]:
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool, timeout) -> dict[str, _Family]:
+    """Every family of the kind in the dtype, prepared, with the comparison implementation's max ULP error."""
     from .hunt import load_corpus
 
     by_family = {f.name: _family(f, kind, fmt, suite, seed, cache) for f in families_for(kind) if only is None or f.name in only}
@@ -191,6 +199,12 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, c
             shared.discard(case.family)
         group = by_family.setdefault(case.family, _Family([])).prepared
         group.append(Prepared(case, fmt, len(group)))
+    for fam in by_family.values():
+        if fam.comparison_max is None:  # (a family a case file added to is compared afresh, every case)
+            try:
+                fam.comparison_max = _run_family(builtin.sound(kind), fam.prepared, timeout, check_invariants=False)[0].max_ulp
+            except CandidateError:
+                fam.comparison_max = 0.0
     return by_family
 
 
@@ -324,49 +338,48 @@ def audit(
     rows, worst, case_rows = [], {}, []
     total = sum(1 for c in found for _ in formats)
     done = 0
-    for k, fmt in plan:
-        prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache)
-        comparison = builtin.sound(k)
-        for fam in prepared.values():
-            if fam.comparison_max is None:
-                try:
-                    fam.comparison_max = _run_family(comparison, fam.prepared, timeout, check_invariants=False)[0].max_ulp
-                except CandidateError:
-                    fam.comparison_max = 0.0
-        compare_max = {family: fam.comparison_max for family, fam in prepared.items()}
-        for candidate in (c for c in found if c.kind == k):
-            mine, nan_everywhere = [], []
-            for family, pcs in ((name, fam.prepared) for name, fam in prepared.items()):
-                row = {"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family,
-                       "comparison_max_ulp": compare_max[family], "threshold_ulp": policy.threshold(compare_max[family])}
-                try:
-                    tally, seconds, note, all_nan, per_case = _run_family(candidate, pcs, timeout)
-                except CandidateError as exc:
-                    mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
-                    continue
-                except CandidateSkip as exc:
-                    mine.append(row | {"cases": len(pcs), "verdict": "skip", "note": str(exc)})
-                    continue
-                if all_nan is not None:
-                    nan_everywhere.append(all_nan)
-                case_rows += [{"candidate": candidate.name, "kind": k, "dtype": fmt.name, "family": family} | c for c in per_case]
-                verdict, reasons = policy.judge(k, tally, compare_max[family])
-                mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
-                if tally.worst is not None:
-                    pc = pcs[tally.worst[1]]
-                    worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pc, tally.worst[2], tally, suite, seed)
-            if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
-                # NaN on every family: the candidate never returned a number, an error rather than a verdict.
-                mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r for r in mine]
-            rows += mine
-            done += 1
-            if progress:
-                progress(done, total, f"{candidate.name} {fmt.name}")
+    with time_limits():  # the SIGALRM handler installed once; each call only sets its timer
+        for k, fmt in plan:
+            prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache, timeout)
+            for candidate in (c for c in found if c.kind == k):
+                rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed), worst, case_rows)
+                done += 1
+                if progress:
+                    progress(done, total, f"{candidate.name} {fmt.name}")
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
                 "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,
                 "seed": seed, "corpus": str(corpus) if corpus else None}  # fmt: skip
-    return AuditResult(table, worst, settings, pd.DataFrame(case_rows))
+    return AuditResult(table, worst, settings, case_rows)
+
+
+def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, replay, worst: dict, case_rows: list) -> list:
+    """One candidate in one dtype on every family: its rows. Adds its worst inputs and per-case records to those
+    given. replay: (suite, seed), which regenerate a case."""
+    mine, nan_everywhere = [], []
+    for family, fam in prepared.items():
+        pcs, compare = fam.prepared, fam.comparison_max
+        row = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
+               "comparison_max_ulp": compare, "threshold_ulp": policy.threshold(compare)}  # fmt: skip
+        try:
+            tally, seconds, note, all_nan, per_case = _run_family(candidate, pcs, timeout)
+        except CandidateError as exc:
+            mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
+            continue
+        except CandidateSkip as exc:
+            mine.append(row | {"cases": len(pcs), "verdict": "skip", "note": str(exc)})
+            continue
+        if all_nan is not None:
+            nan_everywhere.append(all_nan)
+        case_rows += [{"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family} | c for c in per_case]
+        verdict, reasons = policy.judge(candidate.kind, tally, compare)
+        mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
+        if tally.worst is not None:
+            worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pcs[tally.worst[1]], tally.worst[2], tally, *replay)
+    if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
+        # NaN on every family: the candidate never returned a number, an error rather than a verdict.
+        mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r for r in mine]
+    return mine
 
 
 def _row(t: Tally) -> dict:
