@@ -17,7 +17,7 @@ import click
 CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
     "formats": list, "baseline": str, "factor": float, "min_ulp": float, "fully_masked": str, "timeout": float,
-    "seed": int, "tolerance": float, "corpus": str, "budget": float,
+    "seed": int, "tolerance": float, "corpus": str, "budget": float, "cache_dir": str,
 }  # fmt: skip
 
 
@@ -93,19 +93,24 @@ def _progress(quiet: bool):
 @click.option("--timeout", type=float, help="seconds per candidate call (default 60)")
 @click.option("--seed", type=int, help="varies the random families (default 0)")
 @click.option("--corpus", help="folder of hunt findings replayed as the family `corpus` (default reports/corpus)")
+@click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
+              "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
 @click.option("-v", "--verbose", is_flag=True, help="print every failing row")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        fully_masked, tolerance, timeout, seed, corpus, quiet, verbose):  # fmt: skip
+        fully_masked, tolerance, timeout, seed, corpus, cache_dir, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
     from .cases import CaseFileError
     from .policy import Policy
     from .report import FILE_FORMATS, annotations, write_reports
+    from . import _store
     from .runner import DEFAULT_DTYPES, audit
 
     config = read_config(Path.cwd())
+    cache_dir = _pick(cache_dir, config, "cache_dir", None)
+    folder = _store.default_dir() if cache_dir is None else _store.folder(cache_dir)
     targets = _pick(targets, config, "targets", None) or None
     out = Path(_pick(out, config, "out", "reports"))
     formats = _pick(formats, config, "formats", FILE_FORMATS)
@@ -120,7 +125,9 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                            families=_pick(families, config, "families", None), policy=policy,
                            timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
                            corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress,
-                           cache=False)  # one audit per process: nothing to keep  # fmt: skip
+                           # one audit per process: families are kept for later runs only where they are mapped
+                           # from the folder (pages the system may drop), never only in this process's memory
+                           cache=folder is not None, cache_dir=folder or "off")  # fmt: skip
         comparison = None
         if baseline and not update_baseline:
             tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))

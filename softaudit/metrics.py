@@ -111,7 +111,7 @@ class Basis:
     defined: np.ndarray  # per element: its row is defined
     finite_ref: np.ndarray  # defined and R finite (and, for masked_softmax, a kept entry): the compared elements
     nonzero_ref: np.ndarray  # compared and R != 0 (0 there is an underflow)
-    ulp: np.ndarray  # ulp_D(r)
+    ulp: np.ndarray | None  # ulp_D(r), kept only where inv_ulp is None
     inv_ulp: np.ndarray | None  # 1 / ulp_D(r), exact (a power of two); None where it would overflow (float64)
     rel_per_ulp: np.ndarray  # ulp_D(r) / |r|, 0 where r is 0 or not finite: relative error = ULP error x this
     far_below: tuple[np.ndarray, np.ndarray]  # flat indices and |r| where ulp_D(r) / |r| overflows (r < 2**-1000 ulp)
@@ -155,7 +155,8 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
     if kind in ("softmax", "log_softmax", "masked_softmax") and rounded.shape[-1]:
         best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
     ulp_vsum = None if vsum is None else ulp(vsum, fmt)
-    return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_r, inv_ulp,
+    ulp_kept = ulp_r if inv_ulp is None else None
+    return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_kept, inv_ulp,
                  rel_per_ulp, (far, np.abs(r.flat[far])), undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import collections
 import dataclasses
 import functools
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from .adapters._call import CandidateError, call, time_limits
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
 from .cases import Case, families_for, hex_rows, load_case_file
-from . import invariants
+from . import _store, invariants
 from .metrics import Tally, basis, measure
 from .policy import Policy
 from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
@@ -84,6 +85,11 @@ class Prepared:
             masked = ~np.broadcast_to(self.mask, x.shape)
             return {"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked, "kept_nan_rows": kept_nan}
         return {"undefined": undefined, "kept_nan_rows": kept_nan}
+
+    def complete(self) -> None:
+        """Compute now what is otherwise computed when first needed (reference, basis, probes), to keep it."""
+        for name in ("reference", "basis", "probes", "leak_probe"):
+            getattr(self, name)
 
     @property
     def output_shape(self) -> tuple:
@@ -169,12 +175,24 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool) -> _Family:
+def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout) -> _Family:
+    """A built-in family prepared: from this process's cache, from the folder on disk, or computed (and then kept)."""
     key = (family.name, kind, fmt.name, suite, seed)
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    found = _Family([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
+    path = folder / f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}.pkl" if folder else None
+    found = _store.load(path) if path else None
+    if found is None:
+        found = _Family([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
+        if path and _compare(found, kind, timeout):  # (a comparison that failed is not kept for later runs)
+            for pc in found.prepared:
+                pc.complete()
+            try:
+                _store.save(path, found)
+                found = _store.load(path) or found  # mapped: the pages are the system's to drop and read again
+            except OSError as exc:
+                warnings.warn(f"softaudit: cannot keep prepared cases in {folder}: {exc}", stacklevel=4)
     if cache and CACHE_BYTES > 0:
         _CACHE[key] = found
         held = sum(pc.nbytes for f in _CACHE.values() for pc in f.prepared)
@@ -184,11 +202,22 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool) 
     return found
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool, timeout) -> dict[str, _Family]:
+def _compare(fam: _Family, kind: str, timeout) -> bool:
+    """Set the family's comparison_max (the sound built-in's max ULP error), if not yet set; False if it failed."""
+    if fam.comparison_max is None:
+        try:
+            fam.comparison_max = _run_family(builtin.sound(kind), fam.prepared, timeout, check_invariants=False)[0].max_ulp
+        except CandidateError:
+            fam.comparison_max = 0.0
+            return False
+    return True
+
+
+def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool, folder, timeout) -> dict[str, _Family]:
     """Every family of the kind in the dtype, prepared, with the comparison implementation's max ULP error."""
     from .hunt import load_corpus
 
-    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache) for f in families_for(kind) if only is None or f.name in only}
+    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache, folder, timeout) for f in families_for(kind) if only is None or f.name in only}
     by_family = {name: fam for name, fam in by_family.items() if fam.prepared}  # (a family may have no case in a dtype)
     extra = [c for path in files for c in load_case_file(path, kind)]
     extra += load_corpus(corpus, kind, fmt.name) if corpus else []
@@ -199,12 +228,8 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, c
             shared.discard(case.family)
         group = by_family.setdefault(case.family, _Family([])).prepared
         group.append(Prepared(case, fmt, len(group)))
-    for fam in by_family.values():
-        if fam.comparison_max is None:  # (a family a case file added to is compared afresh, every case)
-            try:
-                fam.comparison_max = _run_family(builtin.sound(kind), fam.prepared, timeout, check_invariants=False)[0].max_ulp
-            except CandidateError:
-                fam.comparison_max = 0.0
+    for fam in by_family.values():  # (a family a case file added to is compared afresh, every case)
+        _compare(fam, kind, timeout)
     return by_family
 
 
@@ -309,6 +334,7 @@ def audit(
     timeout: float | None = 60.0,
     progress: Callable[[int, int, str], None] | None = None,
     cache: bool = True,
+    cache_dir: str | Path | None = None,
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
 
@@ -317,7 +343,8 @@ def audit(
     families: only these built-in families (case files are always run). timeout: seconds per candidate call.
     seed: varies the random families (the same seed always gives the same cases). corpus: a folder of hunt
     findings, replayed as the family `corpus` (each case in its own dtype). cache: keep the prepared built-in
-    families (inputs, references, the comparison's errors) for later audits in this process (`CACHE_BYTES`).
+    families (inputs, references, the comparison's errors) for later audits, in this process (`CACHE_BYTES`)
+    and in cache_dir (None: $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit; "off": none) for later processes.
     """
     import pandas as pd
 
@@ -332,6 +359,7 @@ def audit(
     unknown = sorted(only - {f.name for k in KINDS for f in families_for(k)}) if only else []
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
+    folder = None if not cache else _store.default_dir() if cache_dir is None else _store.folder(cache_dir)
     found = candidates_for(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     plan = [(k, fmt) for k in kinds for fmt in formats]
@@ -340,12 +368,14 @@ def audit(
     done = 0
     with time_limits():  # the SIGALRM handler installed once; each call only sets its timer
         for k, fmt in plan:
-            prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache, timeout)
+            prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache, folder, timeout)
             for candidate in (c for c in found if c.kind == k):
                 rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed), worst, case_rows)
                 done += 1
                 if progress:
                     progress(done, total, f"{candidate.name} {fmt.name}")
+    if folder:
+        _store.prune(folder)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
                 "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,

@@ -1,0 +1,135 @@
+"""Prepared families on disk, so a new process need not compute the references again (`softaudit.runner`).
+
+One file per family: a pickle (protocol 5) whose arrays lie out of band in the same file, each 64-byte aligned.
+`load` maps the file and the arrays are read-only views of the mapping: nothing is copied, and the pages are
+read when a measure first touches them. A file is used only by the code that wrote it: its name carries a
+fingerprint of softaudit's source and of numpy, ml_dtypes and mpmath. A file that cannot be read is treated as
+missing and removed. Files are written atomically; `prune` (after each audit) removes the least recently used
+once the folder holds more than `MAX_BYTES`.
+
+These are pickles: keep the folder private (it is made 0700), as with any cache of pickled data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import mmap
+import os
+import pickle
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MAGIC = b"softaud1"
+ALIGN = 64
+#: `prune` removes the least recently used files beyond this many bytes.
+MAX_BYTES = 2 << 30
+
+
+def folder(chosen: str | os.PathLike) -> Path | None:
+    """The folder named ("off" or "": none)."""
+    return None if str(chosen).strip().lower() in ("", "off") else Path(chosen).expanduser()
+
+
+def default_dir() -> Path | None:
+    """$SOFTAUDIT_CACHE_DIR ("off": none), else $XDG_CACHE_HOME/softaudit, else ~/.cache/softaudit."""
+    chosen = os.environ.get("SOFTAUDIT_CACHE_DIR")
+    if chosen is not None:
+        return folder(chosen)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "softaudit"
+
+
+@functools.cache
+def fingerprint() -> str:
+    """A digest of everything that decides a prepared family: softaudit's source, numpy, ml_dtypes and mpmath."""
+    import ml_dtypes
+    import mpmath
+    import numpy
+
+    digest = hashlib.sha256(f"{sys.version_info[:2]} {numpy.__version__} {ml_dtypes.__version__} {mpmath.__version__}".encode())
+    package = Path(__file__).parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def save(path: Path, obj) -> None:
+    """Write obj to path atomically (a temporary file in the same folder, then a rename)."""
+    buffers = []
+    header = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    raws = [b.raw() for b in buffers]
+    offsets, at = [], _aligned(len(MAGIC) + 16 + 16 * len(raws) + len(header))
+    for raw in raws:
+        offsets.append((at, raw.nbytes))
+        at = _aligned(at + raw.nbytes)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(MAGIC + struct.pack("<QQ", len(header), len(raws)))
+            f.write(b"".join(struct.pack("<QQ", o, n) for o, n in offsets) + header)
+            for (offset, _), raw in zip(offsets, raws):
+                f.write(b"\0" * (offset - f.tell()))
+                f.write(raw)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load(path: Path):
+    """The object saved at path, its arrays read-only views of the mapped file; None if there is none or it cannot
+    be read (then it is removed)."""
+    try:
+        file = open(path, "rb")  # noqa: SIM115 (closed below, once mapped)
+    except OSError:  # none there (or no folder)
+        return None
+    try:
+        with file:
+            mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        view = memoryview(mapped)
+        if view[: len(MAGIC)] != MAGIC:
+            raise ValueError("not a softaudit cache file")
+        header_size, count = struct.unpack_from("<QQ", view, len(MAGIC))
+        table = struct.unpack_from(f"<{2 * count}Q", view, len(MAGIC) + 16)
+        start = len(MAGIC) + 16 + 16 * count
+        buffers = [view[table[2 * i] : table[2 * i] + table[2 * i + 1]] for i in range(count)]
+        if any(len(b) != table[2 * i + 1] for i, b in enumerate(buffers)):
+            raise ValueError("truncated")
+        obj = pickle.loads(view[start : start + header_size], buffers=buffers)
+        with contextlib.suppress(OSError):
+            os.utime(path)  # (recently used: pruned last)
+        return obj
+    except Exception:  # empty, truncated, not ours: computed afresh
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def prune(folder: Path) -> None:
+    """Remove the least recently used files until the folder holds at most MAX_BYTES."""
+    if not folder.is_dir():
+        return
+    files, now = [], time.time()
+    for entry in os.scandir(folder):
+        if not entry.is_file():
+            continue
+        stat = entry.stat()
+        if not entry.name.startswith(".tmp-"):
+            files.append((stat.st_mtime, stat.st_size, entry.path))
+        elif stat.st_mtime < now - 3600:  # left by a process killed while writing
+            Path(entry.path).unlink(missing_ok=True)
+    held = sum(size for _, size, _ in files)
+    for _, size, name in sorted(files):
+        if held <= MAX_BYTES:
+            break
+        Path(name).unlink(missing_ok=True)
+        held -= size

@@ -1,0 +1,128 @@
+"""Prepared families kept on disk between processes: exact round trips, read-only maps, invalidation, pruning."""
+
+import os
+import subprocess
+import sys
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import softaudit
+from softaudit import _store, runner
+
+
+def good(x, axis=-1):
+    w = x.astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(w - w.max(axis=axis, keepdims=True))
+        return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+OPTIONS = {"kind": "softmax", "dtypes": ["bfloat16"], "suite": "quick", "families": ["gaussian", "ties"]}
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """An empty in-process cache, so every family comes from the disk or is computed; and a counter of
+    reference computations."""
+    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    calls = []
+    real = runner.evaluate
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls
+
+
+def test_arrays_come_back_bit_for_bit_read_only_and_mapped(tmp_path):
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((3, 50))
+    obj = {"f64": x, "bf16": x.astype(ml_dtypes.bfloat16), "bool": x > 0, "int8": np.arange(7, dtype=np.int8),
+           "strided": x[:, ::3], "scalar": np.float32(2.5), "nested": [x.T, None, "text"]}  # fmt: skip
+    _store.save(tmp_path / "a.pkl", obj)
+    back = _store.load(tmp_path / "a.pkl")
+    for name in ("f64", "bf16", "bool", "int8", "strided"):
+        assert back[name].dtype == obj[name].dtype
+        assert back[name].tobytes() == obj[name].tobytes()
+    assert back["scalar"] == np.float32(2.5) and back["nested"][1:] == [None, "text"]
+    assert np.array_equal(back["nested"][0], x.T)
+    assert not back["f64"].flags.writeable and not back["f64"].flags.owndata  # a view of the mapped file
+    assert back["f64"].ctypes.data % _store.ALIGN == 0
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_a_damaged_file_is_computed_afresh_and_removed(tmp_path, damage):
+    path = tmp_path / "a.pkl"
+    _store.save(path, {"x": np.arange(1000.0)})
+    data = path.read_bytes()
+    path.write_bytes({"truncate": data[: len(data) - 100], "garbage": b"x" * 500, "empty": b""}[damage])
+    assert _store.load(path) is None and not path.exists()
+    assert _store.load(tmp_path / "missing.pkl") is None
+
+
+def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, fresh):
+    first = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
+    computed = len(fresh)
+    assert computed > 0
+    assert sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir()) == [
+        "gaussian-softmax-bfloat16-quick-0.pkl", "ties-softmax-bfloat16-quick-0.pkl"]  # fmt: skip
+    runner.clear_cache()  # as a new process would start
+    second = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
+    assert len(fresh) == computed  # nothing computed again
+    assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
+    runner.clear_cache()
+    softaudit.audit(good, cache_dir=tmp_path, **OPTIONS | {"seed": 1})  # other cases: other files
+    assert len(fresh) > computed and len(list(tmp_path.iterdir())) == 4
+
+
+def test_other_code_does_not_read_the_files(tmp_path, fresh, monkeypatch):
+    softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
+    computed = len(fresh)
+    runner.clear_cache()
+    monkeypatch.setattr(_store, "fingerprint", lambda: "0ther")
+    softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
+    assert len(fresh) == 2 * computed
+
+
+def test_off_and_cache_false_write_nothing(tmp_path, fresh, monkeypatch):
+    softaudit.audit(good, cache_dir="off", **OPTIONS)
+    softaudit.audit(good, cache=False, cache_dir=tmp_path, **OPTIONS)
+    monkeypatch.setenv("SOFTAUDIT_CACHE_DIR", "off")
+    assert _store.default_dir() is None
+    assert not list(tmp_path.iterdir())
+    monkeypatch.setenv("SOFTAUDIT_CACHE_DIR", str(tmp_path / "here"))
+    assert _store.default_dir() == tmp_path / "here"
+    monkeypatch.delenv("SOFTAUDIT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _store.default_dir() == tmp_path / "xdg" / "softaudit"
+
+
+def test_the_least_recently_used_files_go_past_the_limit(tmp_path, monkeypatch):
+    for i, name in enumerate(["old", "mid", "new"]):
+        _store.save(tmp_path / f"{name}.pkl", np.zeros(10_000))
+        os.utime(tmp_path / f"{name}.pkl", (1000 + i, 1000 + i))
+    _store.load(tmp_path / "old.pkl")  # used now: the most recent
+    monkeypatch.setattr(_store, "MAX_BYTES", 100_000)  # one of the 80 kB files stays
+    _store.save(tmp_path / "newest.pkl", np.zeros(10))
+    _store.prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["newest.pkl", "old.pkl"]
+
+
+def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, fresh):
+    blocked = tmp_path / "a_file"  # (a file where the folder should be: refused even to root)
+    blocked.write_text("")
+    with pytest.warns(UserWarning, match="cannot keep prepared cases"):
+        table = softaudit.audit(good, cache_dir=blocked, **OPTIONS).table
+    assert (table.verdict == "pass").all() and len(table) == 2
+
+
+def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
+    env = os.environ | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "cache")}
+    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run", "softaudit.candidates.softmax:naive", "--dtype", "float32",
+               "--suite", "quick", "--family", "gaussian", "--out", str(tmp_path / "out"), "-q"]  # fmt: skip
+    for _ in range(2):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
+        assert done.returncode in (0, 1), done.stderr
+    assert [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()] == ["gaussian-softmax-float32-quick-0.pkl"]
+    subprocess.run(command + ["--cache-dir", "off"], env=env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")},
+                   capture_output=True, cwd=tmp_path, check=False)  # fmt: skip
+    assert not (tmp_path / "other").exists()
