@@ -242,7 +242,9 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
     for pc in prepared:
         fmt = pc.fmt
         start = time.perf_counter()
-        y, note = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+        # reuse: y (if the candidate returns its input) lives until the next case's call; everything below reads
+        # it, the invariants and the leak probe call with copies of their own
+        y, note = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout, reuse=True)
         seconds += time.perf_counter() - start
         notes.add(note)
         defined = ~np.asarray(pc.reference.undefined)

@@ -62,10 +62,26 @@ def _time_limit(seconds: float | None):
             signal.signal(signal.SIGALRM, previous)
 
 
-def _arguments(kind: str, arrays: dict, mask):
-    # Copies: a candidate may write into its inputs, which every other candidate and the reference share. In C
-    # order, as a caller's arrays usually are (a gathered probe, x[..., perm], is not, and runs 3x slower).
-    arrays = {name: np.array(a, order="C") for name, a in arrays.items()}
+_reused = threading.local()  # per thread: one buffer per input name, for call(..., reuse=True)
+
+
+def _copy(name: str, a: np.ndarray, reuse: bool) -> np.ndarray:
+    """A C-order copy of a (a gathered probe, x[..., perm], is not in C order and runs 3x slower); with reuse,
+    written into the buffer the last reusing call had for this name, where shape and dtype allow. Fresh
+    copies of large inputs cost page faults, and the candidate's own temporaries then fault more too."""
+    if not reuse:
+        return np.array(a, order="C")
+    buffers = _reused.__dict__.setdefault("buffers", {})
+    buf = buffers.get(name)
+    if buf is None or buf.shape != a.shape or buf.dtype != a.dtype:
+        buf = buffers[name] = np.empty(a.shape, a.dtype)
+    np.copyto(buf, a)
+    return buf
+
+
+def _arguments(kind: str, arrays: dict, mask, reuse: bool = False):
+    # Copies: a candidate may write into its inputs, which every other candidate and the reference share.
+    arrays = {name: _copy(name, a, reuse) for name, a in arrays.items()}
     mask = None if mask is None else np.array(mask)
     if kind == "attention":
         return (arrays["q"], arrays["k"], arrays["v"]), {"mask": mask}
@@ -74,12 +90,14 @@ def _arguments(kind: str, arrays: dict, mask):
     return (arrays["x"],), {"axis": -1}
 
 
-def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None):
+def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
     """Call the candidate on arrays of the audited dtype; return (output cast to dtype, note or "").
 
-    The output must be an array (or array-like) of `shape`; another floating dtype is cast and noted.
+    The output must be an array (or array-like) of `shape`; another floating dtype is cast and noted. reuse: copy
+    the inputs into buffers kept for the next reusing call, which overwrites them: an output that is the input,
+    written in place, is then valid only until that call.
     """
-    args, kwargs = _arguments(candidate.kind, arrays, mask)
+    args, kwargs = _arguments(candidate.kind, arrays, mask, reuse)
     framework = candidate.framework
     try:
         # The audit counts NaN, overflow and underflow itself; numpy's warnings about them would only be noise.
