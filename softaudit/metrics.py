@@ -23,10 +23,14 @@ def ulp(r: np.ndarray, fmt: Format) -> np.ndarray:
 
     Read from the exponent bits of r as a float64 (a subnormal or zero reads below every format's emin).
     """
-    bits = np.ascontiguousarray(r, dtype=np.float64).view(np.int64)
-    binade = ((bits >> 52) & 0x7FF) - 1023
-    exponent = np.maximum(binade, fmt.emin) - (fmt.precision - 1)
-    return np.ldexp(1.0, exponent) if fmt.min_subnormal_exp < -1022 else ((exponent + 1023) << 52).view(np.float64)
+    biased = np.ascontiguousarray(r, dtype=np.float64).view(np.int64) >> 52
+    biased &= 0x7FF  # the biased exponent: binade + 1023
+    np.maximum(biased, fmt.emin + 1023, out=biased)
+    biased -= fmt.precision - 1  # the ulp's biased exponent (in place throughout: one array, no temporaries)
+    if fmt.min_subnormal_exp < -1022:  # below float64's normal range (float64 itself, longdouble)
+        return np.ldexp(1.0, biased - 1023)
+    biased <<= 52
+    return biased.view(np.float64)
 
 
 @dataclasses.dataclass
@@ -146,14 +150,17 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
         finite_ref = finite_ref & ~masked
     ulp_r = ulp(r, fmt)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        rel_per_ulp = np.where(finite_ref & (r != 0), ulp_r / np.abs(r), 0.0)
+        rel_per_ulp = np.divide(ulp_r, np.abs(r), out=np.zeros(r.shape), where=finite_ref & (r != 0))
     far = np.flatnonzero(np.isinf(rel_per_ulp))  # (rare) their relative error is computed by division
     rel_per_ulp.flat[far] = 0.0
     # Multiplying by 1/ulp is exact and much faster than dividing; only float64's 2**-1074 has no finite inverse.
     inv_ulp = 1.0 / ulp_r if fmt.min_subnormal_exp >= -1022 else None
     best = None
     if kind in ("softmax", "log_softmax", "masked_softmax") and rounded.shape[-1]:
-        best = np.where(np.isnan(rounded), -np.inf, rounded).max(axis=-1)
+        best = rounded.max(axis=-1)
+        nan_rows = np.isnan(best)  # (max is NaN where a row has one: those rows again, NaN left out)
+        if nan_rows.any():
+            best[nan_rows] = np.where(np.isnan(rounded[nan_rows]), -np.inf, rounded[nan_rows]).max(axis=-1)
     ulp_vsum = None if vsum is None else ulp(vsum, fmt)
     ulp_kept = ulp_r if inv_ulp is None else None
     return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_kept, inv_ulp,
