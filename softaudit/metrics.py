@@ -249,13 +249,14 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             if f["compare"] is not None:
                 diff[~f["compare"]] = 0.0
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
-            i = int(np.argmax(errors))
-            if errors[i] > best:
-                best, worst = float(errors[i]), start + i
+            top = float(errors.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
+            if top > best:
+                best, worst = top, start + int(np.argmax(errors))
+            if top >= 2:
+                ge2 += int(np.count_nonzero(errors >= 2))
             ulp_sum += float(errors.sum())
             equal = y64 == f["rounded"]
             same += int(np.count_nonzero(equal if f["compare"] is None else equal & f["compare"]))
-            ge2 += int(np.count_nonzero(errors >= 2))
             scaled = errors * f["rel_per_ulp"]
             top = scaled.max()  # NaN where an infinite ULP error meets r = 0 (inf * 0): fmax, slower, skips those
             rel = max(rel, float(top if top == top else np.fmax.reduce(scaled)))
