@@ -143,6 +143,17 @@ def test_a_candidate_writing_into_its_input_changes_nothing_for_the_others(monke
     assert (both.verdict == "pass").all()  # scribbles saw its inputs as they are, twice over
 
 
+def c_order_only(x, axis=-1):
+    if not x.flags.c_contiguous:  # numpy sums a strided row in another order: the invariants would see that
+        raise ValueError("not in C order")
+    return good(x, axis)
+
+
+def test_every_call_gets_its_inputs_in_c_order_the_invariants_probes_too():
+    table = softaudit.audit(c_order_only, kind="softmax", dtypes=["float32"], suite="quick", cache=False).table
+    assert (table.verdict == "pass").all() and (table.invariants.fillna("") == "").all(), table.note.tolist()
+
+
 def in_place(x, axis=-1):
     """Softmax written into its input, which it returns (the audit reuses input buffers between cases)."""
     with np.errstate(invalid="ignore"):
