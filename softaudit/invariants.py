@@ -43,9 +43,9 @@ class Probes:
     """One case's transformed inputs, made once and shared by every candidate (row kinds only).
 
     shifted: the kept entries plus an exact shift c (None where no small c is exact); permuted: the row's entries
-    in a random order (seeded, so every candidate sees the same one); order: the stable sort of the kept entries, as
-    flat indices (monotonicity); for masked_softmax, junk: masked entries replaced by random values, and up to two rows' kept
-    entries alone.
+    in a random order (seeded, so every candidate sees the same one); order: the stable sort of the kept entries,
+    as flat indices (monotonicity); for masked_softmax, junk: masked entries replaced by random values, and up to
+    two rows' kept entries alone.
     """
 
     @np.errstate(all="ignore")  # -inf - -inf among removed entries: compared, not warned about
