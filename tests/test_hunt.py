@@ -50,7 +50,10 @@ def broken(tmp_path):
     return path
 
 
-def test_each_broken_candidate_is_found_shrunk_and_replays_through_run(broken, tmp_path):
+def test_each_broken_candidate_is_found_shrunk_and_replays_through_run(broken, tmp_path, monkeypatch):
+    # Derandomized, as in CI: under some random seeds the shrink stops at a longer row (once in about 40 runs, a
+    # 65-entry log-sum-exp row that fails as the 8-entry one does), which is still a true failure.
+    monkeypatch.setenv("CI", "1")
     corpus = tmp_path / "corpus"
     findings = hunt(str(broken), dtypes=["float32"], budget=60, corpus=corpus)
     assert [f.failed for f in findings] == [True, True, True]
