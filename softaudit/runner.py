@@ -168,6 +168,7 @@ class _Family:
 #: once they hold more than about this many bytes. 0 turns the cache off; `clear_cache()` empties it.
 CACHE_BYTES = 512 << 20
 _CACHE: collections.OrderedDict[tuple, _Family] = collections.OrderedDict()
+_UNWRITABLE: set[Path] = set()  # cache folders a write failed in
 
 
 def clear_cache() -> None:
@@ -185,13 +186,14 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
     found = _store.load(path) if path else None
     if found is None:
         found = _Family([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
-        if path and _compare(found, kind, timeout):  # (a comparison that failed is not kept for later runs)
+        if path and folder not in _UNWRITABLE and _compare(found, kind, timeout):  # (a failed comparison is not kept)
             for pc in found.prepared:
                 pc.complete()
             try:
                 _store.save(path, found)
                 found = _store.load(path) or found  # mapped: the pages are the system's to drop and read again
-            except OSError as exc:
+            except OSError as exc:  # said once; the folder is not tried again in this process
+                _UNWRITABLE.add(folder)
                 warnings.warn(f"softaudit: cannot keep prepared cases in {folder}: {exc}", stacklevel=4)
     if cache and CACHE_BYTES > 0:
         _CACHE[key] = found

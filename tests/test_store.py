@@ -110,9 +110,10 @@ def test_the_least_recently_used_files_go_past_the_limit(tmp_path, monkeypatch):
 def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, fresh):
     blocked = tmp_path / "a_file"  # (a file where the folder should be: refused even to root)
     blocked.write_text("")
-    with pytest.warns(UserWarning, match="cannot keep prepared cases"):
+    with pytest.warns(UserWarning, match="cannot keep prepared cases") as caught:
         table = softaudit.audit(good, cache_dir=blocked, **OPTIONS).table
     assert (table.verdict == "pass").all() and len(table) == 2
+    assert len(caught) == 1  # said once, not tried again for the second family
 
 
 def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
