@@ -30,17 +30,14 @@ ALIGN = 64
 MAX_BYTES = 2 << 30
 
 
-def folder(chosen: str | os.PathLike) -> Path | None:
-    """The folder named ("off" or "": none)."""
+def folder(chosen: str | os.PathLike | None = None) -> Path | None:
+    """The cache folder: `chosen`, else $SOFTAUDIT_CACHE_DIR, else $XDG_CACHE_HOME/softaudit, else
+    ~/.cache/softaudit; None where that is "off" (or empty)."""
+    if chosen is None:
+        chosen = os.environ.get("SOFTAUDIT_CACHE_DIR")
+    if chosen is None:
+        return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "softaudit"
     return None if str(chosen).strip().lower() in ("", "off") else Path(chosen).expanduser()
-
-
-def default_dir() -> Path | None:
-    """$SOFTAUDIT_CACHE_DIR ("off": none), else $XDG_CACHE_HOME/softaudit, else ~/.cache/softaudit."""
-    chosen = os.environ.get("SOFTAUDIT_CACHE_DIR")
-    if chosen is not None:
-        return folder(chosen)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "softaudit"
 
 
 @functools.cache

@@ -109,8 +109,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
     from .runner import DEFAULT_DTYPES, audit
 
     config = read_config(Path.cwd())
-    cache_dir = _pick(cache_dir, config, "cache_dir", None)
-    folder = _store.default_dir() if cache_dir is None else _store.folder(cache_dir)
+    folder = _store.folder(_pick(cache_dir, config, "cache_dir", None))
     targets = _pick(targets, config, "targets", None) or None
     out = Path(_pick(out, config, "out", "reports"))
     formats = _pick(formats, config, "formats", FILE_FORMATS)

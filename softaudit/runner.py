@@ -363,7 +363,7 @@ def audit(
     unknown = sorted(only - {f.name for k in KINDS for f in families_for(k)}) if only else []
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
-    folder = None if not cache else _store.default_dir() if cache_dir is None else _store.folder(cache_dir)
+    folder = _store.folder(cache_dir) if cache else None
     found = candidates_for(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     plan = [(k, fmt) for k in kinds for fmt in formats]

@@ -1,5 +1,6 @@
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -10,3 +11,16 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # Tests never read or write the user's cache of prepared families; the ones about it name their own folder.
 os.environ["SOFTAUDIT_CACHE_DIR"] = "off"
+
+
+@pytest.fixture
+def counted_references(monkeypatch):
+    """An empty cache of prepared families in this process (each comes from the disk or is computed), and the list
+    that gains an entry for each reference the runner computes."""
+    from softaudit import runner
+
+    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    calls = []
+    real = runner.evaluate
+    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    return calls

@@ -176,13 +176,10 @@ def test_an_output_that_is_the_input_buffer_is_measured_before_the_buffer_is_reu
     assert len(mine) == 4 and mine.equals(theirs)
 
 
-def test_a_second_audit_reuses_the_prepared_families(monkeypatch):
+def test_a_second_audit_reuses_the_prepared_families(monkeypatch, counted_references):
     from softaudit import runner
 
-    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
-    calls = []
-    real = runner.evaluate
-    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    calls = counted_references
     options = {"kind": "softmax", "dtypes": ["float16"], "suite": "quick", "families": ["gaussian", "ties"]}
     first = softaudit.audit(good, **options).table
     computed = len(calls)

@@ -11,26 +11,10 @@ import pytest
 import softaudit
 from softaudit import _store, runner
 
-
-def good(x, axis=-1):
-    w = x.astype(np.float64)
-    with np.errstate(invalid="ignore"):
-        e = np.exp(w - w.max(axis=axis, keepdims=True))
-        return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+from .test_runner import good
 
 
 OPTIONS = {"kind": "softmax", "dtypes": ["bfloat16"], "suite": "quick", "families": ["gaussian", "ties"]}
-
-
-@pytest.fixture
-def fresh(monkeypatch):
-    """An empty in-process cache, so every family comes from the disk or is computed; and a counter of
-    reference computations."""
-    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
-    calls = []
-    real = runner.evaluate
-    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    return calls
 
 
 def test_arrays_come_back_bit_for_bit_read_only_and_mapped(tmp_path):
@@ -59,41 +43,41 @@ def test_a_damaged_file_is_computed_afresh_and_removed(tmp_path, damage):
     assert _store.load(tmp_path / "missing.pkl") is None
 
 
-def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, fresh):
+def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, counted_references):
     first = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
-    computed = len(fresh)
+    computed = len(counted_references)
     assert computed > 0
     assert sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir()) == [
         "gaussian-softmax-bfloat16-quick-0.pkl", "ties-softmax-bfloat16-quick-0.pkl"]  # fmt: skip
     runner.clear_cache()  # as a new process would start
     second = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
-    assert len(fresh) == computed  # nothing computed again
+    assert len(counted_references) == computed  # nothing computed again
     assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
     runner.clear_cache()
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS | {"seed": 1})  # other cases: other files
-    assert len(fresh) > computed and len(list(tmp_path.iterdir())) == 4
+    assert len(counted_references) > computed and len(list(tmp_path.iterdir())) == 4
 
 
-def test_other_code_does_not_read_the_files(tmp_path, fresh, monkeypatch):
+def test_other_code_does_not_read_the_files(tmp_path, counted_references, monkeypatch):
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
-    computed = len(fresh)
+    computed = len(counted_references)
     runner.clear_cache()
     monkeypatch.setattr(_store, "fingerprint", lambda: "0ther")
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
-    assert len(fresh) == 2 * computed
+    assert len(counted_references) == 2 * computed
 
 
-def test_off_and_cache_false_write_nothing(tmp_path, fresh, monkeypatch):
+def test_off_and_cache_false_write_nothing(tmp_path, counted_references, monkeypatch):
     softaudit.audit(good, cache_dir="off", **OPTIONS)
     softaudit.audit(good, cache=False, cache_dir=tmp_path, **OPTIONS)
     monkeypatch.setenv("SOFTAUDIT_CACHE_DIR", "off")
-    assert _store.default_dir() is None
+    assert _store.folder() is None
     assert not list(tmp_path.iterdir())
     monkeypatch.setenv("SOFTAUDIT_CACHE_DIR", str(tmp_path / "here"))
-    assert _store.default_dir() == tmp_path / "here"
+    assert _store.folder() == tmp_path / "here"
     monkeypatch.delenv("SOFTAUDIT_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert _store.default_dir() == tmp_path / "xdg" / "softaudit"
+    assert _store.folder() == tmp_path / "xdg" / "softaudit"
 
 
 def test_the_least_recently_used_files_go_past_the_limit(tmp_path, monkeypatch):
@@ -107,7 +91,7 @@ def test_the_least_recently_used_files_go_past_the_limit(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["newest.pkl", "old.pkl"]
 
 
-def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, fresh):
+def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, counted_references):
     blocked = tmp_path / "a_file"  # (a file where the folder should be: refused even to root)
     blocked.write_text("")
     with pytest.warns(UserWarning, match="cannot keep prepared cases") as caught:
