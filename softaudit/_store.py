@@ -4,7 +4,7 @@ One file per family: a pickle (protocol 5) whose arrays lie out of band in the s
 `load` maps the file and the arrays are read-only views of the mapping: nothing is copied, and the pages are
 read when a measure first touches them. A file is used only by the code that wrote it: its name carries a
 fingerprint of softaudit's source and of numpy, ml_dtypes and mpmath. A file that cannot be read is treated as
-missing and removed. Files are written atomically; `prune` (after each audit) removes the least recently used
+missing and removed. Files are written atomically; `prune` (after an audit that wrote) removes the least recently used
 once the folder holds more than `MAX_BYTES`.
 
 These are pickles: keep the folder private (it is made 0700), as with any cache of pickled data.

@@ -169,6 +169,7 @@ class _Family:
 CACHE_BYTES = 512 << 20
 _CACHE: collections.OrderedDict[tuple, _Family] = collections.OrderedDict()
 _UNWRITABLE: set[Path] = set()  # cache folders a write failed in
+_WRITTEN: set[Path] = set()  # cache folders written since they were last pruned
 
 
 def clear_cache() -> None:
@@ -191,6 +192,7 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
                 pc.complete()
             try:
                 _store.save(path, found)
+                _WRITTEN.add(folder)
                 found = _store.load(path) or found  # mapped: the pages are the system's to drop and read again
             except OSError as exc:  # said once; the folder is not tried again in this process
                 _UNWRITABLE.add(folder)
@@ -378,7 +380,8 @@ def audit(
                 done += 1
                 if progress:
                     progress(done, total, f"{candidate.name} {fmt.name}")
-    if folder:
+    if folder in _WRITTEN:  # (an audit that wrote nothing leaves the folder unread)
+        _WRITTEN.discard(folder)
         _store.prune(folder)
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
