@@ -47,7 +47,8 @@ def fingerprint() -> str:
     import mpmath
     import numpy
 
-    digest = hashlib.sha256(f"{sys.version_info[:2]} {numpy.__version__} {ml_dtypes.__version__} {mpmath.__version__}".encode())
+    versions = f"{sys.version_info[:2]} {numpy.__version__} {ml_dtypes.__version__} {mpmath.__version__}"
+    digest = hashlib.sha256(versions.encode())
     package = Path(__file__).parent
     for path in sorted(package.rglob("*.py")):
         digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())

@@ -3,8 +3,8 @@
 The reference of each case is computed once per dtype and shared by every candidate of the kind; so is the
 comparison implementation's error, which sets the ULP threshold. Both are kept between audit() calls in one
 process (`CACHE_BYTES`) and in a folder for later processes (softaudit/_store.py): the families are deterministic,
-so a later audit of the same kind, dtype, suite and seed reuses them. A candidate that raises, hangs or returns garbage on a family gives an `error` row for that family
-and the run goes on, keeping every finished row.
+so a later audit of the same kind, dtype, suite and seed reuses them. A candidate that raises, hangs or returns
+garbage on a family gives an `error` row for that family and the run goes on, keeping every finished row.
 """
 
 from __future__ import annotations
