@@ -1,21 +1,29 @@
-"""assert_accurate: fail a user's test with a readable table of what failed."""
+"""assert_accurate: fail a user's test with a readable list of what failed, why, and the known fix."""
 
 from __future__ import annotations
 
 
 def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"), suite: str = "quick", policy=None,
                     families=None, **options) -> None:  # fmt: skip
-    """Audit `fn` and raise AssertionError listing every row that did not pass (verdict, dtype, family, why).
+    """Audit `fn` and raise AssertionError listing every row the policy fails (a fail or an error; with
+    `Policy(strict=True)` a warn too): verdict, dtype, family, cause, what was measured and the fix.
 
     Options are those of softaudit.audit (cases=, timeout=, seed=...).
     """
+    __tracebackhide__ = True  # pytest shows the assertion, not softaudit's frames
+    from .policy import Policy
     from .runner import audit
 
     result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
-    bad = result.table[result.table.verdict.isin(["fail", "error"])]
+    policy = policy or Policy()
+    table = result.table
+    bad = table[[policy.failed([v]) for v in table.verdict]]
     if len(bad):
-        lines = [f"{len(bad)} of {len(result.table)} audits did not pass for {kind} candidate {result.table.candidate[0]}:"]
+        lines = [f"{len(bad)} of {len(table)} audits did not pass for {kind} candidate {table.candidate[0]}:"]
         width = max(len(f) for f in bad.family)
         for row in bad.itertuples():
-            lines.append(f"  {row.verdict:5s} {row.dtype:9s} {row.family:{width}s}  max {row.max_ulp:.3g} ulp  {row.note}")
+            cause = f" [{row.cause}]" if row.cause else ""
+            lines.append(f"  {row.verdict:5s} {row.dtype:9s} {row.family:{width}s}{cause}  {row.note}")
+            if row.fix:
+                lines.append(f"        fix: {row.fix}")
         raise AssertionError("\n".join(lines))

@@ -7,8 +7,11 @@ failed or a regression; 2 a usage or configuration error, said in one line.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
+import reprlib
 import sys
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -16,13 +19,59 @@ import click
 
 CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
-    "formats": list, "baseline": str, "factor": float, "min_ulp": float, "fully_masked": str, "timeout": float,
-    "seed": int, "tolerance": float, "corpus": str, "budget": float, "cache_dir": str,
+    "formats": list, "baseline": str, "factor": float, "min_ulp": float, "defect_fraction": float,
+    "fully_masked": str, "strict": bool, "timeout": float, "seed": int, "tolerance": float, "corpus": str,
+    "budget": float, "cache_dir": str,
 }  # fmt: skip
+
+
+#: The numeric settings and the bound each must pass: one rule for the command line and for [tool.softaudit].
+BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">="}
+_TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
 
 
 class ConfigError(click.ClickException):
     exit_code = 2
+
+
+def _requirement(key: str) -> str:
+    """What a setting's value must be, said to the user: "must be a number > 0"."""
+    bound = f" {BOUNDS[key]} 0" if key in BOUNDS else ""
+    return f"must be {_TYPE_NAMES[CONFIG_KEYS[key]]}{bound}"
+
+
+def _valid(key: str, value) -> bool:
+    """Whether `value` is right for the setting `key`: its type (a bool is no number here, though Python says it
+    is an int) and, for a number, its bound; nan and infinity pass no bound."""
+    want = CONFIG_KEYS[key]
+    if want is list:
+        return isinstance(value, list) and all(isinstance(item, str) for item in value)
+    if want not in (int, float):
+        return isinstance(value, want)
+    if isinstance(value, bool) or not isinstance(value, int if want is int else (int, float)):
+        return False
+    if key not in BOUNDS:
+        return True
+    return math.isfinite(value) and (value > 0 if BOUNDS[key] == ">" else value >= 0)
+
+
+class _Number(click.ParamType):
+    """A numeric option held to the rule of its [tool.softaudit] key: `--timeout -1` is the user's mistake, said
+    before the audit, not every candidate's "ran past the time limit"."""
+
+    name = "number"
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or not _valid(self.key, number):
+            self.fail(f"{_requirement(self.key)}, got {value}", param, ctx)
+        return number
 
 
 def read_config(start: Path) -> dict:
@@ -38,9 +87,8 @@ def read_config(start: Path) -> dict:
             if unknown:
                 raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.softaudit]; known: {', '.join(CONFIG_KEYS)}")
             for key, value in data.items():
-                want = CONFIG_KEYS[key]
-                if not isinstance(value, want) and not (want is float and isinstance(value, int)):
-                    raise ConfigError(f"{path}: [tool.softaudit] {key} must be a {want.__name__}")
+                if not _valid(key, value):
+                    raise ConfigError(f"{path}: [tool.softaudit] {key} {_requirement(key)}, got {reprlib.repr(value)}")
             return data
     return {}
 
@@ -86,56 +134,70 @@ def _progress(quiet: bool):
               help="report format (repeatable; default: every file format; github prints annotations)")
 @click.option("--baseline", help="baseline JSON: fail only on regressions against it")
 @click.option("--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)")
-@click.option("--factor", type=float, help="max ULP error allowed, as a multiple of the comparison's (default 2)")
-@click.option("--min-ulp", type=float, help="ULP error always allowed (default 1)")
+@click.option("--factor", type=_Number("factor"), help="fail past factor x the plain implementation's error, warn past "
+              "factor x best practice's (default 2)")
+@click.option("--min-ulp", type=_Number("min_ulp"), help="max ULP error that never warns (default 1)")
+@click.option("--defect-fraction", type=_Number("defect_fraction"), help="an accuracy fail also needs an error past "
+              "2**(fraction x precision) x the conditioning (default 0.5: half the significand)")
 @click.option("--fully-masked", type=click.Choice(["zeros", "nan", "uniform", "any"]), help="required output of a fully masked row")
-@click.option("--tolerance", type=float, help="relative growth of max ULP error the gate accepts (default 0.1)")
-@click.option("--timeout", type=float, help="seconds per candidate call (default 60)")
+@click.option("--strict", is_flag=True, default=None, help="a warn fails the run too (exit 1)")
+@click.option("--tolerance", type=_Number("tolerance"), help="relative growth of max ULP error the gate accepts (default 0.1)")
+@click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 60)")
 @click.option("--seed", type=int, help="varies the random families (default 0)")
 @click.option("--corpus", help="folder of hunt findings replayed as the family `corpus` (default reports/corpus)")
 @click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
               "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
-@click.option("-q", "--quiet", is_flag=True, help="print only errors")
-@click.option("-v", "--verbose", is_flag=True, help="print every failing row")
+@click.option("-q", "--quiet", is_flag=True, help="print only what made the run fail")
+@click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        fully_masked, tolerance, timeout, seed, corpus, cache_dir, quiet, verbose):  # fmt: skip
+        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, cache_dir, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
     from .cases import CaseFileError
     from .policy import Policy
-    from .report import FILE_FORMATS, annotations, write_reports
+    from .report import FILE_FORMATS, annotations
     from . import _store
     from .runner import DEFAULT_DTYPES, audit
 
     config = read_config(Path.cwd())
     folder = _store.folder(_pick(cache_dir, config, "cache_dir", None))
     targets = _pick(targets, config, "targets", None) or None
+    kind = _pick(kind, config, "kind", None)
+    cases = _pick(cases, config, "cases", [])
+    corpus = _pick(corpus, config, "corpus", "reports/corpus")
     out = Path(_pick(out, config, "out", "reports"))
     formats = _pick(formats, config, "formats", FILE_FORMATS)
     baseline = _pick(baseline, config, "baseline", None)
+    new_baseline = (Path(baseline) if baseline else out / "baseline.json") if update_baseline else None
+    # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:
         policy = Policy(factor=_pick(factor, config, "factor", 2.0), min_ulp=_pick(min_ulp, config, "min_ulp", 1.0),
-                        fully_masked=_pick(fully_masked, config, "fully_masked", "zeros"))  # fmt: skip
+                        defect_fraction=_pick(defect_fraction, config, "defect_fraction", 0.5),
+                        fully_masked=_pick(fully_masked, config, "fully_masked", "zeros"),
+                        strict=bool(_pick(strict, config, "strict", False)))  # fmt: skip
+        known = gate.read_baseline(baseline) if baseline and not update_baseline else None
+    except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    _check_folders(out if any(fmt in FILE_FORMATS for fmt in formats) else None, corpus, new_baseline)
+    try:
         bar, progress = _progress(quiet)
         with bar or contextlib.nullcontext():
-            result = audit(targets, kind=_pick(kind, config, "kind", None), dtypes=_pick(dtypes, config, "dtypes", DEFAULT_DTYPES),
-                           suite=_pick(suite, config, "suite", "default"), cases=_pick(cases, config, "cases", []),
+            result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes", DEFAULT_DTYPES),
+                           suite=_pick(suite, config, "suite", "default"), cases=cases,
                            families=_pick(families, config, "families", None), policy=policy,
                            timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                           corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress,
+                           corpus=corpus, progress=progress,
                            # one audit per process: families are kept for later runs only where they are mapped
                            # from the folder (pages the system may drop), never only in this process's memory
                            cache=folder is not None, cache_dir=folder or "off")  # fmt: skip
-        comparison = None
-        if baseline and not update_baseline:
-            tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
-            comparison = gate.compare(gate.read_baseline(baseline), gate.baseline_of(result), tol)
-    except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
+    except (TargetError, CaseFileError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    written = write_reports(result, out, formats, comparison)
-    if update_baseline:
-        written.append(gate.write_baseline(result, baseline or out / "baseline.json"))
+    comparison = None
+    if known is not None:
+        tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
+        comparison = gate.compare(known, gate.baseline_of(result), tol)
+    saved = _save_run(result, out, formats, comparison, new_baseline)
     if "github" in formats:
         for line in annotations(result, comparison):
             click.echo(line)
@@ -143,28 +205,142 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
         if summary_path:
             from .report.markdown import summary
 
-            with open(summary_path, "a", encoding="utf-8") as f:
-                f.write(summary(result, comparison))
+            try:
+                with open(summary_path, "a", encoding="utf-8") as f:
+                    f.write(summary(result, comparison))
+            except OSError as exc:
+                _warn(f"cannot append to $GITHUB_STEP_SUMMARY {summary_path}: {_reason(exc)}")
     failed = comparison.failed if comparison is not None else not result.passed
-    if not quiet:
-        _print_summary(result, comparison, written, verbose)
+    _print_summary(result, comparison, saved.written, verbose, quiet, failed)
+    saved.raise_if_lost()
     sys.exit(1 if failed and not update_baseline else 0)
 
 
-def _print_summary(result, comparison, written, verbose) -> None:
+def _reason(exc: OSError) -> str:
+    return exc.strerror or " ".join(str(exc).split())
+
+
+def _warn(line: str) -> None:
+    click.echo(f"Warning: {line}", err=True)
+
+
+def _check_folder(folder: Path, option: str) -> None:
+    """Create the folder and write and remove a probe file in it: a folder the results cannot go to is said now,
+    in one line naming the option, not after an audit that ran for minutes."""
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"{option} {folder} is a file, not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".softaudit-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ConfigError(f"{option} {folder} cannot be written: {_reason(exc)}") from None
+
+
+def _check_folders(out: Path | None, corpus, new_baseline: Path | None) -> None:
+    """The places a run reads from and writes to, checked before the audit: the reports' folder (None: no file
+    format), the corpus (read: a file there is a mistake), the baseline --update-baseline will write (None: not)."""
+    if corpus and Path(corpus).exists() and not Path(corpus).is_dir():
+        raise ConfigError(f"--corpus {corpus} is a file, not a folder of hunt findings")
+    if out is not None:
+        _check_folder(out, "--out")
+    if new_baseline is not None:
+        if new_baseline.is_dir():
+            raise ConfigError(f"--update-baseline cannot write {new_baseline}: it is a folder")
+        _check_folder(new_baseline.parent, f"--update-baseline {new_baseline}: its folder")
+
+
+def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None) -> _Saved:
+    """Write the reports, one format at a time, and the baseline (new_baseline: where; None: not asked). When no
+    report could go into `out`, they all go into the temporary folder; so does a baseline that could not be written."""
+    from . import gate
+    from .report import FILE_FORMATS, write_reports
+
+    saved = _Saved()
+    for fmt in (f for f in FILE_FORMATS if f in formats):
+        saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: write_reports(result, out, (fmt,), comparison))
+    if saved.failures and not saved.written:
+        saved.elsewhere(f"the reports to {out}", lambda folder: write_reports(result, folder, formats, comparison))
+    if new_baseline is not None:
+        if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
+            saved.elsewhere(f"the baseline to {new_baseline}", lambda folder: [gate.write_baseline(result, folder / "baseline.json")])
+    return saved
+
+
+class _Saved:
+    """What a run wrote. Each file is written on its own, so one that fails costs only itself (a line says so);
+    what cannot be written where asked goes into one fresh temporary folder, so results an audit took minutes
+    to compute are never lost to a folder problem."""
+
+    def __init__(self):
+        self.written: list[Path] = []
+        self.failures = 0
+        self.lost: list[str] = []  # what went to the temporary folder instead: the run's last line says so
+        self.folder: Path | None = None  # the temporary folder, made on first use
+        self.broken: str | None = None  # why even it could not take them
+
+    def attempt(self, what: str, writer) -> bool:
+        """writer() -> the paths it wrote; on OSError say one line (a warning) and return False."""
+        try:
+            self.written += writer()
+            return True
+        except OSError as exc:
+            self.failures += 1
+            _warn(f"cannot write {what}: {_reason(exc)}")
+            return False
+
+    def elsewhere(self, what: str, writer) -> None:
+        """writer(folder) -> the paths it wrote, into the temporary folder instead of where `what` was asked."""
+        self.lost.append(what)
+        try:
+            self.folder = self.folder or Path(tempfile.mkdtemp(prefix="softaudit-"))
+            self.written += writer(self.folder)
+        except OSError as exc:
+            self.broken = _reason(exc)
+
+    def raise_if_lost(self) -> None:
+        """Exit 2 with one line when something could not be written where asked: where it is instead."""
+        if not self.lost:
+            return
+        lost = " nor ".join(self.lost)
+        if self.broken:
+            raise ConfigError(f"could not write {lost}, nor into a temporary folder: {self.broken}")
+        raise ConfigError(f"could not write {lost}; written to {self.folder} instead")
+
+
+def _print_summary(result, comparison, written, verbose: bool, quiet: bool, failed: bool) -> None:
+    """The run in the terminal: the counts, then what to act on, each finding with its cause and fix (against a
+    baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed."""
+    from .report._findings import counts_line, families_text, issues
+
+    if quiet and not failed:
+        return
     table = result.table
-    counts = table.verdict.value_counts()
-    skipped = f", {counts.get('skip', 0)} skip" if counts.get("skip") else ""
-    click.echo(f"{len(table)} rows: {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, {counts.get('error', 0)} error{skipped}")
+    if not quiet:
+        click.echo(counts_line(table))
     if comparison is not None:
-        click.echo(f"against the baseline: {len(comparison.regressions)} regression(s), {len(comparison.known)} known "
-                   f"failure(s), {len(comparison.improvements)} improvement(s)")  # fmt: skip
+        if not quiet:
+            where = "" if comparison.same_platform else f" (made on another platform: {comparison.platform_change})"
+            click.echo(f"against the baseline{where}: {len(comparison.regressions)} regression(s), {len(comparison.known)} "
+                       f"known, {len(comparison.platform)} platform difference(s), {len(comparison.improvements)} improvement(s)")  # fmt: skip
         for change in comparison.regressions:
             click.echo(f"  regression {change.key}: {change.what}")
+        for change in (comparison.known + comparison.platform + comparison.improvements) if verbose else ():
+            click.echo(f"  {change.key}: {change.what}")
+    bad = {"fail", "error"} | ({"warn"} if result.settings["policy"].get("strict") else set())
+    shown = issues(table, ("error", "fail", "warn") if not quiet else tuple(bad)) if comparison is None or verbose else []
+    limit = None if verbose else 25
+    for group in shown[:limit]:
+        click.echo(f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} ({families_text(group['families'])}): {group['note']}")
+        if group["fix"]:
+            click.echo(f"      fix: {group['fix']}")
+    if limit is not None and len(shown) > limit:
+        click.echo(f"... and {len(shown) - limit} more findings: summary.md and report.html list them all (-v here)")
     if verbose:
         for row in table[table.verdict != "pass"].itertuples():
             click.echo(f"  {row.verdict:5s} {row.candidate} {row.dtype} {row.family}: {row.note}")
-    for path in written:
+    for path in written if not quiet else ():
         click.echo(f"wrote {path}")
 
 
@@ -172,11 +348,12 @@ def _print_summary(result, comparison, written, verbose) -> None:
 @click.argument("targets", nargs=-1)
 @click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
 @click.option("--dtype", "dtypes", multiple=True, help="dtype to hunt in (repeatable; default float32)")
-@click.option("--budget", type=float, help="seconds for the whole search (default 60)")
+@click.option("--budget", type=_Number("budget"), help="seconds for the whole search (default 60)")
+@click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 10)")
 @click.option("--corpus", help="folder for the failures found (default reports/corpus)")
 @click.option("--out", help="folder for hunt.csv and hunt.md (default reports)")
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, corpus, out, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     import numpy as np
     import pandas as pd
@@ -187,24 +364,33 @@ def hunt(targets, kind, dtypes, budget, corpus, out, quiet):
 
     config = read_config(Path.cwd())
     out = Path(_pick(out, config, "out", "reports"))
+    corpus = _pick(corpus, config, "corpus", "reports/corpus")
+    _check_folder(out, "--out")  # before the search: what it finds must have somewhere to go
+    if corpus:
+        _check_folder(Path(corpus), "--corpus")
     try:
         bar, progress = _progress(quiet)
         with bar or contextlib.nullcontext():
             findings = run_hunt(_pick(targets, config, "targets", None) or None, kind=_pick(kind, config, "kind", None),
                                 dtypes=_pick(dtypes, config, "dtypes", ("float32",)), budget=_pick(budget, config, "budget", 60.0),
-                                corpus=_pick(corpus, config, "corpus", "reports/corpus"), progress=progress)  # fmt: skip
+                                corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress)  # fmt: skip
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
-                           "found": "FAIL" if f.failed else "none", "max_ulp": f.max_ulp, "seconds": round(f.seconds, 2),
+                           "found": "FAIL" if f.failed else "none", "max_cond_err": f.max_cond_err, "seconds": round(f.seconds, 2),
                            "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
                            "reason": f.reason, "corpus": f.corpus_file or ""} for f in findings])  # fmt: skip
-    write_atomic(out / "hunt.csv", table.to_csv(index=False))
     header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
     body = "".join("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False))
-    write_atomic(out / "hunt.md", "# softaudit hunt\n\n" + header + body)
+    tables = {"hunt.csv": table.to_csv(index=False), "hunt.md": "# softaudit hunt\n\n" + header + body}
+    saved = _Saved()
+    for name, text in tables.items():
+        saved.attempt(str(out / name), lambda name=name, text=text: [write_atomic(out / name, text)])
+    if saved.failures and not saved.written:
+        saved.elsewhere(f"the hunt's tables to {out}", lambda folder: [write_atomic(folder / n, t) for n, t in tables.items()])
     if not quiet:
-        click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_ulp", "reason"]].to_string(index=False))
+        click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(index=False))
+    saved.raise_if_lost()
     sys.exit(1 if any(f.failed for f in findings) else 0)
 
 
@@ -223,18 +409,19 @@ def list_cases(kind):
 @click.option("--kind", help="only the built-ins of this kind")
 def list_candidates(kind):
     """List the built-in candidates with a line on each."""
-    from .candidates import SOUND, builtins
+    from .candidates import BEST, PLAIN, builtins
 
     for candidate in builtins():
         if kind is None or candidate.kind == kind:
-            mark = " (comparison)" if SOUND[candidate.kind] == candidate.name else ""
+            mark = " (best practice)" if BEST[candidate.kind] == candidate.name else ""
+            mark += " (plain, in the dtype)" if PLAIN[candidate.kind] == candidate.name else ""
             click.echo(f"{candidate.name:34s} {candidate.summary.split('. Weakness')[0]}{mark}")
 
 
 @main.command()
 @click.argument("old")
 @click.argument("new")
-@click.option("--tolerance", type=float, default=0.1, show_default=True, help="relative growth of max ULP accepted")
+@click.option("--tolerance", type=_Number("tolerance"), default=0.1, show_default=True, help="relative growth of max ULP accepted")
 def compare(old, new, tolerance):
     """Compare two results: baselines or results.json files. Exit 1 on a regression."""
     from . import gate
@@ -258,7 +445,7 @@ def compare(old, new, tolerance):
 
 
 def _rows_of(path) -> dict:
-    """A baseline, or a results.json turned into one."""
+    """A baseline, or a results.json turned into one; every row checked (gate.BaselineError, one line)."""
     import json
 
     from . import gate
@@ -267,8 +454,35 @@ def _rows_of(path) -> dict:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise gate.BaselineError(f"no such file: {path}") from None
-    except (OSError, ValueError) as exc:
+    except OSError as exc:
+        raise gate.BaselineError(f"{path} cannot be read: {_reason(exc)}") from None
+    except ValueError as exc:
         raise gate.BaselineError(f"{path} is not JSON: {exc}") from None
     if isinstance(data, dict) and "results" in data:
-        return {"rows": {gate.row_key(r): gate.row_entry(r) for r in data["results"]}}
+        return {"rows": gate.check_rows(_rows_of_results(data["results"], path), path)}
     return gate.read_baseline(path)
+
+
+def _rows_of_results(results, path) -> dict:
+    """The baseline rows of a results.json's results, or one line on the first result that cannot be one."""
+    from . import gate
+
+    if not isinstance(results, list):
+        raise gate.BaselineError(f"{path}: 'results' is not a list")
+    rows = {}
+    for i, result in enumerate(results):
+        if not isinstance(result, dict):
+            raise gate.BaselineError(f"{path}: result {i} is not an object")
+        missing = [field for field in ("candidate", "dtype", "family", "verdict") if field not in result]
+        if missing:
+            raise gate.BaselineError(f"{path}: result {i} has no {missing[0]!r}")
+        key = gate.row_key(result)
+        for field in ("max_ulp", *gate.EVENTS):
+            value = result.get(field)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise gate.BaselineError(f"{path}: result {i} ({key}) has {field!r} {reprlib.repr(value)}, not a number or null")
+        try:
+            rows[key] = gate.row_entry(result)
+        except (ValueError, OverflowError) as exc:  # an infinite event count
+            raise gate.BaselineError(f"{path}: result {i} ({key}): {exc}") from None
+    return rows

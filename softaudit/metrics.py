@@ -57,14 +57,17 @@ class Tally:
     fully_masked: dict = dataclasses.field(default_factory=dict)  # behaviour -> rows
     max_ulp_vsum: float = 0.0  # attention: error in ulps of sum_j p_j |v_j|
     max_normwise: float = 0.0  # attention: max over queries of ||y - r|| / ||r||
+    max_cond_err: float = 0.0  # max |y - r| / (u max(scale, smallest normal)): error against the conditioning
+    flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
-    worst: tuple | None = None  # (ulp error, case index, flat index of the element) of the worst element
+    worst: tuple | None = None  # (cond error, case index, flat index, output there) of the worst element
+    event_at: tuple | None = None  # (case index, flat index) of the first NaN or inf where the result is finite
 
     def merge(self, other: Tally) -> None:
         for field in ("cases", "elements", "ulp_sum", "correctly_rounded", "ge2_ulp", "nan", "overflow", "underflow",
-                      "negative", "mask_leak", "argmax_flips", "undefined_rows", "nan_not_propagated"):
+                      "negative", "mask_leak", "argmax_flips", "undefined_rows", "nan_not_propagated", "flushed"):
             setattr(self, field, getattr(self, field) + getattr(other, field))
-        for field in ("max_ulp", "max_rel_err", "max_abs_err", "sum_err", "max_ulp_vsum", "max_normwise"):
+        for field in ("max_ulp", "max_rel_err", "max_abs_err", "sum_err", "max_ulp_vsum", "max_normwise", "max_cond_err"):
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
         for key, count in other.fully_masked.items():
             self.fully_masked[key] = self.fully_masked.get(key, 0) + count
@@ -72,6 +75,7 @@ class Tally:
             self.invariants[key] = self.invariants.get(key, 0) + count
         if other.worst is not None and (self.worst is None or other.worst[0] > self.worst[0]):
             self.worst = other.worst
+        self.event_at = self.event_at or other.event_at
 
     @property
     def mean_ulp(self) -> float:
@@ -125,6 +129,8 @@ class Basis:
     kept_nan_rows: np.ndarray | None = None
     masked: np.ndarray | None = None
     ulp_vsum: np.ndarray | None = None
+    inv_scale: np.ndarray | None = None  # 1 / max(scale, smallest normal) where compared, else 0 (times 2**p: 1 / u)
+    subnormal: np.ndarray | None = None  # R is a nonzero subnormal (None where no R is)
 
     @functools.cached_property
     def everything_compared(self) -> bool:
@@ -132,13 +138,19 @@ class Basis:
         return bool(self.finite_ref.all())
 
 
-def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None):
+def smallest_normal(fmt: Format) -> float:
+    """2**emin as a float64 (for formats below float64's range, float64's: its inverse must stay finite)."""
+    return math.ldexp(1.0, max(fmt.emin, -1022))
+
+
+def basis(kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None):
     """The reference side of one case's measures.
 
     ref: the reference Result. undefined: the rows left out of accuracy and events (a NaN or +inf logit, nothing
-    kept). nothing_kept (masked kinds): rows or queries with nothing kept. kept_nan_rows: rows with a NaN among
-    the kept inputs (their output must be NaN). masked: for masked_softmax, the masked entries (the output must be
-    exactly 0 there). vsum: for attention, sum_j p_j |v_j| per output element.
+    kept). scale: the conditioning scale of each output (softaudit/conditioning.py). nothing_kept (masked kinds):
+    rows or queries with nothing kept. kept_nan_rows: rows with a NaN among the kept inputs (their output must be
+    NaN). masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for
+    attention, sum_j p_j |v_j| per output element.
     """
     rounded = np.asarray(ref.value).astype(np.float64)
     undefined = np.asarray(undefined)
@@ -163,8 +175,14 @@ def basis(kind: str, fmt: Format, ref, *, undefined, nothing_kept=None, kept_nan
             best[nan_rows] = np.where(np.isnan(rounded[nan_rows]), -np.inf, rounded[nan_rows]).max(axis=-1)
     ulp_vsum = None if vsum is None else ulp(vsum, fmt)
     ulp_kept = ulp_r if inv_ulp is None else None
+    normal = smallest_normal(fmt)
+    with np.errstate(invalid="ignore"):  # (1 / (u max(scale, 2**emin)) would overflow float64 for float64 itself)
+        floored = np.maximum(np.nan_to_num(np.asarray(scale, dtype=np.float64)), normal)
+        inv_scale = np.divide(1.0, floored, out=np.zeros(rounded.shape), where=finite_ref)
+        subnormal = finite_ref & (np.abs(rounded) < normal) & (rounded != 0)
     return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_kept, inv_ulp,
-                 rel_per_ulp, (far, np.abs(r.flat[far])), undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum)  # fmt: skip
+                 rel_per_ulp, (far, np.abs(r.flat[far])), undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum,
+                 inv_scale, subnormal if subnormal.any() else None)  # fmt: skip
 
 
 def measure(b: Basis, y, *, case_index: int) -> Tally:
@@ -190,6 +208,8 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         t.overflow = int(np.count_nonzero(~finite_y & ~nan_y & b.finite_ref))
         t.underflow = int(np.count_nonzero((y == 0) & b.nonzero_ref))
         compare = b.finite_ref & finite_y
+        if t.nan or t.overflow:
+            t.event_at = (case_index, int(np.flatnonzero(~finite_y & b.defined & ~np.isnan(b.rounded))[0]))
     if kind in ("softmax", "masked_softmax"):
         t.negative = int(np.count_nonzero(y < 0))
     if b.masked is not None:
@@ -197,7 +217,7 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     diff = _accuracy(t, b, y, compare, case_index)
     if not t.elements and (t.nan or t.overflow):
         bad = np.flatnonzero(~finite_y & b.finite_ref)
-        t.worst = (math.inf, case_index, int(bad[0])) if len(bad) else None
+        t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]])) if len(bad) else None
     if per_row and kind != "attention" and y.size and y.shape[-1]:
         rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
         if kind in ("softmax", "masked_softmax"):
@@ -235,9 +255,12 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     attention returns |y - r| at every element (0 where not compared), which its normwise measures need."""
     flat = {name: None if a is None else a.reshape(-1) for name, a in
             (("y", y), ("hi", b.hi), ("lo", b.lo), ("rounded", b.rounded), ("compare", compare), ("ulp", b.ulp),
-             ("inv_ulp", b.inv_ulp), ("rel_per_ulp", b.rel_per_ulp))}  # fmt: skip
+             ("inv_ulp", b.inv_ulp), ("rel_per_ulp", b.rel_per_ulp), ("inv_scale", b.inv_scale),
+             ("subnormal", b.subnormal))}  # fmt: skip
     whole = np.zeros(y.size) if b.kind == "attention" else None
-    best, worst, ulp_sum, same, ge2, rel, largest = -1.0, 0, 0.0, 0, 0, 0.0, 0.0
+    best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
+    two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
+    per_u = math.ldexp(1.0, b.fmt.precision)  # 1 / u
     for start in range(0, y.size, CHUNK):
         f = {name: None if a is None else a[start : start + CHUNK] for name, a in flat.items()}
         with np.errstate(all="ignore"):
@@ -249,9 +272,20 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             if f["compare"] is not None:
                 diff[~f["compare"]] = 0.0
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
-            top = float(errors.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
-            if top > best:
-                best, worst = top, start + int(np.argmax(errors))
+            cond = diff * f["inv_scale"]
+            cond *= per_u
+            if f["compare"] is not None:
+                cond[~f["compare"]] = -1.0  # (the worst element is a compared one)
+            if f["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush, not as accuracy
+                zero = f["subnormal"] & (y64 == 0)
+                if zero.any():
+                    cond[zero] = 0.0
+                    flushed += int(np.count_nonzero(zero & (np.abs(f["rounded"]) >= two_spacings)))
+            top = float(cond.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
+            if top > cond_best:
+                cond_best, worst = top, start + int(np.argmax(cond))
+            top = float(errors.max())
+            best = max(best, top)
             if top >= 2:
                 ge2 += int(np.count_nonzero(errors >= 2))
             ulp_sum += float(errors.sum())
@@ -266,11 +300,12 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     t.elements = y.size if compare is None else int(np.count_nonzero(compare))
     if t.elements:
         t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
+        t.max_cond_err, t.flushed = cond_best, flushed
         far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
             far_diff = np.abs((flat["y"][far].astype(np.float64) - flat["hi"][far]) - lo)
             rel = max(rel, float((np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size).max()))
         t.max_rel_err = rel
-        t.worst = (t.max_ulp, case_index, worst)
+        t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
     return None if whole is None else whole.reshape(y.shape)

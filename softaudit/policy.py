@@ -1,56 +1,128 @@
-"""What pass and fail mean, with every threshold in one place (docs/policy.md explains each)."""
+"""What pass, warn and fail mean, with every threshold in one place (docs/policy.md explains each).
+
+A row fails on a defect someone should fix: an event (NaN, infinity, a mask leak, a wrong fully masked row, a NaN
+input that vanished) or an error past what the problem's conditioning explains, worse than the plain
+implementation in the same dtype (the conditioning-scaled error, metrics.py: max_cond_err). It warns when it is
+sound but below best practice in precision: its max ULP error is past best practice's.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .metrics import Tally
+from .reference import Format
 
 FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
 MASKED_KINDS = ("masked_softmax", "attention")
+#: Every verdict a row can get, least to most severe; `skip` (the candidate cannot run this dtype) stands apart.
+VERDICTS = ("pass", "warn", "fail", "error", "skip")
+SEVERITY = {"pass": 0, "skip": 1, "warn": 1, "fail": 2, "error": 3}
+
+
+@dataclasses.dataclass(frozen=True)
+class Reason:
+    """One rule a row broke: its verdict, the rule's name, what happened (with numbers)."""
+
+    verdict: str  # "warn" or "fail"
+    rule: str  # nan, overflow, mask_leak, fully_masked, nan_propagation, underflow, defect, below_best, flushed
+    text: str
 
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed."""
 
-    factor: float = 2.0  # max ULP error may be at most factor x the comparison implementation's (FlashAttention)
-    min_ulp: float = 1.0  # ... and is always allowed this many ULPs
+    factor: float = 2.0  # fail past factor x the plain implementation's error, warn past factor x best practice's
+    min_ulp: float = 1.0  # an ULP error this small never warns (correct rounding reads <= 0.5)
+    defect_fraction: float = 0.5  # an accuracy fail also needs an error past 2**(defect_fraction x precision)
     fully_masked: str = "zeros"  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
     fail_on_overflow: bool = True  # +-inf where the reference is finite
     fail_on_mask_leak: bool = True  # probability on a masked entry; attention that moves with masked values
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
+    warn_on_flush: bool = True  # subnormal results flushed to zero
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
+    strict: bool = False  # a warn fails the run too (exit 1), as a fail does
 
     def __post_init__(self):
         if self.fully_masked not in FULLY_MASKED_RULES:
             raise ValueError(f"fully_masked must be one of {', '.join(FULLY_MASKED_RULES)}, got {self.fully_masked!r}")
-        if not self.factor > 0 or not self.min_ulp >= 0:
-            raise ValueError("factor must be positive and min_ulp non-negative")
+        if not self.factor > 0:
+            raise ValueError(f"factor must be positive, got {self.factor!r}")
+        if not self.min_ulp >= 0:
+            raise ValueError(f"min_ulp must be non-negative, got {self.min_ulp!r}")
+        if not 0 <= self.defect_fraction <= 1:
+            raise ValueError(f"defect_fraction must be between 0 and 1, got {self.defect_fraction!r}")
 
-    def threshold(self, comparison_max_ulp: float) -> float:
-        """The largest max ULP error that passes, given the comparison implementation's on the same inputs."""
-        return max(self.factor * comparison_max_ulp, self.min_ulp)
+    def fail_above(self, fmt: Format, plain_cond: float | None) -> float:
+        """The largest max_cond_err that is not an accuracy defect: max(factor x plain, 2**(fraction x p)).
 
-    def judge(self, kind: str, tally: Tally, comparison_max_ulp: float) -> tuple[str, list[str]]:
-        """("pass" or "fail", the reasons for a fail)."""
-        reasons = []
+        Where the plain implementation computed nothing (it overflowed, say), only the second term remains.
+        """
+        floor = 2.0 ** (self.defect_fraction * fmt.precision)
+        if plain_cond is None or not math.isfinite(plain_cond):
+            return floor
+        return max(self.factor * plain_cond, floor)
+
+    def warn_above(self, best_ulp: float | None) -> float:
+        """The largest max ULP error as good as best practice: max(factor x best practice's, min_ulp)."""
+        if best_ulp is None or not math.isfinite(best_ulp):
+            return self.min_ulp
+        return max(self.factor * best_ulp, self.min_ulp)
+
+    def judge(self, kind: str, fmt: Format, tally: Tally, plain_cond: float | None, best_ulp: float | None) -> list[Reason]:
+        """The rules the row broke, fails first (an empty list: it passed)."""
+        fails, warns = [], []
         if self.fail_on_nan and tally.nan:
-            reasons.append(f"{tally.nan} NaN where the reference is defined")
+            fails.append(Reason("fail", "nan", f"{tally.nan} NaN where the exact result is defined"))
         if self.fail_on_overflow and tally.overflow:
-            reasons.append(f"{tally.overflow} inf where the reference is finite")
-        if self.fail_on_underflow and tally.underflow:
-            reasons.append(f"{tally.underflow} zeros where the reference is not 0")
+            fails.append(Reason("fail", "overflow", f"{tally.overflow} inf where the exact result is finite"))
         if self.fail_on_mask_leak and tally.mask_leak:
-            reasons.append(f"mask leak on {tally.mask_leak} entries")
+            what = "outputs move when masked keys change" if kind == "attention" else "masked entries get probability"
+            fails.append(Reason("fail", "mask_leak", f"mask leak: {what} ({tally.mask_leak} elements)"))
         if self.nan_propagation and tally.nan_not_propagated:
-            reasons.append(f"a NaN input did not give NaN in {tally.nan_not_propagated} rows")
+            fails.append(Reason("fail", "nan_propagation", f"a NaN input did not give NaN in {tally.nan_not_propagated} rows"))
         behaviour = tally.fully_masked_behaviour
         if kind in MASKED_KINDS and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
-            reasons.append(f"fully masked rows give {behaviour}, expected {self.fully_masked}")
-        limit = self.threshold(comparison_max_ulp)
-        if tally.max_ulp > limit:
-            reasons.append(f"max error {tally.max_ulp:.3g} ulp > {limit:.3g} (max({self.factor:g} x comparison "
-                           f"{comparison_max_ulp:.3g}, {self.min_ulp:g}))")
-        return ("fail" if reasons else "pass"), reasons
+            fails.append(Reason("fail", "fully_masked", f"fully masked rows give {behaviour}, expected {self.fully_masked}"))
+        underflow = Reason("fail" if self.fail_on_underflow else "warn", "underflow",
+                           f"{tally.underflow} zeros where the correctly rounded result is not 0")  # fmt: skip
+        if self.fail_on_underflow and tally.underflow:
+            fails.append(underflow)
+        if tally.elements:
+            err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
+            warn_at = self.warn_above(best_ulp)
+            if err > fail_at:
+                bound = f"max({_times(self.factor, 'the plain implementation', plain_cond)}, 2**{self.defect_fraction * fmt.precision:g})"
+                fails.append(Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"))
+            elif tally.max_ulp > warn_at:
+                bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
+                terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if kind == "attention" else ""
+                warns.append(Reason("warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"))
+        if self.warn_on_flush and tally.flushed:
+            warns.append(Reason("warn", "flushed", f"{tally.flushed} subnormal results flushed to zero"))
+        return fails + warns
+
+    def verdict(self, reasons: list[Reason]) -> str:
+        """fail if a rule failed, warn if one warned, else pass."""
+        return "fail" if any(r.verdict == "fail" for r in reasons) else "warn" if reasons else "pass"
+
+    def failed(self, verdicts) -> bool:
+        """Whether rows with these verdicts fail a run (exit 1): a fail or an error, and with strict a warn."""
+        bad = {"fail", "error", "warn"} if self.strict else {"fail", "error"}
+        return any(v in bad for v in verdicts)
+
+
+def _num(value: float) -> str:
+    """A readable number: 3 significant digits, no exponent between 1e-3 and 1e5."""
+    if value != value or math.isinf(value):
+        return str(value)
+    return f"{value:.3g}" if value == 0 or 1e-3 <= abs(value) < 1e5 else f"{value:.2e}"
+
+
+def _times(factor: float, what: str, value: float | None) -> str:
+    if value is None or not math.isfinite(value):
+        return f"{what}: nothing compared"
+    return f"{factor:g} x {what}'s {_num(value)}"

@@ -1,10 +1,11 @@
 """The audit loop: for candidate x dtype x family, round the inputs to the dtype, call, compare, judge.
 
-The reference of each case is computed once per dtype and shared by every candidate of the kind; so is the
-comparison implementation's error, which sets the ULP threshold. Both are kept between audit() calls in one
-process (`CACHE_BYTES`) and in a folder for later processes (softaudit/_store.py): the families are deterministic,
-so a later audit of the same kind, dtype, suite and seed reuses them. A candidate that raises, hangs or returns
-garbage on a family gives an `error` row for that family and the run goes on, keeping every finished row.
+The reference of each case is computed once per dtype and shared by every candidate of the kind; so are the errors
+of the two comparison implementations (the plain one in the dtype and best practice), which set the verdict's
+bounds. All of it is kept between audit() calls in one process (`CACHE_BYTES`) and in a folder for later
+processes (softaudit/_store.py): the families are deterministic, so a later audit of the same kind, dtype, suite
+and seed reuses them. A candidate that raises, hangs or returns garbage on a family gives an `error` row for that
+family and the run goes on, keeping every finished row.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import math
 import time
 import warnings
 from collections.abc import Callable, Iterable
@@ -19,24 +21,29 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _store, causes, conditioning, invariants
 from . import candidates as builtin
 from .adapters._bridge import CandidateSkip
 from .adapters._call import CandidateError, call, time_limits
 from .adapters._candidate import KINDS, Candidate
 from .adapters._targets import load_target
-from .cases import Case, families_for, hex_rows, load_case_file
-from . import _store, invariants
+from .cases import families_for, load_case_files
 from .metrics import Tally, basis, measure
-from .policy import Policy
+from .policy import Policy, Reason
 from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
+from .worst import WorstInput, element_ulp, row_inputs
 
 DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 COLUMNS = (
-    "candidate", "kind", "dtype", "family", "cases", "elements", "max_ulp", "mean_ulp", "max_bits",
-    "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err", "nan", "overflow", "underflow", "negative",
-    "mask_leak", "sum_err", "argmax_flips", "undefined_rows", "nan_not_propagated", "fully_masked",
-    "max_ulp_vsum", "max_normwise", "invariants", "comparison_max_ulp", "threshold_ulp", "seconds", "verdict", "note",
+    "candidate", "kind", "dtype", "family", "verdict", "cause", "note", "fix", "cases", "elements", "max_cond_err",
+    "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err",
+    "nan", "overflow", "underflow", "flushed", "negative", "mask_leak", "sum_err", "argmax_flips", "undefined_rows",
+    "nan_not_propagated", "fully_masked", "max_ulp_vsum", "max_normwise", "invariants", "plain_cond_err",
+    "best_ulp", "fail_above", "warn_above", "fa_ratio", "seconds",
 )  # fmt: skip
+#: The measures of the table that are NaN where nothing could be compared (a row of NaN outputs reads NaN, not 0).
+MEASURES = ("max_cond_err", "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp",
+            "max_rel_err", "max_abs_err", "max_ulp_vsum", "max_normwise", "sum_err")  # fmt: skip
 
 
 class Prepared:
@@ -64,27 +71,27 @@ class Prepared:
         return basis(self.case.kind, self.fmt, self.reference, **self._extras())
 
     def _extras(self) -> dict:
-        """What the metrics need beyond the reference: undefined rows, rows with nothing kept, masked entries..."""
+        """What the metrics need beyond the reference: undefined rows, the conditioning scale, masked entries..."""
         kind = self.case.kind
+        ref = self.reference
+        exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
         if kind == "attention":
-            q, k, v = (self.inputs[n].astype(np.float64) for n in ("q", "k", "v"))
+            q, k, v = (self.inputs[n] for n in ("q", "k", "v"))
             scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
             keep = np.broadcast_to(True if self.mask is None else self.mask, scores_shape)
-            with np.errstate(all="ignore"):  # sum_j p_j |v_j| in float64: a scale for the error, not a result
-                s = np.where(keep, q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]), -np.inf)
-                p = np.exp(s - s.max(axis=-1, keepdims=True))
-                p = p / p.sum(axis=-1, keepdims=True)
-                vsum = np.nan_to_num(p) @ np.abs(v)
+            scale, vsum = conditioning.attention(q, k, v, keep, exact, 1 / np.sqrt(q.shape[-1]))
             nothing_kept = ~keep.any(axis=-1) if self.mask is not None else None
-            return {"undefined": self.reference.undefined, "nothing_kept": nothing_kept, "vsum": vsum}
+            return {"undefined": ref.undefined, "nothing_kept": nothing_kept, "vsum": vsum, "scale": scale}
         x = self.inputs["x"].astype(np.float64)
         # The policy's undefined rows for every row kind (log-sum-exp included): a NaN or +inf logit, nothing kept.
         undefined = undefined_rows(x, self.mask)
         kept_nan = (np.isnan(x) & (True if self.mask is None else self.mask)).any(axis=-1)
+        scale = conditioning.rows(kind, x, self.mask, exact)
         if kind == "masked_softmax":
             masked = ~np.broadcast_to(self.mask, x.shape)
-            return {"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked, "kept_nan_rows": kept_nan}
-        return {"undefined": undefined, "kept_nan_rows": kept_nan}
+            return {"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked,
+                    "kept_nan_rows": kept_nan, "scale": scale}  # fmt: skip
+        return {"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale}
 
     def complete(self) -> None:
         """Compute now what is otherwise computed when first needed (reference, basis, probes), to keep it."""
@@ -142,8 +149,8 @@ class AuditResult:
 
     @property
     def passed(self) -> bool:
-        """No row failed or errored (a `skip`, a dtype the candidate cannot do, is not a failure)."""
-        return not self.table["verdict"].isin(["fail", "error"]).any()
+        """No row failed or errored (and, with a strict policy, none warned); a `skip` is not a failure."""
+        return not Policy(**self.settings["policy"]).failed(self.table["verdict"])
 
 
 def candidates_for(targets, kind) -> list[Candidate]:
@@ -157,11 +164,23 @@ def candidates_for(targets, kind) -> list[Candidate]:
 
 
 @dataclasses.dataclass
+class Comparison:
+    """A comparison implementation's errors on a family (None: it computed nothing comparable)."""
+
+    name: str
+    max_cond: float | None  # its max conditioning-scaled error: the plain one's bounds a fail
+    max_ulp: float | None  # its max ULP error: best practice's bounds a warn
+    case_abs: list  # per case, its max |y - r| (NaN where nothing was compared)
+    error: str = ""  # why it could not run, if it could not
+
+
+@dataclasses.dataclass
 class _Family:
-    """One built-in family's prepared cases for a kind, dtype, suite and seed, and the comparison's error on them."""
+    """One family's prepared cases for a kind, dtype, suite and seed, and the comparisons' errors on them."""
 
     prepared: list[Prepared]
-    comparison_max: float | None = None  # max ULP error of the comparison implementation (None: not run yet)
+    plain: Comparison | None = None  # the plain implementation in the dtype (None: not run yet)
+    best: Comparison | None = None  # best practice
 
 
 #: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
@@ -207,24 +226,42 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
 
 
 def _compare(fam: _Family, kind: str, timeout) -> bool:
-    """Set the family's comparison_max (the sound built-in's max ULP error), if not yet set; False if it failed."""
-    if fam.comparison_max is None:
-        try:
-            fam.comparison_max = _run_family(builtin.sound(kind), fam.prepared, timeout, check_invariants=False)[0].max_ulp
-        except CandidateError:
-            fam.comparison_max = 0.0
-            return False
-    return True
+    """Run the plain and best-practice implementations on the family, where not yet run; False if either failed."""
+    for role, pick in (("plain", builtin.plain), ("best", builtin.best)):
+        if getattr(fam, role) is None:
+            setattr(fam, role, _comparison(pick(kind), fam.prepared, timeout))
+    return not (fam.plain.error or fam.best.error)
 
 
-def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, corpus, cache: bool, folder, timeout) -> dict[str, _Family]:
-    """Every family of the kind in the dtype, prepared, with the comparison implementation's max ULP error."""
+def _comparison(candidate: Candidate, prepared: list[Prepared], timeout) -> Comparison:
+    try:
+        tally, *_, parts = _run_family(candidate, prepared, timeout, check_invariants=False)
+    except (CandidateError, CandidateSkip) as exc:
+        return Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))
+    case_abs = [p.max_abs_err if p.elements else math.nan for p in parts]
+    if not tally.elements:
+        return Comparison(candidate.name, None, None, case_abs)
+    return Comparison(candidate.name, tally.max_cond_err, tally.max_ulp, case_abs)
+
+
+def _wanted(name: str, only: set | None) -> bool:
+    """Whether `families=` keeps a family. Case files and the corpus are always kept unless `only` names one of them."""
+    if only is None or name in only:
+        return True
+    own = name.startswith("file:") or name == "corpus"
+    return own and not any(n.startswith("file:") or n == "corpus" for n in only)
+
+
+def _prepare(kind: str, fmt: Format, suite: str, from_files: list, only, seed: int, corpus, cache: bool, folder, timeout) -> dict[str, _Family]:
+    """Every family of the kind in the dtype, prepared, with the comparison implementations' errors.
+
+    from_files: the cases of the case files for this kind (read once per audit, before anything runs)."""
     from .hunt import load_corpus
 
-    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache, folder, timeout) for f in families_for(kind) if only is None or f.name in only}
+    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache, folder, timeout) for f in families_for(kind) if _wanted(f.name, only)}
     by_family = {name: fam for name, fam in by_family.items() if fam.prepared}  # (a family may have no case in a dtype)
-    extra = [c for path in files for c in load_case_file(path, kind)]
-    extra += load_corpus(corpus, kind, fmt.name) if corpus else []
+    extra = list(from_files) + (load_corpus(corpus, kind, fmt.name) if corpus else [])
+    extra = [case for case in extra if _wanted(case.family, only)]
     shared = set(by_family)  # possibly cached: copied before a case file adds to one
     for case in extra:  # case files and the corpus are read fresh every time (they may have changed)
         if case.family in shared:
@@ -239,9 +276,10 @@ def _prepare(kind: str, fmt: Format, suite: str, files: list, only, seed: int, c
 
 def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_invariants: bool = True):
     """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, whether
-    every output was NaN where something is defined (None when nothing is), and one record per case."""
+    every output was NaN where something is defined (None when nothing is), one record per case (for the plots)
+    and each case's own tally."""
     tally, seconds, notes = Tally(), 0.0, set()
-    per_case = []
+    per_case, parts = [], []
     all_nan, anything = True, False  # every output NaN, on cases where something is defined
     for pc in prepared:
         fmt = pc.fmt
@@ -265,65 +303,15 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
             a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
             part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
         tally.merge(part)
-        per_case.append({"case": pc.case.description, "size": int(y.size), "max_ulp": part.max_ulp,
-                         "mean_ulp": part.mean_ulp, "events": part.nan + part.overflow + part.mask_leak,
+        parts.append(part)
+        compared = part.elements > 0
+        per_case.append({"case": pc.case.description, "size": int(y.size), "elements": part.elements,
+                         "max_cond_err": part.max_cond_err if compared else math.nan,
+                         "max_ulp": part.max_ulp if compared else math.nan, "mean_ulp": part.mean_ulp if compared else math.nan,
+                         "nonfinite": part.nan + part.overflow, "events": part.nan + part.overflow + part.mask_leak,
                          **pc.case.params})  # fmt: skip
     notes = "; ".join(sorted(n for n in notes if n))
-    return tally, seconds, notes, (all_nan if anything else None), per_case
-
-
-@dataclasses.dataclass
-class WorstInput:
-    """The input behind the worst element of a row: its row (or query, with every key and value), exactly.
-
-    `as_json()` gives it with every value as a hex float (float.hex), so anyone can replay it bit for bit.
-    """
-
-    candidate: str
-    kind: str
-    dtype: str
-    family: str
-    case: str
-    seed: int | None
-    element: list[int]
-    ulp_error: float
-    reference: float
-    inputs: dict  # name -> array in the audited dtype (mask: boolean)
-    replay: dict  # suite, seed and case index: the families are deterministic, so these regenerate the case
-
-    #: Inputs larger than this are written as `replay` (and, for attention, the query row) instead of every value:
-    #: the families are deterministic, so suite, seed, family and case index regenerate them bit for bit.
-    MAX_VALUES = 4096
-
-    def as_json(self) -> dict:
-        def exact(a):
-            a = np.asarray(a)
-            return a.tolist() if a.dtype == np.bool_ else hex_rows(a)
-
-        out = dataclasses.asdict(self) | {"reference": float(self.reference).hex()}
-        big = sum(np.asarray(a).size for a in self.inputs.values()) > self.MAX_VALUES
-        out["inputs"] = {name: exact(a) for name, a in self.inputs.items() if not big or name == "q"}
-        return out
-
-
-def _worst_input(candidate: Candidate, pc: Prepared, flat: int, tally: Tally, suite: str, seed: int) -> WorstInput:
-    shape = pc.output_shape
-    position = np.unravel_index(flat, shape)
-    value = float(np.asarray(pc.reference.value)[position])  # one element, not the whole array in float64
-    if candidate.kind == "attention":
-        lead = position[:-1]
-        pick = lambda a: a[tuple(min(i, s - 1) for i, s in zip(lead[:-1], a.shape[:-2]))]  # noqa: E731
-        inputs = {"q": pick(pc.inputs["q"])[lead[-1]][None, :], "k": pick(pc.inputs["k"]), "v": pick(pc.inputs["v"])}
-        if pc.mask is not None:
-            inputs["mask"] = np.broadcast_to(pc.mask, shape[:-1] + (pc.inputs["k"].shape[-2],))[lead][None, :]
-    else:
-        row = position if candidate.kind == "logsumexp" else position[:-1]
-        inputs = {"x": pc.inputs["x"][row][None, :]}
-        if pc.mask is not None:
-            inputs["mask"] = np.broadcast_to(pc.mask, pc.inputs["x"].shape)[row][None, :]
-    replay = {"suite": suite, "seed": seed, "family": pc.case.family, "case_index": pc.case_in_family}
-    return WorstInput(candidate.name, candidate.kind, pc.fmt.name, pc.case.family, pc.case.description, pc.case.seed,
-                      [int(i) for i in position], float(tally.worst[0]), value, inputs, replay)  # fmt: skip
+    return tally, seconds, notes, (all_nan if anything else None), per_case, parts
 
 
 def audit(
@@ -346,7 +334,8 @@ def audit(
 
     targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
     for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
-    families: only these built-in families (case files are always run). timeout: seconds per candidate call.
+    families: only these families (case files and the corpus are run too, unless a `file:` family or `corpus` is
+    named: then only those named). timeout: seconds per candidate call.
     seed: varies the random families (the same seed always gives the same cases). corpus: a folder of hunt
     findings, replayed as the family `corpus` (each case in its own dtype). cache: keep the prepared built-in
     families (inputs, references, the comparison's errors) for later audits, in this process (`CACHE_BYTES`)
@@ -362,21 +351,23 @@ def audit(
     formats = [format_of(d) for d in dtypes]
     files = [cases] if isinstance(cases, (str, Path)) else list(cases or [])
     only = None if families is None else set(families)
-    unknown = sorted(only - {f.name for k in KINDS for f in families_for(k)}) if only else []
+    builtin_names = {f.name for k in KINDS for f in families_for(k)}
+    unknown = sorted(n for n in only or () if n not in builtin_names and not n.startswith("file:") and n != "corpus")
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
     folder = _store.folder(cache_dir) if cache else None
     found = candidates_for(targets, kind)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+    from_files = load_case_files(files, kinds)  # read before anything runs: a bad file stops the audit here
     plan = [(k, fmt) for k in kinds for fmt in formats]
     rows, worst, case_rows = [], {}, []
     total = sum(1 for c in found for _ in formats)
     done = 0
     with time_limits():  # the SIGALRM handler installed once; each call only sets its timer
         for k, fmt in plan:
-            prepared = _prepare(k, fmt, suite, files, only, seed, corpus, cache, folder, timeout)
+            prepared = _prepare(k, fmt, suite, from_files[k], only, seed, corpus, cache, folder, timeout)
             for candidate in (c for c in found if c.kind == k):
-                rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed), worst, case_rows)
+                rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed, corpus), worst, case_rows)
                 done += 1
                 if progress:
                     progress(done, total, f"{candidate.name} {fmt.name}")
@@ -390,42 +381,126 @@ def audit(
     return AuditResult(table, worst, settings, case_rows)
 
 
-def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, replay, worst: dict, case_rows: list) -> list:
+def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, worst: dict, case_rows: list) -> list:
     """One candidate in one dtype on every family: its rows. Adds its worst inputs and per-case records to those
-    given. replay: (suite, seed), which regenerate a case."""
+    given. recipe: (suite, seed, corpus), which regenerate a case."""
     mine, nan_everywhere = [], []
     for family, fam in prepared.items():
-        pcs, compare = fam.prepared, fam.comparison_max
+        pcs = fam.prepared
+        plain = fam.plain.max_cond if fam.plain else None
+        best = fam.best.max_ulp if fam.best else None
         row = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
-               "comparison_max_ulp": compare, "threshold_ulp": policy.threshold(compare)}  # fmt: skip
+               "cases": len(pcs), "plain_cond_err": plain, "best_ulp": best,
+               "fail_above": policy.fail_above(fmt, plain), "warn_above": policy.warn_above(best)}  # fmt: skip
         try:
-            tally, seconds, note, all_nan, per_case = _run_family(candidate, pcs, timeout)
+            tally, seconds, note, all_nan, per_case, parts = _run_family(candidate, pcs, timeout)
         except CandidateError as exc:
-            mine.append(row | {"cases": len(pcs), "verdict": "error", "note": str(exc)})
+            mine.append(row | {"verdict": "error", "cause": "error", "note": str(exc)})
             continue
         except CandidateSkip as exc:
-            mine.append(row | {"cases": len(pcs), "verdict": "skip", "note": str(exc)})
+            mine.append(row | {"verdict": "skip", "cause": "skip", "note": str(exc)})
             continue
         if all_nan is not None:
             nan_everywhere.append(all_nan)
         case_rows += [{"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family} | c for c in per_case]
-        verdict, reasons = policy.judge(candidate.kind, tally, compare)
-        mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "note": "; ".join(filter(None, [note] + reasons))})
-        if tally.worst is not None:
-            worst[(candidate.name, fmt.name, family)] = _worst_input(candidate, pcs[tally.worst[1]], tally.worst[2], tally, *replay)
+        record = _worst_record(candidate, fmt, fam, tally, recipe, family) if tally.worst is not None else None
+        if record is not None:
+            worst[(candidate.name, fmt.name, family)] = record
+        verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, plain, best)
+        notes = [note] + [f"{c.name} could not run: {c.error}" for c in (fam.plain, fam.best) if c and c.error] + [text]
+        mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "cause": cause, "fix": fix,
+                                         "note": "; ".join(filter(None, notes)), "fa_ratio": _fa_ratio(parts, fam.plain),
+                                         "worst_scale": record.scale if record and tally.elements else math.nan})  # fmt: skip
     if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
         # NaN on every family: the candidate never returned a number, an error rather than a verdict.
-        mine = [r | {"verdict": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r for r in mine]
+        mine = [r | {"verdict": "error", "cause": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r
+                for r in mine]  # fmt: skip
     return mine
 
 
+def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) -> tuple[str, str, str, str]:
+    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix."""
+    reasons = policy.judge(kind, fmt, tally, plain, best)
+    if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
+    if not reasons:
+        return "pass", "", "", ""
+    first = reasons[0]
+    cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    texts = [_explain(r, kind, fmt, pcs, tally, record) for r in reasons]
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause)
+
+
+def _explain(reason: Reason, kind, fmt, pcs, tally: Tally, record) -> str:
+    """A reason's text, with what explains it: the input pattern behind a NaN, the worst element's cause."""
+    if reason.rule in ("nan", "overflow") and tally.event_at is not None:
+        case, flat = tally.event_at
+        pc = pcs[case]
+        inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
+        why = causes.diagnose(kind, fmt, inputs, mask)
+        return f"{reason.text}: {why}" if why else reason.text
+    if reason.rule in ("defect", "below_best") and record is not None:
+        return f"{reason.text}; worst element: {record.explanation}"
+    return reason.text
+
+
+def _undefined_rows_judged(pcs) -> bool:
+    """Whether any case has rows the rules on undefined rows judge (a NaN to propagate, nothing kept)."""
+    return any((b.kept_nan_rows is not None and b.kept_nan_rows.any()) or (b.nothing_kept is not None and b.nothing_kept.any())
+               for b in (pc.basis for pc in pcs))  # fmt: skip
+
+
+def _nothing_compared(pcs, fmt) -> str:
+    """Why a row had nothing to judge: usually inputs that overflow the dtype (every row is then undefined)."""
+    values = sum(a.size for pc in pcs for a in pc.case.arrays.values())
+    overflowed = sum(int(np.count_nonzero(np.isfinite(pc.case.arrays[n]) & ~np.isfinite(pc.inputs[n].astype(np.float64))))
+                     for pc in pcs for n in pc.inputs)  # fmt: skip
+    why = f": {overflowed} of {values} input values overflow {fmt.name}" if overflowed else ""
+    return f"nothing could be compared (every row is undefined in {fmt.name}{why})"
+
+
+def _fa_ratio(parts: list[Tally], plain: Comparison | None) -> float:
+    """FlashAttention's test ratio, max over cases of max|y - r| / max|plain - r| (NaN where none applies)."""
+    if plain is None:
+        return math.nan
+    ratios = []
+    for part, plain_abs in zip(parts, plain.case_abs):
+        if part.elements and math.isfinite(plain_abs):
+            ratios.append(part.max_abs_err / plain_abs if plain_abs > 0 else (0.0 if part.max_abs_err == 0 else math.inf))
+    return max(ratios, default=math.nan)
+
+
+def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally, recipe, family: str) -> WorstInput:
+    cond, case, flat, value = tally.worst
+    pc = fam.prepared[case]
+    b = pc.basis
+    position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
+    exact = float(b.hi.reshape(-1)[flat]) + (0.0 if b.lo is None else float(b.lo.reshape(-1)[flat]))
+    rounded = float(b.rounded.reshape(-1)[flat])
+    inv = float(b.inv_scale.reshape(-1)[flat])
+    scale = 1 / inv if inv else math.nan
+    length = pc.inputs["k"].shape[-2] if candidate.kind == "attention" else pc.inputs["x"].shape[-1]
+    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length)
+    suite, seed, corpus = recipe
+    where = {"case_file": pc.case.description} if family.startswith("file:") else {"corpus": str(corpus)} if family == "corpus" else {}
+    arrays = dict(pc.inputs) | ({} if pc.mask is None else {"mask": pc.mask})
+    small = sum(np.size(a) for a in arrays.values()) <= WorstInput.MAX_VALUES
+    return WorstInput(candidate.name, candidate.source, candidate.kind, fmt.name, family, pc.case.description,
+                      pc.case_in_family, position, cond, element_ulp(pc, flat, value), scale, value, rounded, cause,
+                      explanation, {"suite": suite, "seed": seed, "family": family, "case_index": pc.case_in_family} | where,
+                      arrays if small else None)  # fmt: skip
+
+
 def _row(t: Tally) -> dict:
-    return {
-        "cases": t.cases, "elements": t.elements, "max_ulp": t.max_ulp, "mean_ulp": t.mean_ulp,
-        "max_bits": float(np.log2(1 + t.max_ulp)), "correctly_rounded": t.correctly_rounded / t.elements if t.elements else 0.0,
-        "ge2_ulp": t.ge2_ulp / t.elements if t.elements else 0.0, "max_rel_err": t.max_rel_err, "max_abs_err": t.max_abs_err,
-        "nan": t.nan, "overflow": t.overflow, "underflow": t.underflow, "negative": t.negative, "mask_leak": t.mask_leak,
-        "sum_err": t.sum_err, "argmax_flips": t.argmax_flips, "undefined_rows": t.undefined_rows,
+    compared = t.elements > 0
+    row = {
+        "elements": t.elements, "max_cond_err": t.max_cond_err,
+        "max_ulp": t.max_ulp, "mean_ulp": t.mean_ulp, "max_bits": float(np.log2(1 + t.max_ulp)),
+        "correctly_rounded": t.correctly_rounded / t.elements if compared else 0.0,
+        "ge2_ulp": t.ge2_ulp / t.elements if compared else 0.0, "max_rel_err": t.max_rel_err, "max_abs_err": t.max_abs_err,
+        "nan": t.nan, "overflow": t.overflow, "underflow": t.underflow, "flushed": t.flushed, "negative": t.negative,
+        "mask_leak": t.mask_leak, "sum_err": t.sum_err, "argmax_flips": t.argmax_flips, "undefined_rows": t.undefined_rows,
         "nan_not_propagated": t.nan_not_propagated, "fully_masked": t.fully_masked_behaviour,
         "max_ulp_vsum": t.max_ulp_vsum, "max_normwise": t.max_normwise, "invariants": t.invariants_broken,
     }  # fmt: skip
+    return row if compared else row | dict.fromkeys(MEASURES, math.nan)

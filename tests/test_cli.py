@@ -1,8 +1,10 @@
 """The command line: exit codes, one-line errors, configuration, the baseline gate, compare."""
 
+import io
 import json
 import textwrap
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -19,7 +21,10 @@ def kernel(x, axis=-1):
         e = np.exp(w - w.max(axis=axis, keepdims=True))
         return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
 '''
-BAD = GOOD.replace("w = x.astype(np.float64)", "w = x")  # computes in the dtype: worse in float16
+# A precision trade-off: the plain same-dtype softmax, below best practice in float16 (a warn).
+PLAIN = GOOD.replace("w = x.astype(np.float64)", "w = x")
+# A defect: no max shift, so exp overflows float16 past logits of about 11 and inf / inf is NaN (a fail).
+BAD = PLAIN.replace("np.exp(w - w.max(axis=axis, keepdims=True))", "np.exp(w)")
 
 
 @pytest.fixture
@@ -38,14 +43,29 @@ def test_a_passing_run_exits_0_and_writes_every_report(project):
     assert r.exit_code == 0, r.output
     for name in ("results.csv", "worst.csv", "results.json", "summary.md", "junit.xml", "report.html"):
         assert (project / "out" / name).is_file(), name
-    assert "pass, 0 fail, 0 error" in r.output
+    assert "12 pass, 0 warn, 0 fail, 0 error" in r.output
 
 
-def test_a_failing_verdict_exits_1(project):
+def test_a_failing_verdict_exits_1_and_says_the_cause_and_fix_even_when_quiet(project):
     (project / "kernels.py").write_text(BAD)
-    r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "md")
+    r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "md", "-q")
     assert r.exit_code == 1
+    assert "FAIL  kernels:kernel float16" in r.output and "NaN" in r.output and "fix: subtract the row max" in r.output
     assert "**FAIL**" in (project / "out" / "summary.md").read_text()
+
+
+def test_a_warn_exits_0_and_fails_only_when_strict(project):
+    (project / "kernels.py").write_text(PLAIN)
+    args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
+    r = invoke(*args)
+    assert r.exit_code == 0 and "0 fail, 0 error" in r.output and "WARN  kernels:kernel float16" in r.output
+    assert "fix: " in r.output
+    quiet = invoke(*args, "-q")
+    assert quiet.exit_code == 0 and quiet.output == ""  # quiet: nothing when the run passes
+    strict = invoke(*args, "--strict", "-q")
+    assert strict.exit_code == 1 and "WARN  kernels:kernel float16" in strict.output
+    (project / "pyproject.toml").write_text("[tool.softaudit]\nstrict = true\n")
+    assert invoke(*args).exit_code == 1
 
 
 @pytest.mark.parametrize(
@@ -96,6 +116,9 @@ def test_the_gate_fails_only_on_regressions(project):
     text = baseline.read_text()
     assert json.loads(text)["rows"] and text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
     assert invoke(*args, "--baseline", str(baseline)).exit_code == 0  # same code: no regression
+    (project / "kernels.py").write_text(PLAIN)
+    r = invoke(*args, "--baseline", str(baseline), "--format", "md")
+    assert r.exit_code == 1 and "pass became warn" in r.output  # a warn alone exits 0; a new one regresses
     (project / "kernels.py").write_text(BAD)
     r = invoke(*args, "--baseline", str(baseline), "--format", "md", "--format", "junit")
     assert r.exit_code == 1
@@ -108,9 +131,9 @@ def test_the_gate_fails_only_on_regressions(project):
 def test_known_failures_do_not_fail_the_gate(project):
     (project / "kernels.py").write_text(BAD)
     args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
-    assert invoke(*args, "--update-baseline").exit_code == 0
-    r = invoke(*args, "--baseline", "out/baseline.json")
-    assert r.exit_code == 0 and "known failure" in r.output
+    assert invoke(*args, "--update-baseline").exit_code == 0  # writing a baseline accepts what it records
+    r = invoke(*args, "--baseline", "out/baseline.json", "-v")
+    assert r.exit_code == 0 and "known" in r.output and "0 regression(s)" in r.output
 
 
 def test_compare_two_results_files(project):
@@ -126,7 +149,8 @@ def test_compare_two_results_files(project):
 def test_listings():
     assert "long" in invoke("cases").output
     out = invoke("candidates", "--kind", "softmax").output
-    assert "softmax.naive" in out and "(comparison)" in out
+    assert "softmax.naive" in out and "softmax.max_shifted " in out and "(plain, in the dtype)" in out
+    assert "(best practice)" in out
 
 
 def test_github_format_prints_annotations_and_fills_the_step_summary(project, monkeypatch):
@@ -136,3 +160,218 @@ def test_github_format_prints_annotations_and_fills_the_step_summary(project, mo
     r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "github")
     assert r.exit_code == 1
     assert r.output.startswith("::error title=softaudit fail%3A") and "## Verdicts" in step.read_text()
+
+
+# --- Every setting and file is checked before the audit: a mistake costs seconds, not an audit, and is one line. ---
+
+SPY = GOOD.replace("    w = x.astype(np.float64)", "    open('called', 'a').close()  # the audit reached the candidate\n    w = x.astype(np.float64)")
+QUICK = ["--suite", "quick", "--dtype", "float16", "--family", "textbook"]
+
+
+def npy_bytes(array, allow_pickle=False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def spy(project):
+    """A project whose candidate leaves the file `called` when the audit calls it."""
+    (project / "spy.py").write_text(SPY)
+    return project
+
+
+def the_one_error(r) -> str:
+    """The single `Error:` line of a usage or configuration error (exit 2, no traceback)."""
+    assert r.exit_code == 2, r.output
+    assert "Traceback" not in r.output
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, r.output
+    return errors[0]
+
+
+def row(**fields) -> dict:
+    return {"verdict": "pass", "max_ulp": 0.5, "nan": 0, "overflow": 0, "underflow": 0, "mask_leak": 0} | fields
+
+
+def baseline_text(entry) -> str:
+    return json.dumps({"format": 1, "rows": {"spy:kernel | float16 | textbook": entry}})
+
+
+@pytest.mark.parametrize(
+    "files, args, error",
+    [
+        ({}, ["--timeout", "-1"], "Error: Invalid value for '--timeout': must be a number > 0, got -1"),
+        ({}, ["--timeout", "0"], "Error: Invalid value for '--timeout': must be a number > 0, got 0"),
+        ({}, ["--timeout", "nan"], "Error: Invalid value for '--timeout': must be a number > 0, got nan"),
+        ({}, ["--tolerance", "-0.5"], "Error: Invalid value for '--tolerance': must be a number >= 0, got -0.5"),
+        ({}, ["--factor", "0"], "Error: Invalid value for '--factor': must be a number > 0, got 0"),
+        ({}, ["--min-ulp", "-1"], "Error: Invalid value for '--min-ulp': must be a number >= 0, got -1"),
+        ({}, ["--seed", "1.5"], "Error: Invalid value for '--seed': '1.5' is not a valid integer."),
+        ({"out.txt": "x"}, ["--out", "out.txt"], "Error: --out out.txt is a file, not a folder"),
+        ({"afile": "x"}, ["--out", "afile/reports"], "Error: --out afile/reports cannot be written: Not a directory"),
+        ({}, ["--baseline", "nope.json"], "Error: no such baseline: nope.json (write one with --update-baseline)"),
+        ({"b.json": '{"rows": []}'}, ["--baseline", "b.json"], "Error: b.json is not a softaudit baseline (no 'rows')"),
+        ({"b.json": baseline_text(row(max_ulp="big"))}, ["--baseline", "b.json"],
+         "Error: b.json: row 'spy:kernel | float16 | textbook' has 'max_ulp' 'big', not a number or null"),
+        ({"b.json": baseline_text({"max_ulp": 1.0})}, ["--baseline", "b.json"],
+         "Error: b.json: row 'spy:kernel | float16 | textbook' has no 'verdict'"),
+        ({"bdir/keep": ""}, ["--update-baseline", "--baseline", "bdir"], "Error: --update-baseline cannot write bdir: it is a folder"),
+        ({"afile": ""}, ["--update-baseline", "--baseline", "afile/b.json"],
+         "Error: --update-baseline afile/b.json: its folder afile is a file, not a folder"),
+        ({"x.npy": "hello world\n"}, ["--cases", "x.npy"], "Error: x.npy is not a .npy or .npz file (it starts with 'hello world\\n')"),
+        ({"x.npy": npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)}, ["--cases", "x.npy"],
+         "Error: x.npy holds Python objects, not numbers"),
+        ({"x.npy": npy_bytes(np.zeros((2, 2, 2)))}, ["--cases", "x.npy"], "Error: x.npy: expected rows x n, got shape (2, 2, 2)"),
+        ({"corpus.json": "{}"}, ["--corpus", "corpus.json"], "Error: --corpus corpus.json is a file, not a folder of hunt findings"),
+    ],
+)  # fmt: skip
+def test_run_says_a_mistake_in_one_line_before_the_audit(spy, files, args, error):
+    for name, content in files.items():
+        (spy / name).parent.mkdir(parents=True, exist_ok=True)
+        (spy / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+    r = CliRunner().invoke(main, ["run", "spy.py", *QUICK, "--out", "out", *args])
+    assert the_one_error(r) == error
+    assert not (spy / "called").exists(), "the candidate ran: the mistake was found after the audit"
+
+
+def test_a_case_file_is_checked_for_the_kinds_of_the_targets_before_the_audit(spy):
+    np.savez(spy / "attn.npz", q=np.ones((2, 4)), k=np.ones((3, 4)), v=np.ones((3, 2)))
+    r = CliRunner().invoke(main, ["run", "spy.py", *QUICK, "--cases", "attn.npz"])
+    assert the_one_error(r) == "Error: attn.npz: a case file for softmax needs x; it has k, q, v"
+    assert not (spy / "called").exists()
+
+
+@pytest.mark.parametrize(
+    "line, error",
+    [
+        ("timeout = -1", "timeout must be a number > 0, got -1"),
+        ("timeout = nan", "timeout must be a number > 0, got nan"),
+        ("tolerance = -0.5", "tolerance must be a number >= 0, got -0.5"),
+        ("factor = 0", "factor must be a number > 0, got 0"),
+        ("min_ulp = -1.0", "min_ulp must be a number >= 0, got -1.0"),
+        ("budget = 0", "budget must be a number > 0, got 0"),
+        ("seed = 1.5", "seed must be an integer, got 1.5"),
+        ("seed = true", "seed must be an integer, got True"),
+        ("timeout = 'long'", "timeout must be a number > 0, got 'long'"),
+        ("cases = [1]", "cases must be a list of strings, got [1]"),
+    ],
+)
+def test_a_bad_config_value_names_the_key_and_the_file(spy, line, error):
+    (spy / "pyproject.toml").write_text(f"[tool.softaudit]\ntargets = ['spy.py']\n{line}\n")
+    for command in (["run", *QUICK], ["hunt", "--budget", "1"]):
+        r = CliRunner().invoke(main, command)
+        assert the_one_error(r) == f"Error: {spy / 'pyproject.toml'}: [tool.softaudit] {error}"
+    assert not (spy / "called").exists()
+
+
+@pytest.mark.parametrize(
+    "files, args, error",
+    [
+        ({}, ["--budget", "0"], "Error: Invalid value for '--budget': must be a number > 0, got 0"),
+        ({}, ["--timeout", "-1"], "Error: Invalid value for '--timeout': must be a number > 0, got -1"),
+        ({"out.txt": "x"}, ["--out", "out.txt"], "Error: --out out.txt is a file, not a folder"),
+        ({"corpus.json": "{}"}, ["--corpus", "corpus.json"], "Error: --corpus corpus.json is a file, not a folder"),
+    ],
+)  # fmt: skip
+def test_hunt_says_a_mistake_in_one_line_before_the_search(spy, files, args, error):
+    for name, content in files.items():
+        (spy / name).write_text(content)
+    r = CliRunner().invoke(main, ["hunt", "spy.py", "--budget", "1", *args])
+    assert the_one_error(r) == error
+    assert not (spy / "called").exists()
+
+
+@pytest.mark.parametrize(
+    "entry, problem",
+    [
+        ([1], "is [1], not an object"),
+        ({"max_ulp": 1.0}, "has no 'verdict'"),
+        ({"verdict": "pass"}, "has no 'max_ulp'"),
+        (row(verdict=1), "has 'verdict' 1, not one of pass, skip, warn, fail, error"),
+        (row(max_ulp=True), "has 'max_ulp' True, not a number or null"),
+        (row(nan=1.5), "has 'nan' 1.5, not a count (an integer >= 0)"),
+        (row(overflow=-1), "has 'overflow' -1, not a count (an integer >= 0)"),
+    ],
+)
+def test_compare_names_the_malformed_row_and_field(project, entry, problem):
+    (project / "b.json").write_text(baseline_text(entry))
+    r = CliRunner().invoke(main, ["compare", "b.json", "b.json"])
+    assert the_one_error(r) == f"Error: b.json: row 'spy:kernel | float16 | textbook' {problem}"
+
+
+def test_compare_reads_good_rows_and_checks_results_files(project):
+    (project / "b.json").write_text(baseline_text(row(max_ulp=None, mask_leak=0)))
+    assert invoke("compare", "b.json", "b.json").exit_code == 0
+    (project / "r.json").write_text(json.dumps({"results": [{"candidate": "c", "dtype": "float16", "family": "f"}]}))
+    assert the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"])) == "Error: r.json: result 0 has no 'verdict'"
+    bad = {"candidate": "c", "dtype": "float16", "family": "f", "verdict": "pass", "max_ulp": "x"}
+    (project / "r.json").write_text(json.dumps({"results": [bad]}))
+    assert (the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"]))
+            == "Error: r.json: result 0 (c | float16 | f) has 'max_ulp' 'x', not a number or null")  # fmt: skip
+    r = CliRunner().invoke(main, ["compare", "b.json", "b.json", "--tolerance", "-1"])
+    assert the_one_error(r) == "Error: Invalid value for '--tolerance': must be a number >= 0, got -1"
+
+
+# --- Results computed are never lost to a folder problem found after the audit. ---
+
+def sabotage(code: str) -> str:
+    """The good kernel, running `code` (a line) on its first call: the folder changes under a running audit."""
+    return GOOD.replace("    w = x.astype(np.float64)",
+                        f"    import os, shutil\n    if not os.path.exists('sabotaged'):\n        open('sabotaged', 'w').close()\n"
+                        f"        {code}\n    w = x.astype(np.float64)")  # fmt: skip
+
+
+@pytest.fixture
+def temporary(tmp_path, monkeypatch):
+    """tempfile's folder, moved inside the test's own."""
+    import tempfile
+
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    return folder
+
+
+def test_when_nothing_can_be_written_to_out_the_reports_go_to_a_temporary_folder(project, temporary):
+    (project / "kernels.py").write_text(sabotage("shutil.rmtree('out'); open('out', 'w').close()"))
+    r = CliRunner().invoke(main, ["run", "kernels.py", *QUICK, "--out", "out"])
+    (rescue,) = temporary.glob("softaudit-*")
+    assert the_one_error(r) == f"Error: could not write the reports to out; written to {rescue} instead"
+    assert "Warning: cannot write the json report in out: File exists" in r.output.splitlines()
+    for name in ("results.csv", "worst.csv", "results.json", "summary.md", "junit.xml", "report.html"):
+        assert (rescue / name).is_file(), name
+    assert json.loads((rescue / "results.json").read_text())["results"]
+
+
+def test_a_report_that_cannot_be_written_costs_only_itself(project):
+    (project / "kernels.py").write_text(sabotage("os.makedirs('out/report.html/inside')"))
+    r = CliRunner().invoke(main, ["run", "kernels.py", *QUICK, "--out", "out"])
+    assert r.exit_code == 0, r.output
+    assert "Warning: cannot write the html report in out: Is a directory" in r.output.splitlines()
+    assert not any(line.startswith("Error:") for line in r.output.splitlines())
+    for name in ("results.csv", "results.json", "summary.md", "junit.xml"):
+        assert (project / "out" / name).is_file(), name
+
+
+def test_a_baseline_that_cannot_be_written_goes_to_a_temporary_folder(project, temporary):
+    (project / "kernels.py").write_text(sabotage("os.makedirs('b.json')"))
+    r = CliRunner().invoke(main, ["run", "kernels.py", *QUICK, "--out", "out", "--update-baseline", "--baseline", "b.json"])
+    (rescue,) = temporary.glob("softaudit-*")
+    assert the_one_error(r) == f"Error: could not write the baseline to b.json; written to {rescue} instead"
+    assert json.loads((rescue / "baseline.json").read_text())["rows"]
+    assert (project / "out" / "results.json").is_file()
+
+
+def test_hunt_tables_go_to_a_temporary_folder_when_out_is_gone(project, temporary):
+    (project / "kernels.py").write_text(sabotage("shutil.rmtree('out'); open('out', 'w').close()"))
+    r = CliRunner().invoke(main, ["hunt", "kernels.py", "--budget", "1", "--out", "out", "--corpus", "corpus"])
+    (rescue,) = temporary.glob("softaudit-*")
+    assert the_one_error(r) == f"Error: could not write the hunt's tables to out; written to {rescue} instead"
+    assert (rescue / "hunt.csv").is_file() and (rescue / "hunt.md").is_file()
+
+
+def test_the_spy_sees_an_audit(spy):
+    """The control for the tests above: an audit that runs does call the candidate."""
+    assert invoke("run", "spy.py", *QUICK, "--out", "out").exit_code == 0
+    assert (spy / "called").exists()

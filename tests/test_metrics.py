@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from softaudit import metrics
+from softaudit import conditioning, metrics
 from softaudit import reference as R
 
 
@@ -10,10 +10,11 @@ def _measure(kind, x, y, dtype, mask=None):
     fmt = R.format_of(dtype)
     ref = R.evaluate(kind, x, mask, dtype=dtype)
     undefined = R.undefined_rows(x, mask)
+    scale = conditioning.rows(kind, np.asarray(x, np.float64), mask, ref.hi + ref.lo)
     extra = {}
     if mask is not None:
         extra = {"masked": ~mask, "nothing_kept": (~mask).all(axis=-1)}
-    return metrics.measure(metrics.basis(kind, fmt, ref, undefined=undefined, **extra), y, case_index=0)
+    return metrics.measure(metrics.basis(kind, fmt, ref, undefined=undefined, scale=scale, **extra), y, case_index=0)
 
 
 def test_outputs_exactly_one_ulp_off_read_one_ulp():

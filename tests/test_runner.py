@@ -74,21 +74,25 @@ def test_the_results_table_has_the_documented_columns():
 
 
 def test_worst_inputs_are_exact_and_replay_to_the_same_error():
-    result = softaudit.audit("softaudit.candidates.log_softmax:shifted", dtypes=["float32"], suite="quick")
-    key = ("log_softmax.shifted", "float32", "dominant")
-    worst = result.worst[key].as_json()
-    x = np.array([[float.fromhex(v) for v in row] for row in worst["inputs"]["x"]], dtype=np.float32)
+    from softaudit import worst as W
     from softaudit.candidates import log_softmax
 
+    result = softaudit.audit("softaudit.candidates.log_softmax:shifted", dtypes=["float32"], suite="quick")
+    key = ("log_softmax.shifted", "float32", "dominant")
+    record = result.worst[key].as_json()
+    spec = record["inputs"]["x"]
+    x = np.array([float.fromhex(v) for v in spec["values"]], np.float32).reshape(spec["shape"])
     y = log_softmax.shifted(x)
     ref = R.evaluate("log_softmax", x, dtype="float32")
-    column = worst["element"][-1]
-    got = abs((float(y[0, column]) - ref.hi[0, column]) - ref.lo[0, column]) / float(
-        np.spacing(np.float32(abs(ref.hi[0, column])))
-    )
+    at = tuple(record["element"])
+    spacing = float(np.spacing(np.float32(abs(ref.value[at]))))
+    assert abs((float(y[at]) - ref.hi[at]) - ref.lo[at]) / spacing == pytest.approx(record["ulp_err"], rel=1e-9)
+    assert float.fromhex(record["reference"]) == float(ref.value[at])
+    assert float.fromhex(record["output"]) == float(y[at])
     row = result.table[(result.table.family == "dominant")].iloc[0]
-    assert got == pytest.approx(row.max_ulp, rel=1e-6)
-    assert float.fromhex(worst["reference"]) == float(ref.value[0, column])
+    again = W.replay(record)  # loads the candidate by its target name and calls it on the whole case
+    assert again["cond_err"] == row.max_cond_err and again["element"] == record["element"]
+    assert W.replay(record, log_softmax.shifted)["cond_err"] == row.max_cond_err
 
 
 def test_attention_mask_leak_is_detected_by_moving_masked_values():
@@ -109,14 +113,20 @@ def test_unknown_suite_and_dtype():
 
 
 def test_no_measure_is_nan_and_nothing_warns_on_the_quick_suite():
-    """A NaN max_ulp would compare as passing; 0 * inf from an inverted subnormal ulp once made one."""
+    """A NaN max_ulp would compare as passing; 0 * inf from an inverted subnormal ulp once made one. The measures
+    are NaN exactly where nothing could be compared (e.g. every output NaN), never elsewhere."""
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         table = softaudit.audit(suite="quick").table
-    measured = table[table.verdict != "error"]
-    assert not measured[["max_ulp", "mean_ulp", "max_rel_err", "max_abs_err"]].isna().any().any()
+    measures = ["max_cond_err", "max_ulp", "mean_ulp", "max_rel_err", "max_abs_err"]
+    measured = table[(table.verdict != "error") & (table.elements > 0)]
+    assert len(measured) > 1000 and not measured[measures].isna().any().any()
+    uncompared = table[(table.verdict != "error") & (table.elements == 0)]
+    assert len(uncompared) and uncompared[measures].isna().all().all()
+    assert (uncompared[uncompared.nan > 0].verdict == "fail").all()  # all NaN is never a pass
+    assert set(uncompared[uncompared.verdict == "pass"].family) == {"undefined"}  # (NaN logits: NaN is right)
 
 
 def test_float8_dtypes_can_be_audited():

@@ -25,6 +25,7 @@ class Candidate:
     call: Callable
     framework: str = "numpy"  # numpy, torch or jax: the adapter converts arrays to its tensors and back
     device: str | None = None  # torch: "cpu" (default) or "cuda"
+    source: str | None = None  # the target that loads it again ("pkg.mod:func", "file.py:func"); None if none does
 
     @property
     def summary(self) -> str:

@@ -41,21 +41,22 @@ def _import(spec: str):
         raise TargetError(f"module {spec!r} does not import: {type(exc).__name__}: {exc}") from exc
 
 
-def _from_function(fn, label: str, kind: str | None) -> Candidate:
+def _from_function(fn, label: str, kind: str | None, source: str | None) -> Candidate:
     mark = marking(fn)
     if mark is None and kind is None:
         raise TargetError(f"{label} is not marked with @softaudit.candidate: give its kind (kind= or --kind)")
     marked_kind, name, framework, device = mark or (None, None, "numpy", None)
     if marked_kind and kind and marked_kind != kind:
         raise TargetError(f"{label} is marked as {marked_kind}, not {kind}")
-    return Candidate(check_kind(kind or marked_kind), name or label, fn, framework, device)
+    return Candidate(check_kind(kind or marked_kind), name or label, fn, framework, device, source)
 
 
 def load_target(target, kind: str | None = None) -> list[Candidate]:
     """The candidates a target names; a module gives every function marked in it, in definition order."""
     if callable(target) and not isinstance(target, str):
         label = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
-        return [_from_function(target, label, kind)]
+        loadable = "<" not in label and not label.startswith(("?", "softaudit_target_", "__main__"))
+        return [_from_function(target, label, kind, label if loadable else None)]
     if not isinstance(target, str) or not target:
         raise TargetError(f"a target is a module, a file or a function, got {target!r}")
     spec, _, func = target.rpartition(":") if ":" in target else (target, "", "")
@@ -64,10 +65,10 @@ def load_target(target, kind: str | None = None) -> list[Candidate]:
         fn = getattr(module, func, None)
         if fn is None or not callable(fn):
             raise TargetError(f"{spec} has no function {func!r}")
-        return [_from_function(fn, f"{label}:{func}", kind)]
+        return [_from_function(fn, f"{label}:{func}", kind, target)]
     found = [
-        _from_function(fn, f"{label}:{fn.__name__}", None)
-        for fn in vars(module).values()
+        _from_function(fn, f"{label}:{fn.__name__}", None, f"{spec}:{attr}")
+        for attr, fn in vars(module).items()
         if inspect.isfunction(fn) and marking(fn) is not None and fn.__module__ == module.__name__
     ]
     if not found:

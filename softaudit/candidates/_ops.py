@@ -1,16 +1,31 @@
-"""Arithmetic in the audited dtype, as kernels do it, for the built-in candidates.
+"""Arithmetic in the audited dtype, as kernels do it, for the built-in candidates: the same bits on every CPU.
 
 numpy's own np.sum accumulates float16 in float32, which would hide exactly the stalls a float16 kernel has; so
 `dtype_sum` adds pairwise with every addition rounded to the dtype, as a tree reduction on a GPU does. Matrix
-products accumulate in float32 and round once to a 16-bit dtype, as tensor cores and cuBLAS do by default.
+products form each product in the working dtype (float32 for 16-bit and 8-bit dtypes, where those products are
+exact) and add them pairwise in it, rounding once to the dtype, as tensor cores and cuBLAS do by default.
+
+Everything here, and in the built-ins, uses IEEE basic operations only (+ - * /, sqrt, comparisons, casts, rint,
+frexp, ldexp), whose results every CPU agrees on; exp, exp2, log and log1p come from `_libm` (computed in float64,
+rounded once), not from numpy's SIMD- and SVML-dispatched ufuncs, and matrix products from `matmul`, not from BLAS,
+whose kernels differ per CPU. So a built-in gives the same bits on every x86-64 machine.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 
 import ml_dtypes
 import numpy as np
+
+from ._libm import exp as exp
+from ._libm import exp2 as exp2
+from ._libm import log as log
+from ._libm import log1p as log1p
+
+#: Largest number of elements `matmul` holds in its product temporary (32 MiB in float64).
+MATMUL_CHUNK = 2**22
 
 
 def work_dtype(dtype) -> np.dtype:
@@ -50,11 +65,60 @@ def row_max(x: np.ndarray) -> np.ndarray:
     return x.max(axis=-1, keepdims=True)
 
 
-def matmul(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
-    """a @ b accumulated in work_dtype and rounded once to dtype."""
+def matmul(a, b, dtype, *, chunk: int = MATMUL_CHUNK) -> np.ndarray:
+    """a @ b (batch axes broadcast, 1-D operands as `@` treats them), the same bits on every CPU.
+
+    Each product is formed in work_dtype(dtype) (exact there for 16-bit and 8-bit inputs), the products are added
+    pairwise along the contraction axis in the order `dtype_sum` uses, every addition rounded to the working dtype,
+    and the sums are rounded once to dtype. The (rows, K, columns) products are formed `chunk` elements at a time (at
+    least one column of K), so memory stays bounded whatever the shapes.
+    """
     w = work_dtype(dtype)
+    a, b = np.asarray(a).astype(w, copy=False), np.asarray(b).astype(w, copy=False)
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError("matmul: operands must have at least one dimension")
+    a2, b2 = (a[None, :] if a.ndim == 1 else a), (b[:, None] if b.ndim == 1 else b)
+    (m, k), (k_b, n) = a2.shape[-2:], b2.shape[-2:]
+    if k != k_b:
+        raise ValueError(f"matmul: contraction dimensions differ ({k} and {k_b}) for shapes {a.shape} and {b.shape}")
+    batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    count = math.prod(batch)
+    rows = np.broadcast_to(a2, batch + (m, k)).reshape(count * m, k)
+    bs = np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n)  # a view where b is not broadcast
+    out = np.empty((rows.shape[0], n), w)
+    step_n = max(1, min(n, chunk // max(k, 1)))
+    step_r = max(1, chunk // (max(k, 1) * step_n))
     with np.errstate(all="ignore"):
-        return (a.astype(w) @ b.astype(w)).astype(dtype)
+        for r0 in range(0, rows.shape[0], step_r):
+            left = rows[r0 : r0 + step_r]
+            for c0 in range(0, n, step_n):
+                c = slice(c0, c0 + step_n)
+                # the right operand of each row: its batch entry, gathered only when there are several
+                right = bs[np.arange(r0, r0 + len(left)) // m, :, c] if bs.shape[0] > 1 else bs[:, :, c]
+                products = np.empty((k, len(left), right.shape[-1]), w)  # contraction axis first: contiguous halves
+                np.multiply(left.T[:, :, None], right.transpose(1, 0, 2), out=products)
+                out[r0 : r0 + len(left), c] = _pairwise_sum_leading(products)
+    out = out.reshape(batch + (m, n))
+    if a.ndim == 1:
+        out = out[..., 0, :]
+    if b.ndim == 1:
+        out = out[..., 0]
+    return out.astype(dtype, copy=False)
+
+
+def _pairwise_sum_leading(x: np.ndarray) -> np.ndarray:
+    """Sum over the first axis in dtype_sum's order (entry i plus entry i + n // 2, the odd last one carried),
+    every addition rounded to x's dtype; x is overwritten (it is matmul's own temporary)."""
+    if x.shape[0] == 0:
+        return np.zeros(x.shape[1:], x.dtype)
+    while x.shape[0] > 1:
+        n = x.shape[0]
+        half = n // 2
+        np.add(x[:half], x[half : 2 * half], out=x[:half])
+        if n % 2:
+            x[half] = x[n - 1]
+        x = x[: half + n % 2]
+    return x[0]
 
 
 def rowwise(fn):

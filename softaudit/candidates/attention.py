@@ -1,7 +1,8 @@
 """Built-in attention candidates: o = softmax(q k^T / sqrt(d), masked) v.
 
-"In the dtype" means elementwise work rounded to the dtype and matrix products accumulated in float32 (float64 for
-float64) and rounded once to the dtype, as tensor cores and cuBLAS do by default.
+"In the dtype" means elementwise work rounded to the dtype (exp the portable one of `_ops`, sums pairwise in the
+dtype) and matrix products accumulated in float32 (float64 for float64) and rounded once to the dtype, as tensor
+cores and cuBLAS do by default; `_ops.matmul` adds the products pairwise, the same bits on every CPU.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters._candidate import candidate
-from ._ops import const, dtype_sum, matmul, row_max, work_dtype
+from ._ops import const, dtype_sum, exp, matmul, row_max, work_dtype
 
 
 def _scores(q, k):
@@ -25,7 +26,7 @@ def naive_attention(fill, name: str, weakness: str):
             s = _scores(q, k)
             if mask is not None:
                 s = np.where(mask, s, const(fill if fill == "finfo_min" else float(fill), s.dtype))
-            e = np.exp(s - row_max(s))
+            e = exp(s - row_max(s))
             return matmul(e / dtype_sum(e), v, q.dtype)
 
     attend.__name__ = attend.__qualname__ = name
@@ -54,13 +55,13 @@ def upcast(q, k, v, mask=None):
     w = work_dtype(q.dtype)
     q32, k32, v32 = (a.astype(w) for a in (q, k, v))
     with np.errstate(all="ignore"):
-        s = (q32 @ np.swapaxes(k32, -1, -2)) / np.sqrt(w.type(q.shape[-1]))
+        s = matmul(q32, np.swapaxes(k32, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
         keep = np.ones(s.shape, bool) if mask is None else np.broadcast_to(mask, s.shape)
         m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
-        e = np.where(keep, np.exp(s - np.where(np.isfinite(m), m, 0)), 0)
-        total = e.sum(axis=-1, keepdims=True)
+        e = np.where(keep, exp(s - np.where(np.isfinite(m), m, 0)), 0)
+        total = dtype_sum(e)
         p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-        return (p @ v32).astype(q.dtype)
+        return matmul(p, v32, q.dtype)
 
 
 def tiled_attention(block: int = 64):
@@ -81,14 +82,14 @@ def tiled_attention(block: int = 64):
         with np.errstate(all="ignore"):
             for start in range(0, lk, block):
                 kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
-                s = (q32 @ np.swapaxes(kb, -1, -2)) / np.sqrt(w.type(q.shape[-1]))
+                s = matmul(q32, np.swapaxes(kb, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
                 s = np.where(keep_all[..., start : start + block], s, -np.inf)
                 new_m = np.maximum(m, s.max(axis=-1, keepdims=True))
                 safe_m = np.where(np.isfinite(new_m), new_m, 0)
-                p = np.exp(s - safe_m)
-                correction = np.exp(np.where(np.isfinite(m), m, safe_m) - safe_m)
-                total = total * correction + p.sum(axis=-1, keepdims=True)
-                acc = acc * correction + p.astype(q.dtype).astype(w) @ vb
+                p = exp(s - safe_m)
+                correction = exp(np.where(np.isfinite(m), m, safe_m) - safe_m)
+                total = total * correction + dtype_sum(p)
+                acc = acc * correction + matmul(p.astype(q.dtype), vb, w)
                 m = new_m
             return np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)
 

@@ -1,11 +1,9 @@
-"""Built-in log-softmax candidates, each in the audited dtype unless its name says otherwise."""
+"""Built-in log-softmax candidates, each in the audited dtype unless its name says otherwise (as in softmax)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..adapters._candidate import candidate
-from ._ops import dtype_sum, row_max, rowwise, work_dtype
+from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
 from .softmax import _rest_sum, max_shifted
 
 
@@ -14,7 +12,7 @@ from .softmax import _rest_sum, max_shifted
 def log_of_softmax(x):
     """log(softmax(x)), the softmax max-shifted in the dtype. Weakness: probabilities that underflow give
     log(0) = -inf where the log-softmax is finite (below about -17 in float16, -104 in float32)."""
-    return np.log(max_shifted(x))
+    return log(max_shifted(x))
 
 
 @candidate(kind="log_softmax", name="log_softmax.shifted")
@@ -23,7 +21,7 @@ def shifted(x):
     """(x - max) - log(sum exp(x - max)) in the dtype. Weakness: when one entry dominates, the sum rounds to 1 and
     log-softmax of the top entry, a tiny negative number, comes out 0 (or wrong in every digit)."""
     t = x - row_max(x)
-    return t - np.log(dtype_sum(np.exp(t)))
+    return t - log(dtype_sum(exp(t)))
 
 
 @candidate(kind="log_softmax", name="log_softmax.log1p_form")
@@ -32,7 +30,7 @@ def log1p_form(x):
     """(x - max) - log1p(s'), s' the sum without the max (Blanchard, Higham & Higham 2021), in the dtype.
     Weakness: s' and log1p are rounded in the dtype: a few ulps, relative, even for the top entry."""
     t = x - row_max(x)
-    return t - np.log1p(_rest_sum(np.exp(t)))
+    return t - log1p(_rest_sum(exp(t)))
 
 
 @candidate(kind="log_softmax", name="log_softmax.log1p_form_f32acc")

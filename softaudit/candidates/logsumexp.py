@@ -1,11 +1,9 @@
-"""Built-in log-sum-exp candidates, each in the audited dtype unless its name says otherwise."""
+"""Built-in log-sum-exp candidates, each in the audited dtype unless its name says otherwise (as in softmax)."""
 
 from __future__ import annotations
 
-import numpy as np
-
 from ..adapters._candidate import candidate
-from ._ops import dtype_sum, row_max, rowwise, work_dtype
+from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
 from .softmax import _rest_sum
 
 
@@ -14,7 +12,7 @@ from .softmax import _rest_sum
 def naive(x):
     """log(sum(exp(x))) in the dtype. Weakness: exp overflows for logits above log(max) (about 11.1 in float16),
     giving inf; rows far below 0 underflow to log(0) = -inf."""
-    return np.log(dtype_sum(np.exp(x)))[..., 0]
+    return log(dtype_sum(exp(x)))[..., 0]
 
 
 @candidate(kind="logsumexp", name="logsumexp.shifted")
@@ -23,7 +21,7 @@ def shifted(x):
     """max + log(sum exp(x - max)) in the dtype. Weakness: when one entry dominates, log of a sum near 1 loses the
     small part: the error is up to u |max| plus a few ulps of log."""
     m = row_max(x)
-    return (m + np.log(dtype_sum(np.exp(x - m))))[..., 0]
+    return (m + log(dtype_sum(exp(x - m))))[..., 0]
 
 
 @candidate(kind="logsumexp", name="logsumexp.log1p_form")
@@ -32,7 +30,7 @@ def log1p_form(x):
     """max + log1p(s'), s' the sum without the max (Blanchard, Higham & Higham 2021), in the dtype. Weakness: the
     final addition rounds in the dtype; where max and log1p(s') nearly cancel, relative accuracy goes."""
     m = row_max(x)
-    return (m + np.log1p(_rest_sum(np.exp(x - m))))[..., 0]
+    return (m + log1p(_rest_sum(exp(x - m))))[..., 0]
 
 
 @candidate(kind="logsumexp", name="logsumexp.log1p_form_f32acc")

@@ -1,7 +1,8 @@
 """Built-in masked softmax candidates: the masking idioms people write, each around a float32-accumulated softmax.
 
 The fill value is written in the dtype, as a kernel for that dtype holds it; the softmax itself is the best
-practice one, so each candidate shows what its masking idiom alone does.
+practice one, so each candidate shows what its masking idiom alone does. `where_in_dtype` is the plain comparison:
+the best-practice idiom computed in the dtype itself.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters._candidate import candidate
-from ._ops import const, rowwise, work_dtype
+from ._ops import const, dtype_sum, exp, row_max, rowwise, work_dtype
 from .softmax import max_shifted_f32acc
 
 
@@ -55,6 +56,20 @@ def where(x, mask):
     softmax since 2.5, the ONNX Attention spec and FlashAttention do), in float32 for 16-bit inputs."""
     w = x.astype(work_dtype(x.dtype))
     m = np.where(mask, w, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
-    e = np.where(mask, np.exp(w - np.where(np.isfinite(m), m, 0)), 0)
-    s = e.sum(axis=-1, keepdims=True)
+    e = np.where(mask, exp(w - np.where(np.isfinite(m), m, 0)), 0)
+    s = dtype_sum(e)
     return np.where(s > 0, e / np.where(s > 0, s, 1), 0).astype(x.dtype)
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.where_in_dtype")
+@rowwise
+def where_in_dtype(x, mask):
+    """The where idiom (max over kept entries, exp only where kept, zeros for a fully masked row) with every step
+    rounded to the dtype and the sum pairwise in the dtype, as a kernel written for a 16-bit dtype without upcasting
+    does. Weakness: the dtype's rounding, about log2(n) ulps of the dtype on long rows."""
+    zero = np.zeros((), x.dtype)
+    # finfo.min stands in for -inf as the masked entries' value: float8_e4m3fn has no -inf
+    m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))
+    e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
+    s = dtype_sum(e)
+    return np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)

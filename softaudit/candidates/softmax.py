@@ -1,11 +1,16 @@
-"""Built-in softmax candidates, each in the audited dtype unless its name says otherwise."""
+"""Built-in softmax candidates, each in the audited dtype unless its name says otherwise.
+
+"In the dtype": every step rounded to the dtype, exp and log the portable ones of `_ops` (float64, rounded once to
+the dtype), sums pairwise in the dtype (`dtype_sum`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..adapters._candidate import candidate
-from ._ops import const, dtype_sum, row_max, rowwise, work_dtype
+from ._ops import const, dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
+from ._ops import exp2 as _exp2  # the name exp2 is the candidate below
 
 
 @candidate(kind="softmax", name="softmax.naive")
@@ -13,7 +18,7 @@ from ._ops import const, dtype_sum, row_max, rowwise, work_dtype
 def naive(x):
     """exp(x) / sum(exp(x)) in the dtype. Weakness: exp overflows past log(max): logits above about 11.1 in
     float16, 88.7 in float32 and bfloat16, 709.8 in float64 give inf / inf = NaN; rows far below 0 underflow to 0/0."""
-    e = np.exp(x)
+    e = exp(x)
     return e / dtype_sum(e)
 
 
@@ -22,18 +27,18 @@ def naive(x):
 def max_shifted(x):
     """exp(x - max) / sum in the dtype. Weakness: the sum accumulates in the dtype, so long 16-bit rows carry the
     dtype's rounding once per level of the sum (about log2(n) ulps)."""
-    e = np.exp(x - row_max(x))
+    e = exp(x - row_max(x))
     return e / dtype_sum(e)
 
 
 @candidate(kind="softmax", name="softmax.max_shifted_f32acc")
 @rowwise
 def max_shifted_f32acc(x):
-    """Best practice: upcast 16-bit inputs to float32, max-shift, sum, divide, round once. Weakness: none known;
-    float32 and float64 are computed in their own precision."""
+    """Best practice: upcast 16-bit inputs to float32, max-shift, sum (pairwise), divide, round once. Weakness: none
+    known; float32 and float64 are computed in their own precision."""
     w = x.astype(work_dtype(x.dtype))
-    e = np.exp(w - w.max(axis=-1, keepdims=True, initial=-np.inf))
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+    e = exp(w - w.max(axis=-1, keepdims=True, initial=-np.inf))
+    return (e / dtype_sum(e)).astype(x.dtype)
 
 
 def online_softmax(block: int = 128):
@@ -45,13 +50,13 @@ def online_softmax(block: int = 128):
         Weakness: the running sum accumulates block by block in the dtype and stalls on long 16-bit rows once it
         dwarfs each block's sum; a row of -inf gives NaN (-inf - -inf)."""
         m = row_max(x[..., :block])
-        s = dtype_sum(np.exp(x[..., :block] - m))
+        s = dtype_sum(exp(x[..., :block] - m))
         for start in range(block, x.shape[-1], block):
             chunk = x[..., start : start + block]
             new_m = np.maximum(m, row_max(chunk))
-            s = s * np.exp(m - new_m) + dtype_sum(np.exp(chunk - new_m))
+            s = s * exp(m - new_m) + dtype_sum(exp(chunk - new_m))
             m = new_m
-        return np.exp(x - m) / s
+        return exp(x - m) / s
 
     online.__doc__ = online.__doc__.format(block=block)
     online.__name__ = online.__qualname__ = f"online_b{block}"
@@ -66,8 +71,8 @@ online_b128 = online_softmax(128)
 def exp2(x):
     """exp2((x - max) * log2(e)) / sum in the dtype, as fused GPU kernels compute exp. Weakness: log2(e) rounded to
     the dtype and the rounded product add relative error about |x - max| u: large spreads lose ulps."""
-    t = (x - row_max(x)) * const(np.log2(np.e), x.dtype)
-    e = np.exp2(t)
+    t = (x - row_max(x)) * const(LOG2_E, x.dtype)
+    e = _exp2(t)
     return e / dtype_sum(e)
 
 
@@ -77,8 +82,12 @@ def division_free(x):
     """exp(x - lse) with lse = max + log(sum exp(x - max)), in the dtype. Weakness: the error of lse (about u |lse|)
     becomes a relative error of every output: large logits lose accuracy."""
     m = row_max(x)
-    lse = m + np.log(dtype_sum(np.exp(x - m)))
-    return np.exp(x - lse)
+    lse = m + log(dtype_sum(exp(x - m)))
+    return exp(x - lse)
+
+
+#: log2(e) rounded to float64 (a literal: numpy's own log2 may round differently on another CPU).
+LOG2_E = 1.4426950408889634
 
 
 def _rest_sum(e: np.ndarray) -> np.ndarray:
@@ -94,4 +103,4 @@ def log1p_form(x):
     """exp(x - max - log1p(s')) with s' the sum without the max (Blanchard, Higham & Higham 2021), in the dtype.
     Weakness: exp of a sum of rounded terms: about (2 + |x - max|) u relative error per output."""
     t = x - row_max(x)
-    return np.exp(t - np.log1p(_rest_sum(np.exp(t))))
+    return exp(t - log1p(_rest_sum(exp(t))))

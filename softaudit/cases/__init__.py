@@ -13,6 +13,9 @@ from ._case import Family as Family
 from ._case import families_for as families_for
 from ._case import hex_rows as hex_rows
 from ._files import CaseFileError as CaseFileError
+from ._files import check_case_file as check_case_file
 from ._files import load_case_file as load_case_file
+from ._files import load_case_files as load_case_files
 
-__all__ = ["FAMILIES", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "families_for", "hex_rows", "load_case_file"]
+__all__ = ["FAMILIES", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "check_case_file", "families_for", "hex_rows", "load_case_file",
+           "load_case_files"]

@@ -1,7 +1,15 @@
-"""User case files: `.npy` (rows x n) for the row kinds; `.npz` with x and mask, or q, k, v and mask."""
+"""User case files: `.npy` (rows x n) for the row kinds; `.npz` with x and mask, or q, k, v and mask.
+
+A file is recognised by its first bytes, not its name, and read with our own checks around numpy's readers, so a
+wrong or damaged file gets one line saying what it is (text, Python objects, a truncated array), never numpy's
+advice about allow_pickle.
+"""
 
 from __future__ import annotations
 
+import io
+import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -9,9 +17,72 @@ import numpy as np
 from ..adapters._candidate import check_kind
 from ._case import Case
 
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGIC = b"PK\x03\x04"  # an .npz is a zip of .npy files
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
 
 class CaseFileError(ValueError):
     """A case file that cannot be used: the message is one line for the user."""
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def _npy(f, label: str) -> np.ndarray:
+    """One .npy array read in full from the open binary file `f`. Its header is read first, so an array of Python
+    objects is refused by its dtype before anything would be unpickled."""
+    try:
+        header = _HEADERS.get(np.lib.format.read_magic(f))
+        if header is not None and header(f)[2].hasobject:
+            raise CaseFileError(f"{label} holds Python objects, not numbers")
+        f.seek(0)
+        return np.lib.format.read_array(f, allow_pickle=False)
+    except CaseFileError:
+        raise
+    except (ValueError, OSError, EOFError) as exc:
+        raise CaseFileError(f"{label} is damaged: {_one_line(exc)}") from None
+
+
+def _npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an .npz, read in full (a truncated or corrupt member is found now, not when it is used)."""
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for info in z.infolist():
+                if info.is_dir():
+                    continue
+                if not info.filename.endswith(".npy"):
+                    raise CaseFileError(f"{path} holds {info.filename!r}, which is not a .npy array")
+                name = info.filename[: -len(".npy")]
+                arrays[name] = _npy(io.BytesIO(z.read(info)), f"{path}: {name}")
+    except CaseFileError:
+        raise
+    except (zipfile.BadZipFile, zlib.error, NotImplementedError, OSError, EOFError) as exc:
+        raise CaseFileError(f"{path} is a damaged .npz file: {_one_line(exc)}") from None
+    return arrays
+
+
+def _read(path: Path) -> np.ndarray | dict[str, np.ndarray]:
+    """What the file holds, read in full: one array (.npy) or named arrays (.npz), told apart by the first bytes."""
+    if not path.exists():
+        raise CaseFileError(f"no such case file: {path}")
+    if not path.is_file():
+        raise CaseFileError(f"{path} is a folder, not a case file")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(16)
+            if head.startswith(NPY_MAGIC):
+                f.seek(0)
+                return _npy(f, str(path))
+    except OSError as exc:
+        raise CaseFileError(f"{path} cannot be read: {exc.strerror or _one_line(exc)}") from None
+    if head.startswith(ZIP_MAGIC):
+        return _npz(path)
+    # latin-1 turns every byte into one character, and repr() escapes the unprintable ones: always one line
+    start = f"it starts with {head.decode('latin-1')!r}" if head else "it is empty"
+    raise CaseFileError(f"{path} is not a .npy or .npz file ({start})")
 
 
 def _floats(name, value, path) -> np.ndarray:
@@ -21,17 +92,9 @@ def _floats(name, value, path) -> np.ndarray:
     return arr.astype(np.float64)
 
 
-def load_case_file(path, kind: str) -> list[Case]:
-    """The cases a file holds for `kind`, as one family named after the file."""
-    check_kind(kind)
-    path = Path(path)
+def _cases(data, path: Path, kind: str) -> list[Case]:
+    """The cases that what a file holds (`_read`) gives for `kind`, as one family named after the file."""
     family = f"file:{path.stem}"
-    if not path.is_file():
-        raise CaseFileError(f"no such case file: {path}")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise CaseFileError(f"{path} is not a .npy or .npz file numpy can read: {exc}") from None
     if isinstance(data, np.ndarray):
         if kind == "attention":
             raise CaseFileError(f"{path}: attention needs a .npz with q, k and v")
@@ -40,13 +103,12 @@ def load_case_file(path, kind: str) -> list[Case]:
             raise CaseFileError(f"{path}: expected rows x n, got shape {x.shape}")
         mask = None if kind != "masked_softmax" else np.ones(x.shape, bool)
         return [Case(kind, family, {"x": x}, mask, None, str(path))]
-    with data:
-        names = set(data.files)
-        needed = {"q", "k", "v"} if kind == "attention" else {"x"}
-        if not needed <= names:
-            raise CaseFileError(f"{path}: a {kind} case file needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}")
-        arrays = {name: _floats(name, data[name], path) for name in sorted(needed)}
-        mask = data["mask"] if "mask" in names else None
+    names = set(data)
+    needed = {"q", "k", "v"} if kind == "attention" else {"x"}
+    if not needed <= names:
+        raise CaseFileError(f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}")
+    arrays = {name: _floats(name, data[name], path) for name in sorted(needed)}
+    mask = data.get("mask")
     if mask is not None and mask.dtype != np.bool_:
         raise CaseFileError(f"{path}: mask must be boolean (True = keep), got dtype {mask.dtype}")
     if kind == "masked_softmax" and mask is None:
@@ -54,3 +116,42 @@ def load_case_file(path, kind: str) -> list[Case]:
     if kind != "attention" and arrays["x"].ndim != 2:
         raise CaseFileError(f"{path}: expected x of rows x n, got shape {arrays['x'].shape}")
     return [Case(kind, family, arrays, mask, None, str(path))]
+
+
+def _serves(data, kind: str) -> bool:
+    """Whether what a file holds can be cases of `kind`: x (or a bare .npy) for the row kinds, q, k and v for attention."""
+    if isinstance(data, np.ndarray):
+        return kind != "attention"
+    return ({"q", "k", "v"} if kind == "attention" else {"x"}) <= set(data)
+
+
+def load_case_files(files, kinds) -> dict[str, list[Case]]:
+    """kind -> the cases of every file that serves it, each file read once and checked in full.
+
+    A file serves the kinds its arrays fit (a .npy of rows serves the row kinds, not attention); one that serves
+    none of `kinds` is a CaseFileError saying why for the first of them.
+    """
+    kinds = [check_kind(kind) for kind in kinds]
+    found: dict[str, list[Case]] = {kind: [] for kind in kinds}
+    for path in map(Path, files):
+        data = _read(path)
+        usable = [kind for kind in kinds if _serves(data, kind)]
+        if not usable and len(kinds) > 1 and isinstance(data, dict):
+            raise CaseFileError(f"{path} holds neither x nor q, k and v; it has {', '.join(sorted(data)) or 'nothing'}")
+        usable = usable or kinds[:1]  # (its own reason, for the one kind asked)
+        for kind in usable:
+            found[kind] += _cases(data, path, kind)
+    return found
+
+
+def check_case_file(path, kinds=()) -> None:
+    """Read a case file in full and check it for the kinds it serves among `kinds` (none given: every kind);
+    raise CaseFileError with one line when it is unreadable, malformed, or serves none of them."""
+    from ..adapters._candidate import KINDS
+
+    load_case_files([path], kinds or list(KINDS))
+
+
+def load_case_file(path, kind: str) -> list[Case]:
+    """The cases a file holds for `kind`, as one family named after the file."""
+    return load_case_files([path], [kind])[kind]

@@ -20,11 +20,12 @@ def file_for(corpus: Path, candidate: str) -> Path:
     return Path(corpus) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate).strip("_") + ".json")
 
 
-def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask, reason: str, max_ulp: float) -> Path:
-    """Add one failing input to the candidate's corpus file (an identical input is not added twice)."""
+def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask, reason: str, error: float) -> Path:
+    """Add one failing input to the candidate's corpus file (an identical input is not added twice); error: its
+    conditioning-scaled error."""
     path = file_for(corpus, candidate)
     data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"candidate": candidate, "kind": kind, "cases": []}
-    entry = {"dtype": dtype, "reason": reason, "max_ulp": None if not np.isfinite(max_ulp) else max_ulp,
+    entry = {"dtype": dtype, "reason": reason, "max_cond_err": None if not np.isfinite(error) else error,
              "inputs": {name: {"shape": list(np.shape(a)), "values": hex_rows(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1)))}
                         for name, a in inputs.items()},
              "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()}}  # fmt: skip

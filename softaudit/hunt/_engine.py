@@ -1,8 +1,9 @@
 """The hunt: Hypothesis searches each candidate's inputs for a failure, steered toward large errors and events.
 
-Each drawn input is judged exactly as `softaudit run` judges a family (reference, measures, the comparison
-implementation on the same input, the policy). `hypothesis.target` on the ULP error and on the event count drives
-the search toward the worst inputs; a failure is shrunk to a small input and saved to the corpus.
+Each drawn input is judged exactly as `softaudit run` judges a family (reference, measures, the plain and
+best-practice implementations on the same input, the policy). `hypothesis.target` on the conditioning-scaled error
+and on the event count drives the search toward the worst inputs; a failure (a `fail` verdict, or a `warn` under a
+strict policy) is shrunk to a small input and saved to the corpus.
 """
 
 from __future__ import annotations
@@ -40,15 +41,17 @@ class Finding:
     examples: int
     failed: bool
     reason: str
-    max_ulp: float
+    max_cond_err: float
     seconds: float
     corpus_file: str | None
     inputs: dict | None = None
     mask: object = None
 
 
-def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
-    """(verdict, reasons, max ulp, events) for one input, by the same rules as `softaudit run`."""
+def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
+    """(verdict, reasons, max conditioning-scaled error, events) for one input, by the rules of `softaudit run`.
+
+    comparisons: the plain and the best-practice implementations of the kind."""
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
     pc = Prepared(case, fmt, 0)
     try:
@@ -56,18 +59,20 @@ def judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout):
     except CandidateError as exc:
         return "fail", [str(exc)], math.inf, 1
     tally = measure(pc.basis, y, case_index=0)
-    reference_y, _ = call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
-    comparison_ulp = measure(pc.basis, reference_y, case_index=0).max_ulp
-    verdict, reasons = policy.judge(kind, tally, comparison_ulp)
+    bounds = []
+    for comparison in comparisons:
+        theirs = measure(pc.basis, call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
+        bounds.append(theirs.max_cond_err if theirs.elements else None)
+    reasons = policy.judge(kind, fmt, tally, *bounds)
     broken = {} if pc.probes is None else invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
     events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
-    return verdict, reasons, tally.max_ulp, events
+    return policy.verdict(reasons), [r.text for r in reasons], tally.max_cond_err, events
 
 
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:
     kind = candidate.kind
-    comparison = builtin.sound(kind)
+    comparisons = (builtin.plain(kind), builtin.best(kind))
     strategy = _strategies.attention(fmt) if kind == "attention" else _strategies.rows(kind, fmt)
     state = {"examples": 0, "last": None}
     start = time.monotonic()
@@ -85,13 +90,13 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> F
         inputs, mask = drawn
         state["examples"] += 1
         try:
-            verdict, reasons, max_ulp, events = judge(candidate, comparison, kind, fmt, inputs, mask, policy, timeout)
+            verdict, reasons, error, events = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout)
         except CandidateSkip:
             return
-        target(min(max_ulp, 1e300) if math.isfinite(max_ulp) else 1e300, label="max ulp error")
+        target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
-        if verdict == "fail":
-            state["last"] = (inputs, mask, "; ".join(reasons), max_ulp)
+        if policy.failed([verdict]):
+            state["last"] = (inputs, mask, "; ".join(reasons), error)
             raise AssertionError("; ".join(reasons))
 
     try:
@@ -104,8 +109,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> F
     seconds = time.monotonic() - start
     if state["last"] is None:
         return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
-    inputs, mask, reason, max_ulp = state["last"]
-    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, reason, max_ulp, seconds, None,
+    inputs, mask, reason, error = state["last"]
+    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, reason, error, seconds, None,
                    inputs, mask)  # fmt: skip
 
 
@@ -122,7 +127,7 @@ def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, 
             finding = hunt_one(candidate, fmt, share, policy, timeout)
             if finding.failed and corpus:
                 path = _corpus.save(corpus, candidate.name, candidate.kind, fmt.name, finding.inputs, finding.mask,
-                                    finding.reason, finding.max_ulp)  # fmt: skip
+                                    finding.reason, finding.max_cond_err)  # fmt: skip
                 finding.corpus_file = str(path)
             findings.append(finding)
             if progress:

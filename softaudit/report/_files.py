@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+import glob
 import os
 import platform
 import sys
@@ -45,3 +47,40 @@ def machine() -> dict:
         "processor": platform.processor() or None,
         "cpus": os.cpu_count(),
     }
+
+
+def platform_key() -> dict:
+    """What decides the bits numeric code gives on this machine: the CPU features numpy dispatches its SIMD loops
+    to, the BLAS with the kernels it chose for this CPU, and the numeric libraries' versions (a framework's too,
+    once imported). Equal keys give equal bits; across keys, SIMD functions and BLAS kernels may round otherwise."""
+    from numpy._core import _multiarray_umath as umath
+
+    key = {"machine": platform.machine(), "python": sys.version.split()[0],
+           "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)], "blas": _blas()}  # fmt: skip
+    for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy"):
+        if name in ("numpy", "ml_dtypes") or name in sys.modules:
+            try:
+                key[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                pass
+    return key
+
+
+def _blas() -> str | None:
+    """numpy's BLAS, its version and, for OpenBLAS, the kernel set it picked for this CPU ("Haswell", ...)."""
+    import numpy
+
+    try:
+        info = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # (a numpy built without this information)
+        return None
+    name = f"{info.get('name')} {info.get('version')}"
+    folder = Path(numpy.__file__).parent.parent / "numpy.libs"
+    for path in glob.glob(str(folder / "*openblas*")):
+        library = ctypes.CDLL(path)  # already loaded by numpy: this finds the same copy
+        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            corename = getattr(library, symbol, None)
+            if corename is not None:
+                corename.restype = ctypes.c_char_p
+                return f"{name} {corename().decode()}"
+    return name

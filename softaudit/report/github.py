@@ -1,6 +1,8 @@
-"""GitHub Actions annotations (::error), escaped as GitHub's own toolkit escapes them."""
+"""GitHub Actions annotations (::error, ::warning, ::notice), escaped as GitHub's own toolkit escapes them."""
 
 from __future__ import annotations
+
+from ._findings import families_text, issues
 
 
 def _escape_data(text: str) -> str:
@@ -11,16 +13,23 @@ def _escape_property(text: str) -> str:
     return _escape_data(text).replace(":", "%3A").replace(",", "%2C")
 
 
+def _line(level: str, title: str, message: str) -> str:
+    return f"::{level} title={_escape_property(title)}::{_escape_data(message)}"
+
+
 def annotations(result, comparison=None) -> list[str]:
-    """One ::error line per failing row (with a baseline: per regression only; known failures are notices)."""
-    lines = []
+    """With a baseline: an ::error per regression, a ::notice per known finding and platform difference.
+    Without: an ::error per failing group of rows (fail, error) and a ::warning per warning group, each with
+    its cause and fix."""
     if comparison is not None:
-        for change in comparison.regressions:
-            lines.append(f"::error title={_escape_property('softaudit regression')}::{_escape_data(change.key + ': ' + change.what)}")
-        for change in comparison.known:
-            lines.append(f"::notice title={_escape_property('softaudit known failure')}::{_escape_data(change.key)}")
+        lines = [_line("error", "softaudit regression", f"{c.key}: {c.what}") for c in comparison.regressions]
+        lines += [_line("notice", "softaudit known", f"{c.key}: {c.what}") for c in comparison.known]
+        lines += [_line("notice", "softaudit platform difference", f"{c.key}: {c.what}") for c in comparison.platform]
         return lines
-    for row in result.table[result.table.verdict.isin(["fail", "error"])].itertuples():
-        title = _escape_property(f"softaudit {row.verdict}: {row.candidate} {row.dtype}")
-        lines.append(f"::error title={title}::{_escape_data(f'{row.family}: {row.note}')}")
+    lines = []
+    for g in issues(result.table):
+        level = "warning" if g["verdict"] == "warn" else "error"
+        fix = f" Fix: {g['fix']}" if g["fix"] else ""
+        message = f"{families_text(g['families'])}: {g['note']}.{fix}"
+        lines.append(_line(level, f"softaudit {g['verdict']}: {g['candidate']} {g['dtype']}", message))
     return lines

@@ -1,4 +1,5 @@
-"""report.html: one self-contained page (no script, no external file): verdicts, plots, tables, worst inputs."""
+"""report.html: one self-contained page (no script, no external file): verdicts, what to fix, plots, tables,
+worst inputs."""
 
 from __future__ import annotations
 
@@ -6,24 +7,28 @@ import math
 from html import escape
 from pathlib import Path
 
-from ._files import machine, versions, write_atomic
-from .markdown import verdict_matrix
+from ._files import machine, platform_key, versions, write_atomic
+from ._findings import counts_line, families_text, issues, number, verdict_matrix
 from .plots import bar_chart, line_chart
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1260px;color:#222;padding:0 16px}
 h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left}
-th{background:#f4f4f4}.pass{background:#d9f2d9}.fail{background:#f8d0d0}.error{background:#f3e1a6}.skip{background:#e8e8e8}
-.charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}.chart .t{font-size:13px;font-weight:600}
-.chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}.legend{font-size:11px}
-code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
+table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
+th{background:#f4f4f4}.pass{background:#d9f2d9}.warn{background:#fdf0c4}.fail{background:#f8d0d0}.error{background:#f3c6a6}
+.skip{background:#e8e8e8}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}
+.chart .t{font-size:13px;font-weight:600}.chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}
+.legend{font-size:11px}code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
+#fix td:nth-child(7),#fix td:nth-child(8){max-width:380px}
 """
 GUARANTEE = (
     "Every error is measured against the exact result, computed with mpmath and correctly rounded to the audited "
     "dtype (to nearest, ties to even, gradual underflow, IEEE overflow). The fast path has proven error bounds and "
-    "falls back to mpmath wherever they cannot decide the rounding (docs/reference.md)."
+    "falls back to mpmath wherever they cannot decide the rounding (docs/reference.md). The verdict reads the error "
+    "against the problem's conditioning: |y - exact| / (u x scale), scale = |r| + sum_k |dr/dx_k| |x_k|, the most "
+    "that rounding the inputs alone can move the result (docs/metrics.md); a correctly rounded result reads at most 1."
 )
+_COLOR = {"pass": "#d9f2d9", "warn": "#fdf0c4", "fail": "#f8d0d0", "error": "#f3c6a6", "skip": "#e8e8e8"}
 
 
 def _matrix(table) -> str:
@@ -41,24 +46,42 @@ def _matrix(table) -> str:
     return f'<table id="verdict-matrix"><tr><th>candidate</th>{head}</tr>{"".join(rows)}</table>'
 
 
+def _fix_table(table) -> str:
+    found = issues(table)
+    if not found:
+        return "<p>Every row passed.</p>"
+    body = "".join(
+        f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td><td>{escape(g['dtype'])}</td>"
+        f"<td>{escape(families_text(g['families'], 6))}</td><td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
+        f"<td>{escape(g['note'])}</td><td>{escape(g['fix'])}</td></tr>"
+        for g in found
+    )
+    return ("<table id='fix'><tr><th>verdict</th><th>candidate</th><th>dtype</th><th>families</th><th>error</th>"
+            f"<th>max ulp</th><th>why</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
+            "(u x scale), the error against the problem's conditioning; fail = a defect (an event, or past both "
+            "2 x the plain implementation in the dtype and half the dtype's bits), warn = sound but below best "
+            "practice (docs/policy.md).</p>")  # fmt: skip
+
+
 def _series(cases, kind, dtype, family, param):
-    """candidate -> [(param value, max ulp)] from the per-case table."""
+    """candidate -> [(param value, max conditioning-scaled error, NaN or inf outputs?)] from the per-case table."""
     if cases is None or not len(cases) or param not in cases:
         return {}
     part = cases[(cases.kind == kind) & (cases.dtype == dtype) & (cases.family == family)]
     out = {}
     for candidate, group in part.groupby("candidate", sort=False):
-        by_value = group.groupby(param)["max_ulp"].max()
-        out[candidate] = [(float(x), float(y)) for x, y in by_value.items() if not math.isnan(x) and not math.isnan(y)]
+        by_value = group.groupby(param).agg(error=("max_cond_err", "max"), bad=("nonfinite", "max"))
+        out[candidate] = [(float(x), float(r.error), bool(r.bad)) for x, r in by_value.iterrows() if not math.isnan(x)]
     return {k: v for k, v in out.items() if v}
 
 
 PLOTS = (
-    ("gaussian", "scale", "logit scale", "ULP error against logit scale"),
-    ("long", "n", "row length", "ULP error against row length"),
-    ("attn_gaussian", "d", "head dimension d", "ULP error against d"),
-    ("attn_long", "lk", "sequence length Lk", "ULP error against sequence length"),
+    ("gaussian", "scale", "logit scale", "error against logit scale"),
+    ("long", "n", "row length", "error against row length"),
+    ("attn_gaussian", "d", "head dimension d", "error against d"),
+    ("attn_long", "lk", "sequence length Lk", "error against sequence length"),
 )
+Y_LABEL = "error / (u x scale)"
 
 
 def _plots(result) -> str:
@@ -70,44 +93,47 @@ def _plots(result) -> str:
             for family, param, x_label, title in PLOTS:
                 series = _series(cases, kind, dtype, family, param)
                 if series:
-                    charts.append(line_chart(f"{kind}, {dtype}: {title}", series, x_label, "max ULP error"))
+                    charts.append(line_chart(f"{kind}, {dtype}: {title}", series, x_label, Y_LABEL))
         if charts:
             blocks.append(f"<h3>{escape(kind)}</h3><div class='charts'>{''.join(charts)}</div>")
     if cases is not None and len(cases):
-        edges = [0, 0.5, 1, 2, 4, 16, 256, math.inf]
-        labels = ["<=0.5", "<=1", "<=2", "<=4", "<=16", "<=256", ">256"]
+        edges = [0, 1, 2, 4, 16, 256, 2**16, math.inf]
+        labels = ["<=1", "<=2", "<=4", "<=16", "<=256", "<=65536", ">65536", "NaN/inf"]
         hists = []
         for dtype, group in cases.groupby("dtype", sort=False):
-            values = group.max_ulp.dropna()
+            values = group.max_cond_err.astype(float)
             counts = [int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum()) for lo, hi in zip(edges, edges[1:])]
-            hists.append(bar_chart(f"{dtype}: cases by max ULP error", labels, counts, "max ULP error of a case"))
-        blocks.append(f"<h3>ULP error histograms</h3><div class='charts'>{''.join(hists)}</div>")
+            counts.append(int((group.nonfinite > 0).sum()))
+            hists.append(bar_chart(f"{dtype}: cases by error against the conditioning", labels, counts, Y_LABEL + " of a case"))
+        blocks.append(f"<h3>Histograms</h3><div class='charts'>{''.join(hists)}</div>")
     return "".join(blocks)
 
 
 def _family_tables(table) -> str:
     out = []
     for family, group in table.groupby("family", sort=False):
-        view = group.pivot_table(index="candidate", columns="dtype", values="max_ulp", aggfunc="max", sort=False)
+        view = group.pivot_table(index="candidate", columns="dtype", values="max_cond_err", aggfunc="max", sort=False, dropna=False)
         verdicts = group.pivot_table(index="candidate", columns="dtype", values="verdict", aggfunc="first", sort=False)
         styler = view.style.format("{:.3g}", na_rep="-").format_index(escape="html", axis=0).format_index(escape="html", axis=1)
         styler = styler.apply(lambda _: verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}"), axis=None)
-        out.append(f"<h3>{escape(family)}</h3><p class='small'>max ULP error; colour is the verdict</p>" + styler.to_html())
+        out.append(f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
+                   "compared); colour is the verdict</p>" + styler.to_html())  # fmt: skip
     return "".join(out)
 
 
-_COLOR = {"pass": "#d9f2d9", "fail": "#f8d0d0", "error": "#f3e1a6", "skip": "#e8e8e8"}
-
-
 def _worst(result, limit: int = 40) -> str:
-    rows = sorted(result.worst.values(), key=lambda w: -w.ulp_error if math.isfinite(w.ulp_error) else -math.inf)[:limit]
+    rank = lambda w: -w.cond_err if not math.isnan(w.cond_err) else math.inf  # noqa: E731
+    rows = sorted(result.worst.values(), key=rank)[:limit]
     body = "".join(
-        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td><td>{w.ulp_error:.3g}</td>"
-        f"<td>{escape(str(w.case))}</td><td>{escape(str(w.element))}</td></tr>"
+        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td><td>{number(w.cond_err)}</td>"
+        f"<td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td><td>{escape(str(w.case))} {escape(str(w.element))}</td>"
+        f"<td><code>{escape(w.command())}</code></td></tr>"
         for w in rows
     )
-    return ("<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>ULP error</th><th>case</th>"
-            f"<th>element</th></tr>{body}</table><p class='small'>Exact inputs, as hex floats: worst.csv.</p>")  # fmt: skip
+    return ("<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
+            f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
+            "and each row's recipe are in worst.csv; <code>softaudit replay worst.csv --row N</code> reproduces a row's "
+            "worst error.</p>")  # fmt: skip
 
 
 def _gate(comparison) -> str:
@@ -115,27 +141,31 @@ def _gate(comparison) -> str:
         return ""
     items = "".join(f"<li><code>{escape(c.key)}</code>: {escape(c.what)}</li>" for c in comparison.regressions)
     head = f"{len(comparison.regressions)} regression(s)" if comparison.regressions else "No regressions"
-    return (f"<h2>Against the baseline</h2><p>{head}; {len(comparison.known)} known failure(s); "
-            f"{len(comparison.improvements)} improvement(s).</p><ul>{items}</ul>")  # fmt: skip
+    other = "" if comparison.same_platform else (f" The baseline was made on another platform "
+                                                   f"({escape(comparison.platform_change)}): {len(comparison.platform)} "
+                                                   "platform difference(s), not regressions.")  # fmt: skip
+    return (f"<h2>Against the baseline</h2><p>{head}; {len(comparison.known)} known; "
+            f"{len(comparison.improvements)} improvement(s).{other}</p><ul>{items}</ul>")  # fmt: skip
 
 
 def report_html(result, comparison=None) -> str:
     table = result.table
-    counts = table.verdict.value_counts()
     settings = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items())
-    env = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in (versions() | machine()).items())
+    env = versions() | machine() | {"platform": platform_key()}
+    env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in env.items())
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>softaudit report</title><style>{STYLE}</style></head><body>
 <h1>softaudit report</h1>
-<p>{len(table)} rows (candidate x dtype x family): <b>{counts.get('pass', 0)}</b> pass, <b>{counts.get('fail', 0)}</b> fail,
-<b>{counts.get('error', 0)}</b> error.</p>
+<p>{escape(counts_line(table))} (candidate x dtype x family).</p>
 {_gate(comparison)}
 <h2>Verdicts</h2>{_matrix(table)}
-<h2>Plots</h2>{_plots(result)}
+<h2>What to fix</h2>{_fix_table(table)}
+<h2>Plots</h2><p class='small'>Each point is a case's largest error against its conditioning; a cross at the top
+marks a case with NaN or inf outputs where the exact result is finite.</p>{_plots(result)}
 <h2>Families</h2>{_family_tables(table)}
 <h2>Worst inputs</h2>{_worst(result)}
-<h2>The reference</h2><p>{escape(GUARANTEE)}</p>
-<h2>Settings</h2><table>{settings}</table><table>{env}</table>
+<h2>The reference and the measure</h2><p>{escape(GUARANTEE)}</p>
+<h2>Settings</h2><table>{settings}</table><table>{env_rows}</table>
 </body></html>
 """
 

@@ -1,4 +1,7 @@
-"""junit.xml (xunit2): a testsuite per candidate, a testcase per dtype x family, <failure> or <error> with why."""
+"""junit.xml (xunit2): a testsuite per candidate, a testcase per dtype x family, <failure> or <error> with why.
+
+A warn is a passing test whose <system-out> says why (a failure under a strict policy); a skip is <skipped>.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +9,41 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from ._files import write_atomic
+from ._findings import row_key
 
 
 def junit(result, comparison=None) -> str:
     regressions = {c.key: c.what for c in (comparison.regressions if comparison else [])}
+    strict = result.settings["policy"].get("strict", False)
+    failing = {"fail", "warn"} if strict else {"fail"}
     root = ET.Element("testsuites", name="softaudit")
     for candidate, group in result.table.groupby("candidate", sort=False):
         suite = ET.SubElement(root, "testsuite", name=str(candidate), tests=str(len(group)),
-                              failures=str(int((group.verdict == "fail").sum())),
+                              failures=str(int(group.verdict.isin(failing).sum())),
                               errors=str(int((group.verdict == "error").sum())),
                               time=f"{group.seconds.fillna(0).sum():.6f}")  # fmt: skip
-        for row in group.itertuples():
-            case = ET.SubElement(suite, "testcase", classname=str(candidate), name=f"{row.dtype} / {row.family}",
-                                 time=f"{0.0 if row.seconds != row.seconds else row.seconds:.6f}")  # fmt: skip
-            key = f"{candidate} | {row.dtype} | {row.family}"
-            if row.verdict == "error":
-                ET.SubElement(case, "error", message=str(row.note)).text = str(row.note)
-            elif row.verdict == "skip":
-                ET.SubElement(case, "skipped", message=str(row.note))
-            elif row.verdict == "fail" or key in regressions:
-                why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", str(row.note)]))
+        for row in group.to_dict(orient="records"):
+            seconds = row["seconds"]
+            case = ET.SubElement(suite, "testcase", classname=str(candidate), name=f"{row['dtype']} / {row['family']}",
+                                 time=f"{0.0 if seconds != seconds else seconds:.6f}")  # fmt: skip
+            key = row_key(row)
+            why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", _why(row)]))
+            if row["verdict"] == "error":
+                ET.SubElement(case, "error", message=why).text = why
+            elif row["verdict"] == "skip":
+                ET.SubElement(case, "skipped", message=why)
+            elif row["verdict"] in failing or key in regressions:
                 ET.SubElement(case, "failure", message=why).text = why
+            elif row["verdict"] == "warn":
+                ET.SubElement(case, "system-out").text = f"warn: {why}"
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _why(row) -> str:
+    note, fix = (row.get(k) for k in ("note", "fix"))
+    text = "" if note != note or note is None else str(note)
+    return text + (f". Fix: {fix}" if isinstance(fix, str) and fix else "")
 
 
 def write_junit(result, out: Path, comparison=None) -> Path:

@@ -1,48 +1,38 @@
-"""summary.md: verdicts and regressions, fit for a pull-request comment or $GITHUB_STEP_SUMMARY."""
+"""summary.md: verdicts, what to fix and regressions, fit for a pull-request comment or $GITHUB_STEP_SUMMARY."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ._files import write_atomic
+from ._findings import counts_line, families_text, issues, number, verdict_matrix
 
-SYMBOL = {"pass": "pass", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
-
-
-def verdict_matrix(table):
-    """candidate x dtype: "pass" when every family passed, otherwise the worst verdict with its count."""
-    cells = {}
-    for (candidate, dtype), group in table.groupby(["candidate", "dtype"], sort=False):
-        counts = group.verdict.value_counts()
-        worst = next((v for v in ("error", "fail", "skip") if counts.get(v)), "pass")
-        cells[(candidate, dtype)] = (worst, int(counts.get(worst, 0)), len(group))
-    return cells
+SYMBOL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
 
 
 def summary(result, comparison=None) -> str:
     table = result.table
     dtypes = list(dict.fromkeys(table.dtype))
-    candidates = list(dict.fromkeys(table.candidate))
     cells = verdict_matrix(table)
-    counts = table.verdict.value_counts()
-    lines = ["# softaudit", "",
-             f"{len(table)} rows (candidate x dtype x family): {counts.get('pass', 0)} pass, {counts.get('fail', 0)} fail, "
-             f"{counts.get('error', 0)} error. Suite `{result.settings['suite']}`.", ""]  # fmt: skip
+    lines = ["# softaudit", "", f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
     if comparison is not None:
         lines += _gate_section(comparison)
     lines += ["## Verdicts", "", "| candidate | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
-    for candidate in candidates:
+    for candidate in dict.fromkeys(table.candidate):
         row = []
         for dtype in dtypes:
             verdict, count, total = cells.get((candidate, dtype), ("", 0, 0))
             row.append(SYMBOL.get(verdict, "") + (f" {count}/{total}" if verdict != "pass" and total else ""))
         lines.append(f"| `{candidate}` | " + " | ".join(row) + " |")
-    bad = table[table.verdict.isin(["fail", "error"])]
-    if len(bad):
-        lines += ["", "## Failures and errors", "", "| candidate | dtype | family | max ulp | why |", "|---|---|---|---|---|"]
-        for row in bad.itertuples():
-            note = str(row.note).replace("|", "\\|")
-            lines.append(f"| `{row.candidate}` | {row.dtype} | {row.family} | {row.max_ulp:.3g} | {note} |")
+    found = issues(table)
+    if found:
+        lines += ["", "## What to fix", "",
+                  "Error is max |y - exact| / (u x scale), the error against the problem's conditioning (docs/metrics.md).", "",
+                  "| verdict | candidate | dtype | families | error | max ulp | why | fix |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        for g in found:
+            cells_ = [SYMBOL[g["verdict"]], f"`{g['candidate']}`", g["dtype"], families_text(g["families"]),
+                      number(g["max_cond_err"]), number(g["max_ulp"]), g["note"], g["fix"]]  # fmt: skip
+            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells_) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -54,8 +44,13 @@ def _gate_section(comparison) -> list[str]:
     else:
         lines.append("No regressions.")
     lines.append("")
+    if not comparison.same_platform:
+        lines += [f"The baseline was made on another platform ({comparison.platform_change}): differences that do "
+                  "not change a verdict are platform differences, not regressions.", ""]  # fmt: skip
     if comparison.known:
-        lines += [f"{len(comparison.known)} known failure(s), already in the baseline (not fatal).", ""]
+        lines += [f"{len(comparison.known)} known failure(s) or warning(s), already in the baseline (not fatal).", ""]
+    if comparison.platform:
+        lines += ["Platform differences:"] + [f"- `{c.key}`: {c.what}" for c in comparison.platform] + [""]
     if comparison.improvements:
         lines += ["Improvements:"] + [f"- `{c.key}`: {c.what}" for c in comparison.improvements] + [""]
     if comparison.appeared:

@@ -32,19 +32,20 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
 
 
 def _ulp_ticks(top: float) -> list[float]:
-    """ULP values for the y axis (drawn at 1 + value on a log scale): 0, 1, 10, 100, ... up to top."""
+    """Error values for the y axis (drawn at 1 + value on a log scale): 0, 1, 10, 100, ... up to top."""
     decades = max(1, math.ceil(math.log10(top)))
     step = max(1, math.ceil(decades / 6))
     return [0.0] + [10.0**e for e in range(0, decades + 1, step)]
 
 
 def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool = True) -> str:
-    """series: name -> [(x, y)]. y is drawn on a log axis of 1 + y (ULP errors start at 0)."""
-    points = [(x, y) for pts in series.values() for x, y in pts if x > 0 or not logx]
-    if len({x for x, _ in points}) < 2:  # one x value says nothing a table does not
+    """series: name -> [(x, y, bad)]. y is drawn on a log axis of 1 + y (errors start at 0); a point with bad set
+    (NaN or inf outputs) is a cross at the top of the chart, and a NaN y (nothing compared) only that cross."""
+    points = [(x, y, bad) for pts in series.values() for x, y, bad in pts if x > 0 or not logx]
+    if len({x for x, _, _ in points}) < 2:  # one x value says nothing a table does not
         return ""
-    xs = [x for x, _ in points]
-    ys = [1 + max(y, 0.0) for _, y in points]
+    xs = [x for x, _, _ in points]
+    ys = [1 + max(y, 0.0) for _, y, _ in points if math.isfinite(y)] or [1.0]
     x_lo, x_hi = min(xs), max(xs)
     y_lo, y_hi = 1.0, max(ys) * 1.5 if max(ys) > 1 else 10.0
     px = _scale(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx, WIDTH - LEFT - RIGHT, False)
@@ -65,15 +66,24 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
             y = py(1 + tick)
             parts.append(f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
                          f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')  # fmt: skip
+    crosses = False
     for i, (name, pts) in enumerate(series.items()):
-        pts = sorted((x, 1 + max(y, 0.0)) for x, y in pts if x > 0 or not logx)
-        if not pts:
-            continue
+        pts = sorted(p for p in pts if p[0] > 0 or not logx)
         color = PALETTE[i % len(PALETTE)]
-        path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in pts)
-        parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
-        parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>' for x, y in pts]
+        line = [(x, 1 + max(y, 0.0)) for x, y, _ in pts if math.isfinite(y)]
+        if line:
+            path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line)
+            parts.append(f'<polyline points="{path}" fill="none" stroke="{color}" stroke-width="1.8"/>')
+            parts += [f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="2.5" fill="{color}"/>' for x, y in line]
+        for x, _, bad in pts:
+            if bad:
+                crosses = True
+                c, d = px(x), 4 + 3 * (i % 4)  # staggered, so candidates failing at one x stay apart
+                parts.append(f'<path d="M{c - 4:.1f},{d - 4} L{c + 4:.1f},{d + 4} M{c - 4:.1f},{d + 4} L{c + 4:.1f},{d - 4}" '
+                             f'stroke="{color}" stroke-width="2"><title>{escape(str(name))}: NaN or inf at {x:g}</title></path>')  # fmt: skip
         parts.append(f'<text x="{inner_w + 8}" y="{12 + 14 * i}" style="fill:{color}" class="legend">{escape(str(name))}</text>')
+    if crosses:
+        parts.append(f'<text x="{inner_w + 8}" y="{inner_h}" class="legend">x: NaN or inf outputs</text>')
     parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text>')
     parts.append(f'<text transform="rotate(-90)" x="{-inner_h / 2}" y="-44" text-anchor="middle">{escape(y_label)}</text>')
     parts.append("</g></svg>")

@@ -1,4 +1,4 @@
-"""results.json: the table, the settings, the library versions and the machine."""
+"""results.json: the table, the settings, the library versions, the machine and its platform key."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 import math
 from pathlib import Path
 
-from ._files import machine, versions, write_atomic
+from ._files import machine, platform_key, versions, write_atomic
 
 
 def _clean(value):
@@ -21,6 +21,7 @@ def write_results_json(result, out: Path, comparison=None) -> Path:
         "settings": result.settings,
         "versions": versions(),
         "machine": machine(),
+        "platform": platform_key(),
         "results": records,
     }
     if comparison is not None:

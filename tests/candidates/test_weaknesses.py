@@ -9,7 +9,7 @@ import softaudit
 from softaudit import candidates
 from softaudit import reference as R
 
-BEST = list(candidates.SOUND.values())
+BEST = list(candidates.BEST.values())
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 
 
@@ -71,7 +71,10 @@ def test_attention_weaknesses(quick):
 def test_log_softmax_of_a_dominant_entry_loses_its_digits_in_the_shifted_form(quick):
     shifted = rows(quick, "log_softmax.shifted", "float32", "dominant").iloc[0]
     accurate = rows(quick, "log_softmax.log1p_form_f32acc", "float32", "dominant").iloc[0]
-    assert shifted.max_ulp > 1e3 and shifted.verdict == "fail"
+    # A precision trade-off, not a defect: the plain same-dtype log-softmax loses the same digits, so it warns, says
+    # why (results below u absorbed by a log of a sum near 1) and names the log1p fix.
+    assert shifted.max_ulp > 1e3 and shifted.verdict == "warn" and shifted.cause == "absorbed"
+    assert "log1p" in shifted.fix and shifted.max_cond_err <= 2 * shifted.plain_cond_err
     assert accurate.max_ulp < 10 and accurate.verdict == "pass"  # computed in float32 itself: a few ulps
 
 

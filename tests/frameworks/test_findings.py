@@ -39,7 +39,7 @@ def test_torch_skips_what_it_cannot_do():
 def test_log_softmax_of_a_dominant_entry_loses_its_digits(target):
     pytest.importorskip(target.split(".")[2].split(":")[0])
     (row,) = softaudit.audit(target, dtypes=["float32"], suite="quick", families=["dominant"]).table.itertuples()
-    assert row.verdict == "fail" and row.max_ulp > 1e3
+    assert row.verdict == "warn" and row.cause == "absorbed" and row.max_ulp > 1e3  # as the plain form: a trade-off
 
 
 def test_logsumexp_of_a_subnormal_result():
@@ -47,7 +47,7 @@ def test_logsumexp_of_a_subnormal_result():
     pytest.importorskip("scipy")
     torch_row = audit("softaudit.frameworks.torch:logsumexp", ["float32"], ["subnormal"])[("torch.logsumexp", "float32", "subnormal")]
     scipy_row = audit("softaudit.frameworks.scipy:logsumexp", ["float32"], ["subnormal"])[("scipy.special.logsumexp", "float32", "subnormal")]
-    assert torch_row.verdict == "fail" and torch_row.underflow > 0  # log(1 + tiny) = 0
+    assert torch_row.verdict == "warn" and torch_row.underflow > 0 and torch_row.cause == "absorbed"  # log(1 + tiny) = 0
     assert scipy_row.verdict == "pass"
 
 

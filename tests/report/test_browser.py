@@ -27,7 +27,7 @@ def test_report_renders_in_headless_chromium(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     dom = run.stdout
     assert 'id="verdict-matrix"' in dom and "softmax.max_shifted_f32acc" in dom
-    assert dom.count("<svg") >= 4 and "ULP error against logit scale" in dom
+    assert dom.count("<svg") >= 4 and "error against logit scale" in dom and "What to fix" in dom
     console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console
     shot = tmp_path / "report.png"

@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 import softaudit
+from softaudit.policy import Policy
 from softaudit.report import annotations, write_reports
 from softaudit.report._files import write_atomic
 
@@ -27,7 +28,16 @@ def test_junit_is_xunit2_with_a_suite_per_candidate_and_a_case_per_dtype_and_fam
     assert len(naive_cases) == len(result.table) // 2
     assert any(c.find("failure") is not None for c in naive_cases)
     assert all(c.find("failure") is None for c in suites[1].findall("testcase"))
-    assert int(suites[0].get("failures")) == int((result.table.candidate == "softmax.naive").sum() - (result.table[result.table.candidate == "softmax.naive"].verdict == "pass").sum())
+    naive = result.table[result.table.candidate == "softmax.naive"]
+    assert int(suites[0].get("failures")) == int((naive.verdict == "fail").sum()) > 0
+    warned = [c for c in naive_cases if c.find("system-out") is not None]  # a warn passes and says why
+    assert len(warned) == int((naive.verdict == "warn").sum()) > 0
+    assert all(c.find("failure") is None and c.find("system-out").text.startswith("warn: ") for c in warned)
+    strict = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], suite="quick",
+                             policy=Policy(strict=True))  # fmt: skip
+    write_reports(strict, tmp_path, ["junit"])
+    suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
+    assert int(suite.get("failures")) == int(naive.verdict.isin(["warn", "fail"]).sum())  # strict: a warn fails
 
 
 def test_candidate_text_is_escaped_in_html_and_annotations(tmp_path):

@@ -1,0 +1,158 @@
+"""The worst input of each row, exact and replayable, and `replay`, which reproduces a row's worst error.
+
+A row's worst element is the one with the largest conditioning-scaled error (or, where nothing could be compared,
+the first NaN or inf). Its record holds the whole case the candidate was called on (every array, as hex floats)
+when that is at most `WorstInput.MAX_VALUES` values, and always the recipe that regenerates it bit for bit: the
+families are deterministic, so suite, seed, family and case index give the same arrays again; a case file or a
+corpus is read again. Replaying calls the candidate on the whole case, as the audit did: a BLAS kernel can round a
+batch differently from one row taken alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import shlex
+
+import numpy as np
+
+from .cases import hex_rows
+
+
+@dataclasses.dataclass
+class WorstInput:
+    """The element behind a row's worst error, the case it is in, and how to get that case again."""
+
+    candidate: str
+    target: str | None  # what loads the candidate again ("pkg.mod:func", "file.py:func"); None for a closure
+    kind: str
+    dtype: str
+    family: str
+    case: str  # the case's description
+    case_index: int
+    element: list[int]  # position in the case's output
+    cond_err: float  # error / (u max(scale, smallest normal)) at the element (inf: NaN or inf there)
+    ulp_err: float
+    scale: float  # the element's conditioning scale, max(scale, smallest normal) (NaN: not compared)
+    output: float
+    reference: float  # the exact result correctly rounded to the dtype
+    cause: str
+    explanation: str
+    recipe: dict  # suite, seed, family, case_index, and the case file or corpus folder where there is one
+    inputs: dict | None = None  # name -> the whole case's array in the dtype (mask: boolean); None when too big
+
+    #: Cases with more values than this keep only the recipe.
+    MAX_VALUES = 4096
+
+    def as_json(self) -> dict:
+        """Every float as a hex string (float.hex), so the case replays bit for bit."""
+        out = dataclasses.asdict(self) | {"output": float(self.output).hex(), "reference": float(self.reference).hex()}
+        if self.inputs is not None:
+            out["inputs"] = {name: _exact(a) for name, a in self.inputs.items()}
+        return out
+
+    def command(self, out: str = "softaudit-replay") -> str:
+        """The command that audits this row again (same candidate, dtype, family and cases)."""
+        if self.target is None:
+            return ""
+        words = ["softaudit", "run", self.target, "--kind", self.kind, "--dtype", self.dtype, "--family", self.family,
+                 "--suite", self.recipe["suite"], "--seed", str(self.recipe["seed"]), "--out", out]  # fmt: skip
+        if "case_file" in self.recipe:
+            words += ["--cases", self.recipe["case_file"]]
+        if "corpus" in self.recipe:
+            words += ["--corpus", self.recipe["corpus"]]
+        return shlex.join(words)
+
+
+def _exact(a) -> dict:
+    a = np.asarray(a)
+    values = a.reshape(-1).tolist() if a.dtype == np.bool_ else hex_rows(a.reshape(1, -1))[0]
+    return {"shape": list(a.shape), "values": values}
+
+
+def _array(spec: dict, dtype) -> np.ndarray:
+    values = spec["values"]
+    if values and isinstance(values[0], bool):
+        return np.array(values, bool).reshape(spec["shape"])
+    from .reference import round_to
+
+    return round_to(np.array([float.fromhex(v) for v in values], np.float64).reshape(spec["shape"]), dtype)
+
+
+def case_of(record: dict):
+    """The Case a worst-input record (as_json()) was found on: from its inputs, or regenerated from its recipe."""
+    from .cases import FAMILIES, Case, load_case_file
+    from .hunt import load_corpus
+    from .reference import format_of
+
+    fmt = format_of(record["dtype"])
+    kind, recipe = record["kind"], record["recipe"]
+    if record.get("inputs"):
+        arrays = {name: _array(spec, fmt.dtype) for name, spec in record["inputs"].items()}
+        mask = arrays.pop("mask", None)
+        arrays = {name: a.astype(np.float64) for name, a in arrays.items()}
+        return Case(kind, record["family"], arrays, mask, None, record["case"])
+    if "case_file" in recipe:
+        found = load_case_file(recipe["case_file"], kind)
+    elif "corpus" in recipe:
+        found = load_corpus(recipe["corpus"], kind, fmt.name)
+    else:
+        found = FAMILIES[recipe["family"]].cases(kind, fmt, recipe["suite"], recipe["seed"])
+    return found[recipe["case_index"]]
+
+
+def replay(record, candidate=None) -> dict:
+    """Call the candidate again on the worst input's whole case; its max error and the element it is at.
+
+    record: a WorstInput or its as_json(); candidate: the Candidate or function (None: load record's target).
+    Returns {"cond_err", "ulp_err", "element", "output", "reference"}: the same numbers the row had.
+    """
+    from .adapters import _call, _targets
+    from .metrics import measure
+    from .reference import format_of
+    from .runner import Prepared
+
+    record = record.as_json() if isinstance(record, WorstInput) else record
+    if candidate is None or not hasattr(candidate, "kind"):
+        source = record["target"] if candidate is None else candidate
+        if source is None:
+            raise ValueError(f"{record['candidate']} cannot be loaded again by name: pass the function")
+        candidate = _targets.load_target(source, record["kind"])[0]
+    fmt = format_of(record["dtype"])
+    pc = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
+    y, _ = _call.call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, None)
+    tally = measure(pc.basis, y, case_index=pc.case_in_family)
+    if tally.worst is None:
+        return {"cond_err": 0.0, "ulp_err": 0.0, "element": None, "output": None, "reference": None}
+    cond, _, flat, value = tally.worst
+    position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
+    return {"cond_err": cond, "ulp_err": element_ulp(pc, flat, value), "element": position, "output": value,
+            "reference": float(pc.basis.rounded.reshape(-1)[flat])}
+
+
+def element_ulp(pc, flat: int, value: float) -> float:
+    """The ULP error of output `value` at one element, as `measure` computes it (inf where it is NaN or inf)."""
+    b = pc.basis
+    if not math.isfinite(value):
+        return math.inf
+    lo = 0.0 if b.lo is None else float(b.lo.reshape(-1)[flat])
+    diff = abs((value - float(b.hi.reshape(-1)[flat])) - lo)
+    return diff * float(b.inv_ulp.reshape(-1)[flat]) if b.inv_ulp is not None else diff / float(b.ulp.reshape(-1)[flat])
+
+
+def row_inputs(kind: str, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
+    """The inputs that made one output element: its row (and mask row), or its query with the keys and values of
+    its batch entry (and its mask row)."""
+    shape = pc.output_shape
+    if kind == "attention":
+        lead, query = position[:-2], position[-2]
+        batch = shape[:-2]
+        q, k, v = (np.broadcast_to(pc.inputs[n], batch + pc.inputs[n].shape[-2:])[lead] for n in ("q", "k", "v"))
+        mask = None
+        if pc.mask is not None:
+            mask = np.broadcast_to(pc.mask, batch + (shape[-2], k.shape[-2]))[lead][query]
+        return {"q": q[query][None, :], "k": k, "v": v}, mask
+    row = position if kind == "logsumexp" else position[:-1]
+    x = pc.inputs["x"]
+    mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
+    return {"x": x[row]}, mask

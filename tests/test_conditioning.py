@@ -1,0 +1,142 @@
+"""The conditioning scale against mpmath: sum_k |d r_i / d x_k| |x_k| from central differences of the exact function.
+
+Nothing here uses the scale's formulas: the Jacobian comes from differencing softmax, log-softmax, log-sum-exp
+and attention computed in mpmath at 120 digits (x_top - lse near 100 must keep 1e-66 of a result near 1e-43), with steps of
+1e-25 (the truncation error is about 1e-50).
+"""
+
+import mpmath
+import numpy as np
+import pytest
+
+from softaudit import conditioning
+
+DPS, STEP = 120, mpmath.mpf("1e-25")
+
+
+def _softmax(x):
+    top = max(x)
+    e = [mpmath.exp(v - top) for v in x]
+    s = mpmath.fsum(e)
+    return [v / s for v in e]
+
+
+def _lse(x):
+    top = max(x)
+    return top + mpmath.log(mpmath.fsum(mpmath.exp(v - top) for v in x))
+
+
+def _exact(kind, x):
+    if kind == "softmax":
+        return _softmax(x)
+    if kind == "log_softmax":
+        lse = _lse(x)
+        return [v - lse for v in x]
+    return [_lse(x)]
+
+
+def _scale_by_differences(kind, row):
+    """|r_i| + sum_k |J_ik| |x_k| for one row, J from central differences in mpmath."""
+    with mpmath.workdps(DPS):
+        x = [mpmath.mpf(float(v)) for v in row]
+        r = _exact(kind, x)
+        scale = [abs(v) for v in r]
+        for k in range(len(x)):
+            up, down = list(x), list(x)
+            up[k] += STEP
+            down[k] -= STEP
+            column = [(a - b) / (2 * STEP) for a, b in zip(_exact(kind, up), _exact(kind, down))]
+            for i, d in enumerate(column):
+                scale[i] += abs(d) * abs(x[k])
+        return [float(v) for v in scale], [float(v) for v in r]
+
+
+ROWS = {
+    "random": [0.3, -1.2, 2.5, 0.0, -0.7],
+    "large logits": [1000.0, 1001.0, 999.0],
+    "dominant by 40": [40.0, 0.5, -0.25, 1.0],
+    "dominant by 100": [-3.0, 100.0, 1.0, 2.0, 0.0],
+    "equal": [7.5, 7.5, 7.5, 7.5],
+    "negative offset": [-300.0, -301.5, -299.25],
+}
+
+
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax", "logsumexp"])
+@pytest.mark.parametrize("name", list(ROWS))
+def test_row_kinds_match_finite_differences_of_the_exact_function(kind, name):
+    row = ROWS[name]
+    expected, r = _scale_by_differences(kind, row)
+    r_array = np.array([r[0]]) if kind == "logsumexp" else np.array([r])
+    got = conditioning.rows(kind, np.array([row]), None, r_array).reshape(-1)
+    np.testing.assert_allclose(got, expected, rtol=1e-9, atol=0)
+
+
+def test_the_top_entry_of_a_dominant_row_keeps_its_tiny_scale():
+    """log-softmax of the top entry of [100, 0, 0]: r = -log(1 + 2e**-100), about -7.4e-44, and its scale is
+    about 101 |r|. Computing (1 - p) |x| + A - p |x| naively would give about 1e-14 here, hiding any error."""
+    row = [100.0, 0.0, 0.0]
+    expected, r = _scale_by_differences("log_softmax", row)
+    got = conditioning.rows("log_softmax", np.array([row]), None, np.array([r]))[0]
+    assert got[0] == pytest.approx(expected[0], rel=1e-9) and got[0] < 1e-40
+
+
+def test_masked_and_removed_entries_count_for_nothing():
+    x = np.array([[0.5, 3.0, -np.inf, 1.0]])
+    mask = np.array([[True, False, True, True]])  # the 3.0 is masked, the -inf removed
+    expected, r = _scale_by_differences("softmax", [0.5, 1.0])
+    ref = np.array([[r[0], 0.0, 0.0, r[1]]])
+    got = conditioning.rows("softmax", x, mask, ref)[0]
+    np.testing.assert_allclose(got[[0, 3]], expected, rtol=1e-9)
+    assert got[1] == 0 and got[2] == 0
+
+
+def _attention_exact(q, k, v, c):
+    out = []
+    for qi in q:
+        s = [c * mpmath.fsum(a * b for a, b in zip(qi, kj)) for kj in k]
+        p = _softmax(s)
+        out.append([mpmath.fsum(pj * vj[col] for pj, vj in zip(p, v)) for col in range(len(v[0]))])
+    return out
+
+
+def test_attention_is_exact_in_keys_and_values_and_bounds_the_queries_part():
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((2, 3)), rng.standard_normal((4, 3)) * 2, rng.standard_normal((4, 2))
+    c = 1 / np.sqrt(3.0)
+    with mpmath.workdps(DPS):
+        mq, mk, mv = ([[mpmath.mpf(float(a)) for a in row] for row in arr] for arr in (q, k, v))
+        mc = mpmath.mpf(float(c))
+        o = _attention_exact(mq, mk, mv, mc)
+        parts = {}
+        for name, arr in (("q", mq), ("k", mk), ("v", mv)):
+            total = [[mpmath.mpf(0)] * 2 for _ in range(2)]
+            for a in range(len(arr)):
+                for b in range(len(arr[0])):
+                    up = [list(row) for row in arr]
+                    down = [list(row) for row in arr]
+                    up[a][b] += STEP
+                    down[a][b] -= STEP
+                    args_up = {"q": mq, "k": mk, "v": mv, name: up}
+                    args_down = {"q": mq, "k": mk, "v": mv, name: down}
+                    hi = _attention_exact(args_up["q"], args_up["k"], args_up["v"], mc)
+                    lo = _attention_exact(args_down["q"], args_down["k"], args_down["v"], mc)
+                    for i in range(2):
+                        for col in range(2):
+                            total[i][col] += abs((hi[i][col] - lo[i][col]) / (2 * STEP)) * abs(arr[a][b])
+            parts[name] = np.array([[float(t) for t in row] for row in total])
+        exact_o = np.array([[float(t) for t in row] for row in o])
+    got, values = conditioning.attention(q, k, v, np.ones((2, 4), bool), exact_o, float(c))
+    np.testing.assert_allclose(got, np.abs(exact_o) + parts["v"] + 2 * parts["k"], rtol=1e-9)
+    np.testing.assert_allclose(values, parts["v"], rtol=1e-9)  # d o / d v_j = p_j: sum_j p_j |v_j|
+    assert (parts["q"] <= parts["k"] * (1 + 1e-9)).all()  # the queries' part is bounded by the keys' form
+
+
+def test_attention_chunks_give_the_same_scale(monkeypatch):
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((2, 9, 4)), rng.standard_normal((2, 7, 4)), rng.standard_normal((2, 7, 3))
+    keep = rng.random((2, 9, 7)) < 0.7
+    keep[..., 0] = True
+    o = np.zeros((2, 9, 3))
+    whole, _ = conditioning.attention(q, k, v, keep, o, 0.5)
+    monkeypatch.setattr(conditioning, "CHUNK", 7 * 3 * 2)  # two queries at a time
+    assert np.array_equal(conditioning.attention(q, k, v, keep, o, 0.5)[0], whole)
