@@ -37,7 +37,7 @@ def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: 
         if kind in ("log_softmax", "logsumexp") and abs(r) < u:
             return "absorbed", (f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that "
                                 "rounds to 1")  # fmt: skip
-        return "underflow", f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed"
+        return "underflow", f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)"
     if abs(r) < normal and kind != "logsumexp":
         return "subnormal", (f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against "
                              f"the smallest normal {_g(normal)}; the output {_g(y)} is off by {_g(abs(y - r))}")  # fmt: skip

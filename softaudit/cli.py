@@ -134,11 +134,11 @@ def _progress(quiet: bool):
               help="report format (repeatable; default: every file format; github prints annotations)")
 @click.option("--baseline", help="baseline JSON: fail only on regressions against it")
 @click.option("--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)")
-@click.option("--factor", type=_Number("factor"), help="fail past factor x the plain implementation's error, warn past "
+@click.option("--factor", type=_Number("factor"), help="fail past factor x the worst standard same-dtype algorithm's error, warn past "
               "factor x best practice's (default 2)")
 @click.option("--min-ulp", type=_Number("min_ulp"), help="max ULP error that never warns (default 1)")
 @click.option("--defect-fraction", type=_Number("defect_fraction"), help="an accuracy fail also needs an error past "
-              "2**(fraction x precision) x the conditioning (default 0.5: half the significand)")
+              "2**(fraction x precision) x the conditioning (default 0.25: a quarter of the significand)")
 @click.option("--fully-masked", type=click.Choice(["zeros", "nan", "uniform", "any"]), help="required output of a fully masked row")
 @click.option("--strict", is_flag=True, default=None, help="a warn fails the run too (exit 1)")
 @click.option("--tolerance", type=_Number("tolerance"), help="relative growth of max ULP error the gate accepts (default 0.1)")
@@ -173,7 +173,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
     # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:
         policy = Policy(factor=_pick(factor, config, "factor", 2.0), min_ulp=_pick(min_ulp, config, "min_ulp", 1.0),
-                        defect_fraction=_pick(defect_fraction, config, "defect_fraction", 0.5),
+                        defect_fraction=_pick(defect_fraction, config, "defect_fraction", 0.25),
                         fully_masked=_pick(fully_masked, config, "fully_masked", "zeros"),
                         strict=bool(_pick(strict, config, "strict", False)))  # fmt: skip
         known = gate.read_baseline(baseline) if baseline and not update_baseline else None

@@ -34,9 +34,9 @@ class Reason:
 class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed."""
 
-    factor: float = 2.0  # fail past factor x the plain implementation's error, warn past factor x best practice's
+    factor: float = 2.0  # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
     min_ulp: float = 1.0  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    defect_fraction: float = 0.5  # an accuracy fail also needs an error past 2**(defect_fraction x precision)
+    defect_fraction: float = 0.25  # an accuracy fail also needs an error past 2**(defect_fraction x precision)
     fully_masked: str = "zeros"  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
     fail_on_overflow: bool = True  # +-inf where the reference is finite
@@ -57,9 +57,10 @@ class Policy:
             raise ValueError(f"defect_fraction must be between 0 and 1, got {self.defect_fraction!r}")
 
     def fail_above(self, fmt: Format, plain_cond: float | None) -> float:
-        """The largest max_cond_err that is not an accuracy defect: max(factor x plain, 2**(fraction x p)).
+        """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
+        algorithm's, 2**(fraction x p)).
 
-        Where the plain implementation computed nothing (it overflowed, say), only the second term remains.
+        Where they computed nothing (they overflowed, say), only the second term remains.
         """
         floor = 2.0 ** (self.defect_fraction * fmt.precision)
         if plain_cond is None or not math.isfinite(plain_cond):
@@ -87,22 +88,21 @@ class Policy:
         behaviour = tally.fully_masked_behaviour
         if kind in MASKED_KINDS and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
             fails.append(Reason("fail", "fully_masked", f"fully masked rows give {behaviour}, expected {self.fully_masked}"))
-        underflow = Reason("fail" if self.fail_on_underflow else "warn", "underflow",
-                           f"{tally.underflow} zeros where the correctly rounded result is not 0")  # fmt: skip
         if self.fail_on_underflow and tally.underflow:
-            fails.append(underflow)
+            fails.append(Reason("fail", "underflow", f"{tally.underflow} zeros where the correctly rounded result is not 0"))
         if tally.elements:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
             warn_at = self.warn_above(best_ulp)
             if err > fail_at:
-                bound = f"max({_times(self.factor, 'the plain implementation', plain_cond)}, 2**{self.defect_fraction * fmt.precision:g})"
+                bound = f"max({_times(self.factor, 'the worst same-dtype algorithm', plain_cond)}, 2**{self.defect_fraction * fmt.precision:g})"
                 fails.append(Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"))
             elif tally.max_ulp > warn_at:
                 bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
                 terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if kind == "attention" else ""
                 warns.append(Reason("warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"))
         if self.warn_on_flush and tally.flushed:
-            warns.append(Reason("warn", "flushed", f"{tally.flushed} subnormal results flushed to zero"))
+            results = "result" if tally.flushed == 1 else "results"
+            warns.append(Reason("warn", "flushed", f"{tally.flushed} subnormal {results} came out 0 (flushed to zero)"))
         return fails + warns
 
     def verdict(self, reasons: list[Reason]) -> str:

@@ -113,7 +113,7 @@ class Prepared:
     @functools.cached_property
     def leak_probe(self) -> tuple[dict, np.ndarray] | None:
         """For attention with a mask: inputs with some masked keys' k and v replaced, and the queries that must not
-        change (those that may attend none of the replaced keys in any batch entry)."""
+        change (those that may attend none of the replaced keys in any batch entry, and some key in one)."""
         if self.case.kind != "attention" or self.mask is None:
             return None
         rng = np.random.default_rng(self.case_in_family)
@@ -122,7 +122,8 @@ class Prepared:
         if not masked_counts.any():
             return None
         replaced = ~keep[int(np.argmax(masked_counts))]  # the masked keys of the most masked query
-        unaffected = ~keep[:, replaced].any(axis=1)
+        # Queries with nothing kept are judged by the fully-masked rule (whatever they give moves with every key).
+        unaffected = ~keep[:, replaced].any(axis=1) & keep.any(axis=1)
         inputs = dict(self.inputs)
         for name in ("k", "v"):
             arr = inputs[name].astype(np.float64)
@@ -181,6 +182,17 @@ class _Family:
     prepared: list[Prepared]
     plain: Comparison | None = None  # the plain implementation in the dtype (None: not run yet)
     best: Comparison | None = None  # best practice
+    others: list | None = None  # the other standard same-dtype algorithms (Comparisons)
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        return [c for c in (self.plain, self.best, *(self.others or ())) if c is not None]
+
+    @property
+    def plain_cond(self) -> float | None:
+        """The largest max_cond_err of the standard same-dtype algorithms: a fail is worse than factor x this."""
+        found = [c.max_cond for c in (self.plain, *(self.others or ())) if c is not None and c.max_cond is not None]
+        return max(found) if found else None
 
 
 #: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
@@ -226,11 +238,14 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
 
 
 def _compare(fam: _Family, kind: str, timeout) -> bool:
-    """Run the plain and best-practice implementations on the family, where not yet run; False if either failed."""
+    """Run the comparisons on the family (the plain implementation, the other standard same-dtype algorithms, best
+    practice), where not yet run; False if one of them failed to run."""
     for role, pick in (("plain", builtin.plain), ("best", builtin.best)):
         if getattr(fam, role) is None:
             setattr(fam, role, _comparison(pick(kind), fam.prepared, timeout))
-    return not (fam.plain.error or fam.best.error)
+    if fam.others is None:
+        fam.others = [_comparison(c, fam.prepared, timeout) for c in builtin.standard(kind)[1:]]
+    return not any(c.error for c in fam.comparisons)
 
 
 def _comparison(candidate: Candidate, prepared: list[Prepared], timeout) -> Comparison:
@@ -387,7 +402,7 @@ def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, wo
     mine, nan_everywhere = [], []
     for family, fam in prepared.items():
         pcs = fam.prepared
-        plain = fam.plain.max_cond if fam.plain else None
+        plain = fam.plain_cond
         best = fam.best.max_ulp if fam.best else None
         row = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
                "cases": len(pcs), "plain_cond_err": plain, "best_ulp": best,
@@ -407,7 +422,7 @@ def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, wo
         if record is not None:
             worst[(candidate.name, fmt.name, family)] = record
         verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, plain, best)
-        notes = [note] + [f"{c.name} could not run: {c.error}" for c in (fam.plain, fam.best) if c and c.error] + [text]
+        notes = [note] + [f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error] + [text]
         mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "cause": cause, "fix": fix,
                                          "note": "; ".join(filter(None, notes)), "fa_ratio": _fa_ratio(parts, fam.plain),
                                          "worst_scale": record.scale if record and tally.elements else math.nan})  # fmt: skip

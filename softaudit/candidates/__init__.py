@@ -4,9 +4,10 @@ Each is a plain numpy function of the audited dtype, marked with @softaudit.cand
 is itself a target. Every built-in gives the same bits on every x86-64 CPU: its exp, log, sums and matrix products
 come from `_ops`, built from IEEE basic operations, never from numpy's CPU-dispatched ufuncs or from BLAS.
 
-Per kind two built-ins serve as comparisons in verdicts: PLAIN, the implementation a kernel engineer writes in the
-low precision without upcasting (FlashAttention's tests compare against exactly such a reference), and BEST, the
-best practice (computed in float32 for 16-bit dtypes and rounded once, in the dtype itself otherwise).
+Per kind, built-ins serve as comparisons in verdicts: PLAIN, the implementation a kernel engineer writes in the
+low precision without upcasting (FlashAttention's tests compare against exactly such a reference), with the other
+STANDARD same-dtype algorithms beside it, and BEST, the best practice (computed in float32 for 16-bit dtypes and
+rounded once, in the dtype itself otherwise).
 """
 
 from ..adapters._candidate import Candidate
@@ -22,6 +23,20 @@ PLAIN = {
     "logsumexp": "logsumexp.shifted",
     "masked_softmax": "masked_softmax.where_in_dtype",
     "attention": "attention.naive",
+}
+
+#: The standard same-dtype algorithms per kind, the plain one first: every one rounds each step to the audited
+#: dtype, and each is a textbook method (max shift; sums pairwise, as a tree reduction, or one term at a time, as
+#: a loop and numpy's bfloat16 sum; online, Milakov & Gimelshein 2018; exp2 as fused GPU kernels
+#: compute exp; division-free exp(x - lse); log1p, Blanchard, Higham & Higham 2021; FlashAttention's P in the
+#: dtype). A fail is an accuracy worse than `factor` x the worst of them: beyond what computing in the dtype costs.
+STANDARD = {
+    "softmax": ("softmax.max_shifted", "softmax.max_shifted_running", "softmax.online_b128", "softmax.exp2",
+                "softmax.division_free", "softmax.log1p_form"),
+    "log_softmax": ("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
+    "logsumexp": ("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
+    "masked_softmax": ("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
+    "attention": ("attention.naive", "attention.tiled_b64"),
 }
 
 #: The best-practice built-in per kind: computed in float32 for 16-bit dtypes, in the dtype itself otherwise.
@@ -48,9 +63,14 @@ def plain(kind: str) -> Candidate:
     return _named(PLAIN[kind])
 
 
+def standard(kind: str) -> list[Candidate]:
+    """The standard same-dtype algorithms for `kind` (STANDARD), the plain one first."""
+    return [_named(name) for name in STANDARD[kind]]
+
+
 def best(kind: str) -> Candidate:
     """The best-practice comparison for `kind`: float32 arithmetic for 16-bit dtypes, rounded once."""
     return _named(BEST[kind])
 
 
-__all__ = ["BEST", "PLAIN", "best", "builtins", "online_softmax", "plain", "tiled_attention"]
+__all__ = ["BEST", "PLAIN", "STANDARD", "best", "builtins", "online_softmax", "plain", "standard", "tiled_attention"]

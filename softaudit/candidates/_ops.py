@@ -58,6 +58,15 @@ def dtype_sum(x: np.ndarray) -> np.ndarray:
     return x
 
 
+def running_sum(x: np.ndarray) -> np.ndarray:
+    """Sum along the last axis one term at a time (recursive summation), each partial sum rounded to x's dtype, as
+    a loop kernel does and as numpy reduces bfloat16 and float8; keeps the axis (length 1)."""
+    if x.shape[-1] == 0:
+        return np.zeros(x.shape[:-1] + (1,), x.dtype)
+    with np.errstate(all="ignore"):
+        return np.add.accumulate(x, axis=-1)[..., -1:]
+
+
 def row_max(x: np.ndarray) -> np.ndarray:
     """The maximum along the last axis (keeps the axis). No -inf initial: float8_e4m3fn has no -inf (it is NaN)."""
     if x.shape[-1] == 0:

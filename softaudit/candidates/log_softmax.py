@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..adapters._candidate import candidate
-from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
+from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, running_sum, work_dtype
 from .softmax import _rest_sum, max_shifted
 
 
@@ -22,6 +22,15 @@ def shifted(x):
     log-softmax of the top entry, a tiny negative number, comes out 0 (or wrong in every digit)."""
     t = x - row_max(x)
     return t - log(dtype_sum(exp(t)))
+
+
+@candidate(kind="log_softmax", name="log_softmax.shifted_running")
+@rowwise
+def shifted_running(x):
+    """log_softmax.shifted with the sum taken one term at a time (recursive summation) in the dtype. Weakness:
+    those of shifted, and a sum error growing with n."""
+    t = x - row_max(x)
+    return t - log(running_sum(exp(t)))
 
 
 @candidate(kind="log_softmax", name="log_softmax.log1p_form")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..adapters._candidate import candidate
-from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
+from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, running_sum, work_dtype
 from .softmax import _rest_sum
 
 
@@ -22,6 +22,15 @@ def shifted(x):
     small part: the error is up to u |max| plus a few ulps of log."""
     m = row_max(x)
     return (m + log(dtype_sum(exp(x - m))))[..., 0]
+
+
+@candidate(kind="logsumexp", name="logsumexp.shifted_running")
+@rowwise
+def shifted_running(x):
+    """logsumexp.shifted with the sum taken one term at a time (recursive summation) in the dtype. Weakness: a sum
+    error growing with n, and results below u lost as in shifted."""
+    m = row_max(x)
+    return (m + log(running_sum(exp(x - m))))[..., 0]
 
 
 @candidate(kind="logsumexp", name="logsumexp.log1p_form")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters._candidate import candidate
-from ._ops import const, dtype_sum, exp, row_max, rowwise, work_dtype
+from ._ops import const, dtype_sum, exp, row_max, rowwise, running_sum, work_dtype
 from .softmax import max_shifted_f32acc
 
 
@@ -72,4 +72,16 @@ def where_in_dtype(x, mask):
     m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))
     e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
     s = dtype_sum(e)
+    return np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)
+
+
+@candidate(kind="masked_softmax", name="masked_softmax.where_running")
+@rowwise
+def where_running(x, mask):
+    """where_in_dtype with the sum taken one term at a time (recursive summation) in the dtype. Weakness: a sum
+    error growing with n ((n - 1) u at worst)."""
+    zero = np.zeros((), x.dtype)
+    m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))
+    e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
+    s = running_sum(e)
     return np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters._candidate import candidate
-from ._ops import const, dtype_sum, exp, log, log1p, row_max, rowwise, work_dtype
+from ._ops import const, dtype_sum, exp, log, log1p, row_max, rowwise, running_sum, work_dtype
 from ._ops import exp2 as _exp2  # the name exp2 is the candidate below
 
 
@@ -29,6 +29,16 @@ def max_shifted(x):
     dtype's rounding once per level of the sum (about log2(n) ulps)."""
     e = exp(x - row_max(x))
     return e / dtype_sum(e)
+
+
+@candidate(kind="softmax", name="softmax.max_shifted_running")
+@rowwise
+def max_shifted_running(x):
+    """exp(x - max) / sum in the dtype, the sum taken one term at a time (recursive summation), as a loop does and
+    as numpy sums bfloat16. Weakness: the sum's error grows with n ((n - 1) u at worst); in bfloat16 a sum of
+    terms near 1 stops growing at 256."""
+    e = exp(x - row_max(x))
+    return e / running_sum(e)
 
 
 @candidate(kind="softmax", name="softmax.max_shifted_f32acc")

@@ -51,7 +51,7 @@ class Finding:
 def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
     """(verdict, reasons, max conditioning-scaled error, events) for one input, by the rules of `softaudit run`.
 
-    comparisons: the plain and the best-practice implementations of the kind."""
+    comparisons: (the standard same-dtype algorithms of the kind, its best-practice implementation)."""
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
     pc = Prepared(case, fmt, 0)
     try:
@@ -59,11 +59,12 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
     except CandidateError as exc:
         return "fail", [str(exc)], math.inf, 1
     tally = measure(pc.basis, y, case_index=0)
-    bounds = []
-    for comparison in comparisons:
-        theirs = measure(pc.basis, call(comparison, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
-        bounds.append(theirs.max_cond_err if theirs.elements else None)
-    reasons = policy.judge(kind, fmt, tally, *bounds)
+    standard, best = comparisons
+    theirs = [measure(pc.basis, call(c, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
+              for c in (*standard, best)]  # fmt: skip
+    plain_cond = max((t.max_cond_err for t in theirs[:-1] if t.elements), default=None)
+    best_ulp = theirs[-1].max_ulp if theirs[-1].elements else None
+    reasons = policy.judge(kind, fmt, tally, plain_cond, best_ulp)
     broken = {} if pc.probes is None else invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
     events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
@@ -72,7 +73,7 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
 
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:
     kind = candidate.kind
-    comparisons = (builtin.plain(kind), builtin.best(kind))
+    comparisons = (builtin.standard(kind), builtin.best(kind))
     strategy = _strategies.attention(fmt) if kind == "attention" else _strategies.rows(kind, fmt)
     state = {"examples": 0, "last": None}
     start = time.monotonic()

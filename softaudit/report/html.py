@@ -59,7 +59,7 @@ def _fix_table(table) -> str:
     return ("<table id='fix'><tr><th>verdict</th><th>candidate</th><th>dtype</th><th>families</th><th>error</th>"
             f"<th>max ulp</th><th>why</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
             "(u x scale), the error against the problem's conditioning; fail = a defect (an event, or past both "
-            "2 x the plain implementation in the dtype and half the dtype's bits), warn = sound but below best "
+            "2 x every standard algorithm in the dtype and a quarter of the dtype's bits), warn = sound but below best "
             "practice (docs/policy.md).</p>")  # fmt: skip
 
 

@@ -50,7 +50,7 @@ def test_file_function_and_an_unmarked_function_with_a_kind(target_file):
 
 
 def test_modules_and_module_functions():
-    assert len(load_target("softaudit.candidates.softmax")) == 7
+    assert len(load_target("softaudit.candidates.softmax")) == 8
     (naive,) = load_target("softaudit.candidates.softmax:naive")
     assert naive.name == "softmax.naive"
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from softaudit import candidates
-from softaudit.candidates import BEST, PLAIN, best, masked_softmax, plain
+from softaudit.candidates import BEST, PLAIN, STANDARD, best, masked_softmax, plain, standard
 
 KINDS = ["softmax", "log_softmax", "logsumexp", "masked_softmax", "attention"]
 
@@ -16,6 +16,8 @@ def test_every_kind_has_a_plain_and_a_best_practice_builtin():
     for kind in KINDS:
         assert plain(kind).kind == best(kind).kind == kind
         assert plain(kind).name == PLAIN[kind] in names and best(kind).name == BEST[kind] in names
+        assert [c.name for c in standard(kind)] == list(STANDARD[kind]) and STANDARD[kind][0] == PLAIN[kind]
+        assert BEST[kind] not in STANDARD[kind] and all(c.kind == kind for c in standard(kind))
 
 
 def _row(rng, n, dtype):
