@@ -47,3 +47,42 @@ def test_the_allowance_edge():
     old = {"rows": {"x": row(max_ulp=10.0)}}
     assert not gate.compare(old, {"rows": {"x": row(max_ulp=11.0)}}).failed
     assert gate.compare(old, {"rows": {"x": row(max_ulp=11.01)}}).failed
+
+
+HERE = {"machine": "x86_64", "numpy_simd": ["X86_V3"], "blas": "scipy-openblas 0.3.31 Haswell"}
+THERE = {"machine": "x86_64", "numpy_simd": ["X86_V3", "X86_V4"], "blas": "scipy-openblas 0.3.31 SkylakeX"}
+
+
+def test_on_another_platform_only_a_worse_verdict_regresses():
+    """What the issue measured: numpy's exp2 flushing on AVX-512 (new underflow events) and OpenBLAS's kernels
+    (more ULPs) are platform differences there; pass -> warn, warn -> fail and pass -> fail still regress."""
+    old = {"platform": HERE, "rows": {
+        "exp2": row("warn", 3.0), "blas": row(max_ulp=919.0), "w": row(), "f": row("warn", 2.0), "p": row(),
+        "same": row("fail", 9.0),
+    }}  # fmt: skip
+    new = {"platform": THERE, "rows": {
+        "exp2": row("warn", 3.0, underflow=39), "blas": row(max_ulp=2350.0), "w": row("warn", 3.0),
+        "f": row("fail", 2.0), "p": row("fail", 0.5), "same": row("fail", 9.0),
+    }}  # fmt: skip
+    result = gate.compare(old, new)
+    assert not result.same_platform and "numpy_simd" in result.platform_change and "SkylakeX" in result.platform_change
+    assert {c.key: c.what for c in result.regressions} == {
+        "w": "pass became warn; max error 0.5 -> 3 ulp", "f": "warn became fail", "p": "pass became fail"}
+    platform = {c.key: c.what for c in result.platform}
+    assert set(platform) == {"exp2", "blas"} and "new underflow events (39)" in platform["exp2"]
+    assert "919 -> 2.35e+03 ulp" in platform["blas"] and "(still pass)" in platform["blas"]
+    assert [c.key for c in result.known] == ["same"]
+
+
+def test_on_the_same_platform_the_strict_rules_hold():
+    old = {"platform": HERE, "rows": {"exp2": row("warn", 3.0), "blas": row(max_ulp=919.0)}}
+    new = {"platform": dict(HERE), "rows": {"exp2": row("warn", 3.0, underflow=39), "blas": row(max_ulp=2350.0)}}
+    result = gate.compare(old, new)
+    assert result.same_platform and result.platform_change == ""
+    assert {c.key for c in result.regressions} == {"exp2", "blas"} and not result.platform
+
+
+def test_a_baseline_without_a_platform_counts_as_another_platform():
+    old = {"rows": {"x": row(max_ulp=1.0)}}
+    result = gate.compare(old, {"platform": HERE, "rows": {"x": row(max_ulp=5.0)}})
+    assert result.platform_change == "the baseline records no platform" and not result.failed
