@@ -1,0 +1,30 @@
+"""The results table's columns are exactly the ones docs/metrics.md defines, in its `| column | definition |` tables."""
+
+import re
+from pathlib import Path
+
+import softaudit
+from softaudit.runner import COLUMNS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
+
+
+def documented_columns() -> list[str]:
+    names, in_table = [], False
+    for line in DOC.read_text().splitlines():
+        if line.startswith("| column | definition |"):
+            in_table = True
+        elif not line.startswith("|"):
+            in_table = False
+        elif in_table and not line.startswith("|---"):
+            names += re.findall(r"`([a-z_0-9]+)`", line.split("|")[1])
+    return names
+
+
+def test_every_column_is_documented_once_and_nothing_else_is():
+    documented = documented_columns()
+    assert len(documented) == len(set(documented)), "a column is defined twice"
+    table = softaudit.audit("softaudit.candidates.softmax:max_shifted", dtypes=["float16"], suite="quick",
+                            families=["textbook"]).table  # fmt: skip
+    assert list(table.columns) == list(COLUMNS)
+    assert sorted(documented) == sorted(COLUMNS)
