@@ -2,7 +2,7 @@
 
 A row's worst element is the one with the largest conditioning-scaled error (or, where nothing could be compared,
 the first NaN or inf). Its record holds the whole case the candidate was called on (every array, as hex floats)
-when that is at most `WorstInput.MAX_VALUES` values, and always the recipe that regenerates it bit for bit: the
+when that is at most `WorstInput.MAX_VALUES` (512) values, and always the recipe that regenerates it bit for bit: the
 families are deterministic, so suite, seed, family and case index give the same arrays again; a case file or a
 corpus is read again. Replaying calls the candidate on the whole case, as the audit did: a BLAS kernel can round a
 batch differently from one row taken alone.
@@ -42,7 +42,7 @@ class WorstInput:
     inputs: dict | None = None  # name -> the whole case's array in the dtype (mask: boolean); None when too big
 
     #: Cases with more values than this keep only the recipe.
-    MAX_VALUES = 4096
+    MAX_VALUES = 512
 
     def as_json(self) -> dict:
         """Every float as a hex string (float.hex), so the case replays bit for bit."""

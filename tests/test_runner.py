@@ -93,6 +93,10 @@ def test_worst_inputs_are_exact_and_replay_to_the_same_error():
     again = W.replay(record)  # loads the candidate by its target name and calls it on the whole case
     assert again["cond_err"] == row.max_cond_err and again["element"] == record["element"]
     assert W.replay(record, log_softmax.shifted)["cond_err"] == row.max_cond_err
+    by_recipe = dict(record, inputs=None)  # a large case keeps only the recipe: the family makes it again
+    assert W.replay(by_recipe)["cond_err"] == row.max_cond_err
+    long = result.worst[("log_softmax.shifted", "float32", "long")]
+    assert long.inputs is None and W.replay(long)["cond_err"] == result.table.set_index("family").max_cond_err["long"]
 
 
 def test_attention_mask_leak_is_detected_by_moving_masked_values():
