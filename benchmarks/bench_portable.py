@@ -1,0 +1,45 @@
+"""Speed of the built-ins' portable arithmetic against numpy's own (ratios measured in one run; not a test).
+
+    python benchmarks/bench_portable.py
+
+The built-ins compute exp, log and matrix products from IEEE basic operations (softaudit/candidates/_libm.py,
+_ops.matmul) so that they give the same bits on every CPU; this prints what that costs against numpy's
+SIMD-dispatched ufuncs and BLAS on the same inputs.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from softaudit.candidates import _ops
+
+
+def best_of(fn, repeat: int = 5) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main() -> None:
+    rng = np.random.default_rng(0)
+    for dtype in (np.float32, np.float64):
+        x = (rng.standard_normal(1 << 20) * 10).astype(dtype)
+        positive = np.abs(x) + dtype(1e-3)
+        for name, ours, theirs in (("exp", lambda: _ops.exp(x), lambda: np.exp(x)),
+                                   ("log", lambda: _ops.log(positive), lambda: np.log(positive))):  # fmt: skip
+            a, b = best_of(ours), best_of(theirs)
+            print(f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, numpy {b * 1e3:6.2f} ms, "
+                  f"ratio {a / b:5.1f}x")  # fmt: skip
+        p, v = rng.standard_normal((8, 128, 512)).astype(dtype), rng.standard_normal((8, 512, 64)).astype(dtype)
+        a, b = best_of(lambda: _ops.matmul(p, v, dtype)), best_of(lambda: p @ v)
+        print(f"matmul {np.dtype(dtype).name:8s} (8, 128, 512) @ (8, 512, 64): portable {a * 1e3:7.2f} ms, BLAS "
+              f"{b * 1e3:6.2f} ms, ratio {a / b:5.1f}x")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
