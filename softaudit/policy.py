@@ -49,10 +49,10 @@ class Policy:
     def __post_init__(self):
         if self.fully_masked not in FULLY_MASKED_RULES:
             raise ValueError(f"fully_masked must be one of {', '.join(FULLY_MASKED_RULES)}, got {self.fully_masked!r}")
-        if not self.factor > 0:
-            raise ValueError(f"factor must be positive, got {self.factor!r}")
-        if not self.min_ulp >= 0:
-            raise ValueError(f"min_ulp must be non-negative, got {self.min_ulp!r}")
+        if not 0 < self.factor < math.inf:  # (inf x a comparison's 0 would be NaN: a bound nothing passes)
+            raise ValueError(f"factor must be positive and finite, got {self.factor!r}")
+        if not 0 <= self.min_ulp < math.inf:
+            raise ValueError(f"min_ulp must be non-negative and finite, got {self.min_ulp!r}")
         if not 0 <= self.defect_fraction <= 1:
             raise ValueError(f"defect_fraction must be between 0 and 1, got {self.defect_fraction!r}")
 

@@ -1,53 +1,176 @@
 """Every field of Policy, at a non-default value, changes what its rule decides; each rule on hand-made tallies.
 
-Thresholds are computed here from the documented formulas (docs/policy.md), with the dtypes' precisions written out.
+Thresholds are computed here from the documented formulas (docs/policy.md), never read back from policy.py:
+fail_above = max(factor x plain_cond, 2**(defect_fraction x p)) and warn_above = max(factor x best_ulp, min_ulp),
+with the dtypes' precisions p written out. The last tests run whole audits on small candidates written here.
 """
 
+import dataclasses
 import math
 
+import numpy as np
 import pytest
 
+import softaudit
 from softaudit.metrics import Tally
 from softaudit.policy import Policy
 from softaudit.reference import format_of
 
 F16, BF16, F32, F64 = (format_of(d) for d in ("float16", "bfloat16", "float32", "float64"))
+NAN, INF = math.nan, math.inf
+
+#: Each field at a non-default value, and the tests below that show it changes a decision.
+NON_DEFAULT = {
+    "factor": 40.0,  # test_factor_*, test_an_accuracy_defect_*, test_factor_and_defect_fraction_*
+    "min_ulp": 2.0,  # test_min_ulp_*, test_a_softmax_in_the_dtype_*
+    "defect_fraction": 0.5,  # test_defect_fraction_*, test_factor_and_defect_fraction_*
+    "fully_masked": "nan",  # test_fully_masked_*, test_nan_on_fully_masked_rows_*
+    "fail_on_nan": False,  # test_each_event_*
+    "fail_on_overflow": False,
+    "fail_on_mask_leak": False,
+    "nan_propagation": False,
+    "fail_on_underflow": True,  # test_underflow_*
+    "warn_on_flush": False,  # test_flushed_*
+    "strict": True,  # test_strict_*, test_a_softmax_in_the_dtype_*
+}
 
 
 def tally(**fields) -> Tally:
+    """A tally of one case with 10 compared elements, exact unless told otherwise."""
     return Tally(**({"cases": 1, "elements": 10} | fields))
 
 
 def rules(policy, t, kind="softmax", fmt=F16, plain=1.0, best=0.5):
+    """(verdict, rule) of each reason judge gives, in its order."""
     return [(r.verdict, r.rule) for r in policy.judge(kind, fmt, t, plain, best)]
 
 
-def test_the_precisions_and_the_fail_bound():
+# -- the fields and their defaults --------------------------------------------------------------------------------
+
+
+def test_every_field_has_a_non_default_value_tested_and_the_defaults_are_the_documented_ones():
+    """A field added to Policy without a test here fails this; the defaults are docs/policy.md's."""
+    fields = {f.name: f.default for f in dataclasses.fields(Policy)}
+    assert set(fields) == set(NON_DEFAULT)
+    assert fields == {"factor": 2.0, "min_ulp": 1.0, "defect_fraction": 0.25, "fully_masked": "zeros",
+                      "fail_on_nan": True, "fail_on_overflow": True, "fail_on_mask_leak": True,
+                      "fail_on_underflow": False, "warn_on_flush": True, "nan_propagation": True, "strict": False}
+    assert all(NON_DEFAULT[name] != default for name, default in fields.items())
+    assert Policy(**NON_DEFAULT) != Policy()  # every value is accepted together
+
+
+def test_the_dtype_precisions():
+    """p, the significand bits with the leading one: 11, 8, 24, 53."""
     assert [f.precision for f in (F16, BF16, F32, F64)] == [11, 8, 24, 53]
-    default = Policy()
-    assert default.fail_above(F16, 10.0) == 20.0  # 2 x 10 beats 2**2.75 = 6.73
-    assert default.fail_above(F16, 1.0) == pytest.approx(2**2.75)
-    assert default.fail_above(F64, 1.0) == pytest.approx(2**13.25)
-    assert default.fail_above(BF16, None) == default.fail_above(BF16, math.nan) == default.fail_above(BF16, math.inf) == 4.0
-    assert Policy(factor=8).fail_above(F16, 10.0) == 80.0
-    assert Policy(defect_fraction=0.5).fail_above(F32, 1.0) == 2.0**12
-    assert Policy(defect_fraction=0.0).fail_above(F32, 0.1) == 1.0
 
 
-def test_the_warn_bound():
-    assert Policy().warn_above(0.5) == 1.0 and Policy().warn_above(3.0) == 6.0 and Policy().warn_above(None) == 1.0
-    assert Policy(min_ulp=10).warn_above(3.0) == 10.0 and Policy(factor=4).warn_above(3.0) == 12.0
+# -- fail_above and warn_above ------------------------------------------------------------------------------------
 
 
-def test_accuracy_defect_and_below_best_practice():
+@pytest.mark.parametrize(
+    "fmt, floor",
+    [(F16, 6.727171322029716), (BF16, 4.0), (F32, 64.0), (F64, 9741.98468610229)],  # 2**2.75, 2**2, 2**6, 2**13.25
+)
+def test_fail_above_is_the_floor_where_the_plain_error_is_small_or_missing(fmt, floor):
+    """The floor 2**(0.25 p) wins over 2 x a small plain error, and is all there is without a finite one."""
+    assert floor == pytest.approx(2 ** (0.25 * fmt.precision), rel=1e-15)
+    for plain in (0.0, 1.0, floor / 2, None, NAN, INF):
+        assert Policy().fail_above(fmt, plain) == pytest.approx(floor, rel=1e-15)
+
+
+def test_fail_above_is_factor_times_the_plain_error_past_the_floor():
+    """2 x plain_cond once that passes the floor, in each dtype."""
+    assert Policy().fail_above(F16, 10.0) == 20.0  # 20 > 6.73
+    assert Policy().fail_above(BF16, 2.5) == 5.0  # 5 > 4
+    assert Policy().fail_above(F32, 100.0) == 200.0  # 200 > 64
+    assert Policy().fail_above(F64, 1e4) == 2e4  # 2e4 > 9742
+    assert Policy().fail_above(F32, 31.0) == 64.0  # 62 < 64: the floor
+
+
+def test_factor_scales_fail_above_and_warn_above():
+    """factor multiplies both the plain error (fail) and best practice's (warn)."""
+    assert Policy(factor=40).fail_above(F16, 10.0) == 400.0 and Policy().fail_above(F16, 10.0) == 20.0
+    assert Policy(factor=0.5).fail_above(F32, 100.0) == 64.0  # 50 < 64: the floor again
+    assert Policy(factor=40).warn_above(3.0) == 120.0 and Policy().warn_above(3.0) == 6.0
+    assert Policy(factor=40).fail_above(F16, None) == pytest.approx(2**2.75)  # no plain error: factor plays no part
+
+
+def test_defect_fraction_moves_the_floor():
+    """The floor is 2**(defect_fraction x p): 0 gives 1, 1 gives 2**p."""
+    assert Policy(defect_fraction=0.5).fail_above(F32, 1.0) == 4096.0 and Policy().fail_above(F32, 1.0) == 64.0
+    assert Policy(defect_fraction=1.0).fail_above(F16, 1.0) == 2048.0
+    assert Policy(defect_fraction=1.0).fail_above(BF16, None) == 256.0
+    assert Policy(defect_fraction=0.0).fail_above(F64, 0.1) == 1.0
+    assert Policy(defect_fraction=0.0).fail_above(F64, 3.0) == 6.0  # then 2 x plain wins
+
+
+def test_min_ulp_is_the_floor_of_warn_above():
+    """warn_above = max(2 x best_ulp, min_ulp); only min_ulp without a finite best practice."""
+    assert Policy().warn_above(0.5) == 1.0 and Policy().warn_above(0.25) == 1.0 and Policy().warn_above(3.0) == 6.0
+    assert Policy(min_ulp=10).warn_above(3.0) == 10.0 and Policy(min_ulp=10).warn_above(7.0) == 14.0
+    assert Policy(min_ulp=0).warn_above(0.25) == 0.5
+    for best in (None, NAN, INF):
+        assert Policy().warn_above(best) == 1.0 and Policy(min_ulp=2.5).warn_above(best) == 2.5
+
+
+# -- judge: accuracy ----------------------------------------------------------------------------------------------
+
+
+def test_an_accuracy_defect_fails_past_fail_above_and_not_at_it():
+    """defect: max_cond_err > max(2 x plain, floor), strictly; below it a large ULP error only warns."""
+    plain = 4.0  # fail_above = max(8, 6.73) = 8 in float16
+    assert rules(Policy(), tally(max_cond_err=8.001, max_ulp=0.4), plain=plain) == [("fail", "defect")]
+    assert rules(Policy(), tally(max_cond_err=8.0, max_ulp=0.4), plain=plain) == []
+    assert rules(Policy(), tally(max_cond_err=8.0, max_ulp=50.0), plain=plain) == [("warn", "below_best")]
+    assert rules(Policy(), tally(max_cond_err=6.8, max_ulp=0.4), plain=None) == [("fail", "defect")]  # > 6.73
+    assert rules(Policy(), tally(max_cond_err=6.7, max_ulp=0.4), plain=NAN) == []
+
+
+def test_factor_turns_a_defect_into_a_warning():
+    """factor=40: 30 x the conditioning is below 40 x 1, and 100 ulp is still past 40 x 0.5."""
     defect = tally(max_cond_err=30.0, max_ulp=100.0)  # past max(2 x 1, 6.73) in float16
     assert rules(Policy(), defect) == [("fail", "defect")]
-    assert rules(Policy(factor=40), defect) == [("warn", "below_best")]  # 30 < 40 x 1; 100 ulp > 40 x 0.5
-    assert rules(Policy(defect_fraction=0.5), defect) == [("warn", "below_best")]  # 30 < 2**5.5 = 45.3
+    assert rules(Policy(factor=40), defect) == [("warn", "below_best")]
+    assert rules(Policy(factor=400), defect) == []  # 100 ulp < 400 x 0.5
+
+
+def test_defect_fraction_turns_a_defect_into_a_warning_and_back():
+    """defect_fraction=0.5 lifts the float16 floor to 2**5.5 = 45.3; 0 lowers it to 1."""
+    defect = tally(max_cond_err=30.0, max_ulp=100.0)
+    assert rules(Policy(defect_fraction=0.5), defect) == [("warn", "below_best")]
+    assert rules(Policy(defect_fraction=0.5), tally(max_cond_err=46.0, max_ulp=100.0)) == [("fail", "defect")]
+    small = tally(max_cond_err=1.5, max_ulp=0.4)  # plain 0.5: 2 x 0.5 = 1 < 1.5
+    assert rules(Policy(), small, plain=0.5) == []
+    assert rules(Policy(defect_fraction=0), small, plain=0.5) == [("fail", "defect")]
+
+
+def test_min_ulp_silences_below_best_practice():
+    """below_best: max_ulp > max(2 x best_ulp, min_ulp); min_ulp=2 lets 1.5 ulp pass."""
     below = tally(max_cond_err=2.0, max_ulp=1.5)
     assert rules(Policy(), below) == [("warn", "below_best")]
     assert rules(Policy(min_ulp=2), below) == []
-    assert rules(Policy(), tally(max_cond_err=2.0, max_ulp=0.9)) == []
+    assert rules(Policy(), tally(max_cond_err=2.0, max_ulp=1.0)) == []  # at the bound: no warning
+    assert rules(Policy(min_ulp=0), tally(max_cond_err=0.1, max_ulp=1.01)) == [("warn", "below_best")]  # > 2 x 0.5
+    assert rules(Policy(), tally(max_ulp=5.0), best=3.0) == [] and rules(Policy(), tally(max_ulp=6.5), best=3.0) != []
+
+
+def test_nothing_compared_is_not_judged_on_accuracy():
+    """With no compared elements the accuracy rules stay quiet, whatever the measures say."""
+    assert rules(Policy(), tally(elements=0, max_cond_err=1e9, max_ulp=1e9)) == []
+    assert rules(Policy(), tally(elements=1, max_cond_err=1e9, max_ulp=1e9)) == [("fail", "defect")]
+
+
+def test_the_texts_give_the_numbers_and_the_bound():
+    """The defect text names the error and both terms; attention's warning adds the error in ulps of sum p|v|."""
+    (defect,) = Policy().judge("softmax", F16, tally(max_cond_err=30.0, max_ulp=0.4), 4.0, 0.5)
+    assert defect.text == "error 30 x the conditioning > 8 = max(2 x the worst same-dtype algorithm's 4, 2**2.75)"
+    (warn,) = Policy().judge("attention", F32, tally(max_cond_err=1.0, max_ulp=3.0, max_ulp_vsum=0.7), 1.0, 0.5)
+    assert warn.text == "max error 3 ulp (0.7 ulp of sum p|v|) > 1 = max(2 x best practice's 0.5, 1)"
+    (warn,) = Policy(min_ulp=2).judge("softmax", F32, tally(max_ulp=3.0), 1.0, None)
+    assert warn.text == "max error 3 ulp > 2 = max(best practice: nothing compared, 2)"
+
+
+# -- judge: events ------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -59,49 +182,208 @@ def test_accuracy_defect_and_below_best_practice():
         ("nan_propagation", {"nan_not_propagated": 1}, "nan_propagation"),
     ],
 )
-def test_each_event_fails_unless_its_field_is_off(field, events, rule):
+@pytest.mark.parametrize("kind", ["softmax", "masked_softmax", "attention"])
+def test_each_event_fails_unless_its_field_is_off(field, events, rule, kind):
+    """Each event fails by default, for its own rule only, and not at all with its field False."""
     t = tally(**events)
-    assert ("fail", rule) in rules(Policy(), t, kind="masked_softmax")
-    assert rules(Policy(**{field: False}), t, kind="masked_softmax") == []
+    assert rules(Policy(), t, kind=kind) == [("fail", rule)]
+    assert rules(Policy(**{field: False}), t, kind=kind) == []
+    others = {name: False for name in ("fail_on_nan", "fail_on_overflow", "fail_on_mask_leak", "nan_propagation")}
+    assert rules(Policy(**(others | {field: True})), t, kind=kind) == [("fail", rule)]
 
 
-def test_underflow_fails_only_when_asked_and_flushes_warn_unless_off():
+def test_the_event_texts_count_what_happened():
+    """Counts appear in the texts; a mask leak reads differently for attention."""
+    texts = [r.text for r in Policy().judge("masked_softmax", F16, tally(nan=3, overflow=2, mask_leak=5), 1.0, 0.5)]
+    assert texts == ["3 NaN where the exact result is defined", "2 inf where the exact result is finite",
+                     "mask leak: masked entries get probability (5 elements)"]
+    (leak,) = Policy().judge("attention", F16, tally(mask_leak=4), 1.0, 0.5)
+    assert leak.text == "mask leak: outputs move when masked keys change (4 elements)"
+
+
+def test_underflow_fails_only_when_asked():
+    """fail_on_underflow is off by default: zeros where the rounded result is not 0 fail only with it on."""
     t = tally(underflow=4)
-    assert rules(Policy(), t) == [] and rules(Policy(fail_on_underflow=True), t) == [("fail", "underflow")]
-    flushed = tally(flushed=7)
-    assert rules(Policy(), flushed) == [("warn", "flushed")] and rules(Policy(warn_on_flush=False), flushed) == []
+    assert rules(Policy(), t) == []
+    assert rules(Policy(fail_on_underflow=True), t) == [("fail", "underflow")]
+    assert rules(Policy(fail_on_underflow=True), tally()) == []
+
+
+def test_flushed_results_warn_unless_warn_on_flush_is_off():
+    """Flushed subnormals warn by default (1 result, or n results), never with warn_on_flush=False."""
+    assert rules(Policy(), tally(flushed=7)) == [("warn", "flushed")]
+    assert rules(Policy(warn_on_flush=False), tally(flushed=7)) == []
+    assert [r.text for r in Policy().judge("softmax", F16, tally(flushed=1), 1.0, 0.5)] == [
+        "1 subnormal result came out 0 (flushed to zero)"]
+    assert rules(Policy(min_ulp=1e9), tally(flushed=2)) == [("warn", "flushed")]  # min_ulp does not silence it
 
 
 @pytest.mark.parametrize("behaviour", ["nan", "uniform", "zeros", "other"])
-def test_fully_masked_rows_must_give_what_the_policy_asks(behaviour):
+@pytest.mark.parametrize("kind", ["masked_softmax", "attention"])
+def test_fully_masked_rows_must_give_what_the_policy_asks(behaviour, kind):
+    """A masked kind's fully masked rows must give the policy's behaviour ("zeros" by default); "any" takes all."""
     t = tally(fully_masked={behaviour: 2})
+    assert rules(Policy(), t, kind=kind) == ([] if behaviour == "zeros" else [("fail", "fully_masked")])
     for wanted in ("zeros", "nan", "uniform"):
         expected = [] if behaviour == wanted else [("fail", "fully_masked")]
-        assert rules(Policy(fully_masked=wanted), t, kind="masked_softmax") == expected
-        assert rules(Policy(fully_masked=wanted), t, kind="attention") == expected
-    assert rules(Policy(fully_masked="any"), t, kind="masked_softmax") == []
-    assert rules(Policy(), t, kind="softmax") == []  # not a masked kind
+        assert rules(Policy(fully_masked=wanted), t, kind=kind) == expected
+    assert rules(Policy(fully_masked="any"), t, kind=kind) == []
 
 
-def test_verdict_and_what_fails_a_run():
-    policy, strict = Policy(), Policy(strict=True)
-    t = tally(nan=1, flushed=1)
-    assert policy.verdict(policy.judge("softmax", F16, t, 1.0, 0.5)) == "fail"
-    assert policy.verdict(policy.judge("softmax", F16, tally(flushed=1), 1.0, 0.5)) == "warn"
+def test_fully_masked_reads_the_behaviour_of_the_rows_seen():
+    """Mixed behaviours fail every rule but "any"; zero counts and plain kinds are not judged."""
+    mixed = tally(fully_masked={"nan": 1, "zeros": 3})
+    assert mixed.fully_masked_behaviour == "mixed"
+    for wanted in ("zeros", "nan", "uniform"):
+        assert rules(Policy(fully_masked=wanted), mixed, kind="masked_softmax") == [("fail", "fully_masked")]
+    assert rules(Policy(fully_masked="any"), mixed, kind="masked_softmax") == []
+    (reason,) = Policy(fully_masked="nan").judge("attention", F16, mixed, 1.0, 0.5)
+    assert reason.text == "fully masked rows give mixed, expected nan"
+    none_seen = tally(fully_masked={"nan": 0, "zeros": 2})  # a count of 0 is not a behaviour seen
+    assert none_seen.fully_masked_behaviour == "zeros" and rules(Policy(), none_seen, kind="masked_softmax") == []
+    for kind in ("softmax", "log_softmax", "logsumexp"):
+        assert rules(Policy(), tally(fully_masked={"nan": 2}), kind=kind) == []
+
+
+def test_fails_come_before_warnings_in_rule_order():
+    """Every broken rule is listed: fails in rule order, then warnings."""
+    t = tally(nan=1, overflow=1, mask_leak=1, nan_not_propagated=1, fully_masked={"uniform": 1}, underflow=1,
+              max_cond_err=100.0, max_ulp=100.0, flushed=1)
+    assert rules(Policy(fail_on_underflow=True), t, kind="masked_softmax") == [
+        ("fail", "nan"), ("fail", "overflow"), ("fail", "mask_leak"), ("fail", "nan_propagation"),
+        ("fail", "fully_masked"), ("fail", "underflow"), ("fail", "defect"), ("warn", "flushed")]
+    t.max_cond_err = 1.0  # no defect: below best practice warns instead (the two never come together)
+    assert rules(Policy(), t, kind="masked_softmax")[-2:] == [("warn", "below_best"), ("warn", "flushed")]
+
+
+# -- verdict, failed, strict --------------------------------------------------------------------------------------
+
+
+def test_verdict_is_the_worst_reason():
+    """fail if a reason fails, warn if there are only warnings, pass with none."""
+    policy = Policy()
+    assert policy.verdict(policy.judge("softmax", F16, tally(nan=1, flushed=1), 1.0, 0.5)) == "fail"
+    assert policy.verdict(policy.judge("softmax", F16, tally(flushed=1, max_ulp=3.0), 1.0, 0.5)) == "warn"
+    assert policy.verdict(policy.judge("softmax", F16, tally(), 1.0, 0.5)) == "pass"
     assert policy.verdict([]) == "pass"
-    assert not policy.failed(["pass", "warn", "skip"]) and policy.failed(["pass", "error"]) and policy.failed(["fail"])
-    assert strict.failed(["pass", "warn"]) and not strict.failed(["pass", "skip"])
+
+
+def test_strict_makes_a_warning_fail_the_run():
+    """A fail or an error always fails a run; a warning does only with strict; skip and pass never do."""
+    default, strict = Policy(), Policy(strict=True)
+    for policy in (default, strict):
+        assert policy.failed(["pass", "fail"]) and policy.failed(["error"]) and policy.failed(("skip", "error"))
+        assert not policy.failed(["pass", "skip"]) and not policy.failed([])
+    assert not default.failed(["pass", "warn", "skip"])
+    assert strict.failed(["pass", "warn", "skip"]) and strict.failed(iter(["warn"]))
+    assert strict.verdict(strict.judge("softmax", F16, tally(flushed=1), 1.0, 0.5)) == "warn"  # the row stays a warn
+
+
+# -- validation ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
     "fields, message",
     [
-        ({"factor": 0}, "factor must be positive"),
-        ({"min_ulp": -1}, "min_ulp must be non-negative"),
-        ({"defect_fraction": 1.5}, "defect_fraction must be between 0 and 1"),
-        ({"fully_masked": "ones"}, "fully_masked must be one of"),
+        ({"factor": 0}, "factor must be positive and finite, got 0"),
+        ({"factor": math.inf}, "factor must be positive and finite, got inf"),
+        ({"min_ulp": math.inf}, "min_ulp must be non-negative and finite, got inf"),
+        ({"factor": -2.0}, "factor must be positive"),
+        ({"factor": NAN}, "factor must be positive"),
+        ({"min_ulp": -1}, "min_ulp must be non-negative and finite, got -1"),
+        ({"min_ulp": NAN}, "min_ulp must be non-negative"),
+        ({"defect_fraction": 1.5}, "defect_fraction must be between 0 and 1, got 1.5"),
+        ({"defect_fraction": -0.1}, "defect_fraction must be between 0 and 1"),
+        ({"defect_fraction": NAN}, "defect_fraction must be between 0 and 1"),
+        ({"fully_masked": "ones"}, "fully_masked must be one of zeros, nan, uniform, any, got 'ones'"),
+        ({"fully_masked": "Zeros"}, "fully_masked must be one of"),
     ],
 )
 def test_bad_fields_are_one_clear_error(fields, message):
-    with pytest.raises(ValueError, match=message):
+    """Each out-of-range value raises a ValueError naming the field and the value."""
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         Policy(**fields)
+
+
+def test_the_edges_of_each_range_are_accepted():
+    """min_ulp 0, defect_fraction 0 and 1, a tiny factor and every fully_masked rule are valid."""
+    for fields in ({"min_ulp": 0}, {"defect_fraction": 0}, {"defect_fraction": 1}, {"factor": 1e-9},
+                   *({"fully_masked": rule} for rule in ("zeros", "nan", "uniform", "any"))):
+        assert dataclasses.asdict(Policy(**fields)).items() >= fields.items()
+
+
+# -- whole audits -------------------------------------------------------------------------------------------------
+
+
+def nan_when_nothing_kept(x, mask, axis=-1):
+    """where(mask, x, -inf) then softmax in float64: a row with nothing kept gives exp(-inf + inf) = NaN."""
+    w = np.where(mask, x.astype(np.float64), -np.inf)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(w - w.max(axis=axis, keepdims=True))
+        return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+
+def softmax_in_dtype(x, axis=-1):
+    """exp(x - max) / sum, every step in the audited dtype: sound, below best practice."""
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def schraudolph_softmax(x, axis=-1):
+    """Softmax with Schraudolph's bit-trick exp in float32 (about 6% relative error): an accuracy defect."""
+    w = np.maximum(x.astype(np.float32) - x.max(axis, keepdims=True).astype(np.float32), -87)
+    e = (np.float32(12102203) * w + np.float32(1065353216)).astype(np.int32).view(np.float32)
+    return (e / e.sum(axis, keepdims=True)).astype(x.dtype)
+
+
+def audit(fn, kind, dtypes, family, policy=None):
+    return softaudit.audit(fn, kind=kind, dtypes=dtypes, suite="quick", families=[family], policy=policy, cache=False)
+
+
+def test_nan_on_fully_masked_rows_passes_only_when_the_policy_asks_for_nan():
+    """fully_masked="nan" (or "any") accepts the NaN rows that the default "zeros" fails."""
+    default = audit(nan_when_nothing_kept, "masked_softmax", ["float16", "float32"], "fully_masked").table
+    assert list(default.verdict) == ["fail", "fail"] and set(default.cause) == {"fully_masked"}
+    assert set(default.fully_masked) == {"nan"} and (default.nan == 0).all()  # undefined rows are not NaN events
+    assert all("fully masked rows give nan, expected zeros" in note for note in default.note)
+    for rule, verdict in (("nan", "pass"), ("any", "pass"), ("uniform", "fail")):
+        policy = Policy(fully_masked=rule)
+        result = audit(nan_when_nothing_kept, "masked_softmax", ["float16", "float32"], "fully_masked", policy)
+        assert list(result.table.verdict) == [verdict] * 2, rule
+        assert result.passed == (verdict == "pass") and result.settings["policy"]["fully_masked"] == rule
+
+
+def test_a_softmax_in_the_dtype_warns_until_min_ulp_allows_it_and_strict_fails_the_run():
+    """Several roundings in float16 cost a few ulps: warn by default (the run passes), pass with min_ulp=1000,
+    warn and fail the run with strict."""
+    (row,) = audit(softmax_in_dtype, "softmax", ["float16"], "gaussian").table.itertuples()
+    assert row.warn_above == max(2 * row.best_ulp, 1.0) == 1.0  # best practice is correctly rounded: 1 ulp
+    assert row.fail_above == max(2 * row.plain_cond_err, 2**2.75) and row.max_cond_err < row.fail_above
+    assert row.max_ulp > 2 and (row.verdict, row.cause) == ("warn", "precision")
+    assert row.note.startswith(f"max error {row.max_ulp:.3g} ulp > 1 = max(2 x best practice's")
+    loose = audit(softmax_in_dtype, "softmax", ["float16"], "gaussian", Policy(min_ulp=1000))
+    assert list(loose.table.verdict) == ["pass"] and list(loose.table.warn_above) == [1000.0]
+    assert list(loose.table.max_ulp) == [row.max_ulp]  # the same measures, another verdict
+    assert audit(softmax_in_dtype, "softmax", ["float16"], "gaussian").passed
+    strict = audit(softmax_in_dtype, "softmax", ["float16"], "gaussian", Policy(strict=True))
+    assert list(strict.table.verdict) == ["warn"] and not strict.passed
+
+
+def test_factor_and_defect_fraction_turn_an_approximate_exp_from_a_defect_into_a_warning():
+    """The bit-trick exp fails in float16 past 2 x the plain error; factor=20 or defect_fraction=1 raise
+    fail_above past its error (it still warns: far past best practice), and factor=1000 lets it pass."""
+    (row,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian").table.itertuples()
+    fail_at = max(2 * row.plain_cond_err, 2**2.75)
+    assert row.fail_above == pytest.approx(fail_at) and row.max_cond_err > fail_at
+    assert (row.verdict, row.cause) == ("fail", "precision") and not audit(
+        schraudolph_softmax, "softmax", ["float16"], "gaussian").passed
+    assert row.note.startswith(f"error {row.max_cond_err:.3g} x the conditioning > {fail_at:.3g}")
+    # Chosen from the measures, so that each really flips: 20 x plain and 2**11 pass its error, 20 x best does not.
+    assert 20 * row.plain_cond_err > row.max_cond_err > 2 * row.plain_cond_err and 2.0**11 > row.max_cond_err
+    assert max(20 * row.best_ulp, 1.0) < row.max_ulp < 1000 * row.best_ulp
+    for policy, verdict, fail_above in ((Policy(factor=20), "warn", 20 * row.plain_cond_err),
+                                        (Policy(defect_fraction=1.0), "warn", 2048.0),
+                                        (Policy(factor=1000), "pass", 1000 * row.plain_cond_err)):
+        (changed,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian", policy).table.itertuples()
+        assert (changed.verdict, changed.fail_above) == (verdict, pytest.approx(fail_above)), policy
+        assert changed.max_cond_err == row.max_cond_err
