@@ -9,20 +9,10 @@ SIMD-dispatched ufuncs and BLAS on the same inputs.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
+from bench_audit import best_of  # (run as a script: benchmarks/ is on the path)
 
 from softaudit.candidates import _ops
-
-
-def best_of(fn, repeat: int = 5) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
 
 
 def main() -> None:
@@ -32,11 +22,11 @@ def main() -> None:
         positive = np.abs(x) + dtype(1e-3)
         for name, ours, theirs in (("exp", lambda: _ops.exp(x), lambda: np.exp(x)),
                                    ("log", lambda: _ops.log(positive), lambda: np.log(positive))):  # fmt: skip
-            a, b = best_of(ours), best_of(theirs)
+            a, b = best_of(ours, 5), best_of(theirs, 5)
             print(f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, numpy {b * 1e3:6.2f} ms, "
                   f"ratio {a / b:5.1f}x")  # fmt: skip
         p, v = rng.standard_normal((8, 128, 512)).astype(dtype), rng.standard_normal((8, 512, 64)).astype(dtype)
-        a, b = best_of(lambda: _ops.matmul(p, v, dtype)), best_of(lambda: p @ v)
+        a, b = best_of(lambda: _ops.matmul(p, v, dtype), 5), best_of(lambda: p @ v, 5)
         print(f"matmul {np.dtype(dtype).name:8s} (8, 128, 512) @ (8, 512, 64): portable {a * 1e3:7.2f} ms, BLAS "
               f"{b * 1e3:6.2f} ms, ratio {a / b:5.1f}x")  # fmt: skip
 

@@ -11,13 +11,11 @@ def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"),
     Options are those of softaudit.audit (cases=, timeout=, seed=...).
     """
     __tracebackhide__ = True  # pytest shows the assertion, not softaudit's frames
-    from .policy import Policy
     from .runner import audit
 
     result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
-    policy = policy or Policy()
     table = result.table
-    bad = table[[policy.failed([v]) for v in table.verdict]]
+    bad = table[table.verdict.isin(result.policy.failing)]
     if len(bad):
         lines = [f"{len(bad)} of {len(table)} audits did not pass for {kind} candidate {table.candidate[0]}:"]
         width = max(len(f) for f in bad.family)

@@ -328,8 +328,7 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
             click.echo(f"  regression {change.key}: {change.what}")
         for change in (comparison.known + comparison.platform + comparison.improvements) if verbose else ():
             click.echo(f"  {change.key}: {change.what}")
-    bad = {"fail", "error"} | ({"warn"} if result.settings["policy"].get("strict") else set())
-    shown = issues(table, ("error", "fail", "warn") if not quiet else tuple(bad)) if comparison is None or verbose else []
+    shown = issues(table, ("error", "fail", "warn") if not quiet else tuple(result.policy.failing)) if comparison is None or verbose else []
     limit = None if verbose else 25
     for group in shown[:limit]:
         click.echo(f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} ({families_text(group['families'])}): {group['note']}")

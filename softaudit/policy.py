@@ -109,10 +109,14 @@ class Policy:
         """fail if a rule failed, warn if one warned, else pass."""
         return "fail" if any(r.verdict == "fail" for r in reasons) else "warn" if reasons else "pass"
 
+    @property
+    def failing(self) -> frozenset:
+        """The verdicts that fail a run (exit 1): fail and error, and with strict warn."""
+        return frozenset({"fail", "error", "warn"} if self.strict else {"fail", "error"})
+
     def failed(self, verdicts) -> bool:
-        """Whether rows with these verdicts fail a run (exit 1): a fail or an error, and with strict a warn."""
-        bad = {"fail", "error", "warn"} if self.strict else {"fail", "error"}
-        return any(v in bad for v in verdicts)
+        """Whether rows with these verdicts fail a run."""
+        return any(v in self.failing for v in verdicts)
 
 
 def _num(value: float) -> str:

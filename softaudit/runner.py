@@ -149,9 +149,14 @@ class AuditResult:
         return pd.DataFrame(self.case_records)
 
     @property
+    def policy(self) -> Policy:
+        """The policy the rows were judged by."""
+        return Policy(**self.settings["policy"])
+
+    @property
     def passed(self) -> bool:
         """No row failed or errored (and, with a strict policy, none warned); a `skip` is not a failure."""
-        return not Policy(**self.settings["policy"]).failed(self.table["verdict"])
+        return not self.policy.failed(self.table["verdict"])
 
 
 def candidates_for(targets, kind) -> list[Candidate]:

@@ -25,7 +25,7 @@ from ..cases import Case
 from ..policy import Policy
 from ..reference import format_of
 from ..runner import Prepared, candidates_for
-from ..metrics import measure
+from ..metrics import Tally, measure
 from . import _corpus, _strategies
 
 
@@ -60,10 +60,18 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
         return "fail", [str(exc)], math.inf, 1
     tally = measure(pc.basis, y, case_index=0)
     standard, best = comparisons
-    theirs = [measure(pc.basis, call(c, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
-              for c in (*standard, best)]  # fmt: skip
-    plain_cond = max((t.max_cond_err for t in theirs[:-1] if t.elements), default=None)
-    best_ulp = theirs[-1].max_ulp if theirs[-1].elements else None
+
+    def errors(c) -> Tally | None:
+        theirs = measure(pc.basis, call(c, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
+        return theirs if theirs.elements else None
+
+    # The comparisons run only where they can change the verdict (the bounds are never below their floors): the
+    # standard algorithms past the defect floor, best practice past min_ulp.
+    plain_cond = best_ulp = None
+    if tally.elements and tally.max_cond_err > policy.fail_above(fmt, None):
+        plain_cond = max((t.max_cond_err for t in map(errors, standard) if t), default=None)
+    if tally.elements and tally.max_ulp > policy.min_ulp:
+        best_ulp = getattr(errors(best), "max_ulp", None)
     reasons = policy.judge(kind, fmt, tally, plain_cond, best_ulp)
     broken = {} if pc.probes is None else invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.

@@ -14,8 +14,7 @@ from ._findings import row_key
 
 def junit(result, comparison=None) -> str:
     regressions = {c.key: c.what for c in (comparison.regressions if comparison else [])}
-    strict = result.settings["policy"].get("strict", False)
-    failing = {"fail", "warn"} if strict else {"fail"}
+    failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
     for candidate, group in result.table.groupby("candidate", sort=False):
         suite = ET.SubElement(root, "testsuite", name=str(candidate), tests=str(len(group)),
