@@ -66,13 +66,16 @@ def masked_softmax(x, mask, axis=-1, *, dtype=None, prec=113, method="auto") -> 
     return _evaluate("masked_softmax", x, mask, axis, dtype, prec, method, detail=False)
 
 
-def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> np.ndarray:
+def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto", device="auto") -> np.ndarray:
     """softmax(scale * q k^T, masked) v for q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv).
 
     `mask` is boolean, broadcastable to (..., Lq, Lk), True = may attend. `scale=None` is the real 1/sqrt(d).
+    `device`: where the float64 tier runs for targets of at most 24 bits: "auto" (a CUDA GPU through torch when
+    one is present and the problem has at least 2**24 scores; $SOFTAUDIT_REFERENCE_DEVICE overrides), "numpy", or
+    a torch device name ("cuda", "cuda:1", "cpu"). The values are the same bits on every device.
     """
     problem = prepare(q, k, v, mask, scale_value(scale))
-    return round_attention(problem, target(dtype, prec), _method(method), detail=False).value
+    return round_attention(problem, target(dtype, prec), _method(method), detail=False, device=device).value
 
 
 def round_to(values, dtype) -> np.ndarray:
@@ -159,7 +162,8 @@ def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
     return prepare(q, k, v, mask, None).undefined
 
 
-def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> Result:
-    """The full `Result` of attention (per query row: undefined)."""
+def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto",
+                       device="auto") -> Result:  # fmt: skip
+    """The full `Result` of attention (per query row: undefined); `device` as for `attention`."""
     problem = prepare(q, k, v, mask, scale_value(scale))
-    return round_attention(problem, target(dtype, prec), _method(method), detail=True)
+    return round_attention(problem, target(dtype, prec), _method(method), detail=True, device=device)

@@ -15,7 +15,7 @@ import math
 import numpy as np
 from mpmath import libmp
 
-from . import _dd, _exact
+from . import _dd, _exact, _torch_tier
 from ._dd import TINY, U
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks
 from ._formats import Format, decide_arrays, exact_mpf
@@ -35,6 +35,7 @@ class Problem:
     scale: float | None
     undefined: np.ndarray  # (..., Lq) bool, in the broadcast batch shape
     shape: tuple[int, ...]  # the output shape (..., Lq, dv)
+    all_kept: bool  # no mask, or one that keeps everything: keep is then a broadcast view of True
 
 
 def prepare(q, k, v, mask, scale) -> Problem:
@@ -59,10 +60,15 @@ def prepare(q, k, v, mask, scale) -> Problem:
     k3 = np.broadcast_to(k, batch + (lk, d)).reshape(flat + (lk, d))
     v3 = np.broadcast_to(v, batch + (lk, dv)).reshape(flat + (lk, dv))
     keep3 = keep.reshape(flat + (lq, lk))
+    all_kept = mask is None or bool(np.all(mask))
     with np.errstate(invalid="ignore"):
         bad_key = ~(np.isfinite(k3).all(axis=-1) & np.isfinite(v3).all(axis=-1))
-        undefined = ~np.isfinite(q3).all(axis=-1) | ~keep3.any(axis=-1) | (keep3 & bad_key[:, None, :]).any(axis=-1)
-    return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), batch + (lq, dv))
+        undefined = ~np.isfinite(q3).all(axis=-1)
+        if all_kept:  # (B, Lq, Lk) passes are the largest of preparing: skip them when the mask says nothing
+            undefined |= (lk == 0) | bad_key.any(axis=-1)[:, None]
+        else:
+            undefined |= ~keep3.any(axis=-1) | (keep3 & bad_key[:, None, :]).any(axis=-1)
+    return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), batch + (lq, dv), all_kept)
 
 
 def tier_a(q, k, v, keep, scale) -> Approx:
@@ -138,8 +144,12 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     return Approx(oh, ol, err, 0.0)
 
 
-def round_attention(problem: Problem, fmt: Format, method: str, detail: bool) -> Result:
-    """Correctly rounded attention; with detail False the Result holds the values only (the rest size 0)."""
+def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, device="auto") -> Result:
+    """Correctly rounded attention; with detail False the Result holds the values only (the rest size 0).
+
+    device: where tier A runs (_torch_tier.device_for): "auto" (CUDA for large problems when torch sees a GPU),
+    "numpy", or a torch device name.
+    """
     q, k, v, keep = problem.q, problem.k, problem.v, problem.keep
     nb, lq, d = q.shape
     lk, dv = k.shape[1], v.shape[2]
@@ -150,7 +160,10 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool) ->
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
         # Elements per query row of each tier's largest temporaries: tier A's scores, tier B's products.
         tiers = [(2, tier_b, lk * max(d, dv))]
-        if fmt.precision <= 24 and fmt.emin >= -149:
+        torch_device = _torch_tier.device_for(device, nb * lq * lk) if _torch_tier.applies(fmt) else None
+        if torch_device is not None:
+            _torch_tier.run(problem, fmt, torch_device, pending, out)
+        elif _torch_tier.applies(fmt):
             tiers.insert(0, (1, tier_a, lk))
         for b in range(nb):
             qb, kb, vb = (a[b].astype(np.float64) for a in (q, k, v))

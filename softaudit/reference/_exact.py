@@ -243,6 +243,9 @@ def attention_row(
     e_j (v_j - base) / (|G| + sum e_j): an exact base and a correction that decide_sum can round however small.
     """
     scores = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
+    if scale is not None and libmp.mpf_sign(scale) <= 0:  # the groups are those of c * score: c s = (-c)(-s)
+        scores = [libmp.fzero] * len(scores) if scale == libmp.fzero else [libmp.mpf_neg(s) for s in scores]
+        scale = libmp.mpf_neg(scale)
     top = _max(scores)
     group = [j for j, s in enumerate(scores) if s == top]
     others = [j for j, s in enumerate(scores) if s != top]

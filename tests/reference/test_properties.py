@@ -191,3 +191,21 @@ def test_dtype_none_gives_mpmath_values_correctly_rounded_to_prec():
                 exact = mpmath.exp(mpmath.mpf(v)) / total
                 with mpmath.workprec(80):
                     assert o == +exact  # unary plus rounds to the working precision, to nearest
+
+
+@settings(max_examples=30)
+@given(
+    dtype=st.sampled_from(["float16", "bfloat16", "float32"]),
+    scale=st.sampled_from([0.0, -0.0, -1.0, -0.125, -3.5]),
+    lk=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_attention_with_a_zero_or_negative_scale_matches_plain_mpmath(dtype, scale, lk, seed):
+    """Scale 0 makes every weight equal (the exact output is the mean of the values, often a tie), a negative
+    scale makes the lowest score the top one; both once made the exact tier search for ever."""
+    rng = np.random.default_rng(seed)
+    q, k, v = (rng.standard_normal(s).astype(dtype_of(dtype)) for s in ((2, 3), (lk, 3), (lk, 2)))
+    got = R.attention(q, k, v, dtype=dtype, scale=scale).astype(np.float64)
+    keep = [True] * lk
+    want = [rounded(lambda prec, i=i: attention_row(q[i], k, v, keep, scale, prec), dtype) for i in range(2)]
+    np.testing.assert_array_equal(bits(got), bits(np.array(want)))
