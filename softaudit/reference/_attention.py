@@ -190,7 +190,10 @@ def _negative_zeros(problem: Problem, out: _Collector):
     """-0 where every value a query may attend is -0 in that column, as IEEE arithmetic gives (a sum of p_j * -0);
     the tiers, exact or rational, only know the value 0."""
     v = problem.v
-    negative_zero = (v == 0) & np.signbit(v)
+    zero = v == 0
+    if not zero.any():  # the common case, found without signbit's pass over every value
+        return
+    negative_zero = zero & np.signbit(v)
     if not negative_zero.any():
         return
     others = problem.keep.astype(np.float64) @ (~negative_zero).astype(np.float64)  # (B, Lq, dv): kept non -0 values

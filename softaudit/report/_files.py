@@ -57,13 +57,41 @@ def platform_key() -> dict:
 
     key = {"machine": platform.machine(), "python": sys.version.split()[0],
            "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)], "blas": _blas()}  # fmt: skip
-    for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy"):
+    for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy", "triton"):
         if name in ("numpy", "ml_dtypes") or name in sys.modules:
             try:
                 key[name] = metadata.version(name)
             except metadata.PackageNotFoundError:
                 pass
-    return key
+    return key | accelerator()
+
+
+def accelerator() -> dict:
+    """The GPU the audited frameworks saw, once one of them is imported: its model, CUDA and cuDNN versions (torch),
+    JAX's devices. Empty on a machine without one; nothing is imported or initialised here that was not already."""
+    found = {}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        found |= {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda,
+                  "cudnn": torch.backends.cudnn.version()}  # fmt: skip
+    jax = sys.modules.get("jax")
+    if jax is not None:
+        gpus = [str(d.device_kind) for d in jax.devices() if d.platform != "cpu"]
+        if gpus:
+            found["jax_devices"] = gpus
+    return found
+
+
+def accelerator_line() -> str:
+    """One line naming the GPU and the libraries that ran on it, or "" without one."""
+    found = accelerator()
+    if not found:
+        return ""
+    key = platform_key()
+    libraries = ", ".join(f"{name} {key[name]}" for name in ("torch", "triton", "jax", "jaxlib") if name in key)
+    gpu = found.get("gpu") or ", ".join(found.get("jax_devices", []))
+    cuda = f"CUDA {found['cuda']}, cuDNN {found['cudnn']}; " if "cuda" in found else ""
+    return f"Ran on {gpu} ({cuda}{libraries})."
 
 
 def _blas() -> str | None:

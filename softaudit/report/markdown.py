@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._files import write_atomic
+from ._files import accelerator_line, write_atomic
 from ._findings import counts_line, families_text, issues, number, verdict_matrix
 
 SYMBOL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
@@ -15,6 +15,8 @@ def summary(result, comparison=None) -> str:
     dtypes = list(dict.fromkeys(table.dtype))
     cells = verdict_matrix(table)
     lines = ["# softaudit", "", f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
+    if accelerator_line():
+        lines += [accelerator_line(), ""]
     if comparison is not None:
         lines += _gate_section(comparison)
     lines += ["## Verdicts", "", "| candidate | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]

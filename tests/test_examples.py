@@ -1,0 +1,36 @@
+"""The GPU examples under examples/: each loads as a target (importing its sibling helper), names its candidates,
+and on a machine without a CUDA GPU audits to `skip` rows that say why, never to errors. They run for real on a
+GPU (reports/gpu/, README "GPU findings")."""
+
+from pathlib import Path
+
+import pytest
+
+import softaudit
+from softaudit.adapters._targets import load_target
+
+torch = pytest.importorskip("torch")
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+CANDIDATES = {
+    "triton_softmax.py": {"triton.fused_softmax": "softmax"},
+    "triton_attention.py": {"triton.flash_forward": "attention"},
+    "compiled_module.py": {"compiled.log_softmax": "log_softmax", "compiled.logsumexp": "logsumexp",
+                           "compiled.attention_block": "attention"},  # fmt: skip
+    "cuda_softmax_op.py": {"cuda_op.warp_softmax": "softmax"},
+}
+
+
+@pytest.mark.parametrize("example", sorted(CANDIDATES))
+def test_an_example_loads_with_its_candidates(example):
+    found = {c.name: c.kind for c in load_target(str(EXAMPLES / example))}
+    assert found == CANDIDATES[example]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the examples run")
+@pytest.mark.parametrize("example", sorted(CANDIDATES))
+def test_without_a_gpu_an_example_audits_to_skips_that_say_why(example, tmp_path):
+    result = softaudit.audit(str(EXAMPLES / example), dtypes=["float16", "float64"], suite="quick", cache=False)
+    table = result.table
+    assert set(table.verdict) == {"skip"}, table[["candidate", "dtype", "verdict", "note"]].to_string()
+    assert table[table.dtype == "float16"].note.str.contains("needs a CUDA GPU").all()
