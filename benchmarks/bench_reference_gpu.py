@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from softaudit import reference as R
+from softaudit.reference import _attention
 
 
 def best_of(fn, repeat: int) -> float:
@@ -48,6 +49,7 @@ def main() -> None:
 
     R.attention(q[..., :2, :, :], k[..., :2, :, :], v[..., :2, :, :], dtype=args.dtype, device="cuda")  # warm up
     reference = best_of(lambda: R.attention(q, k, v, dtype=args.dtype), args.repeat)
+    preparing = best_of(lambda: _attention.prepare(q, k, v, None, None), args.repeat)
     result = R.evaluate_attention(q, k, v, dtype=args.dtype)
     tiers = np.bincount(result.tier.ravel(), minlength=4).tolist()
 
@@ -71,6 +73,7 @@ def main() -> None:
 
     print(f"attention {shape} {args.dtype} -> {args.dtype}, correctly rounded:")
     print(f"  reference on the GPU (device='auto'), end to end  {reference:8.3f} s   (goal <= 1 s)")
+    print(f"    of which preparing on the CPU (checks, NaN rows)  {preparing:8.3f} s")
     print(f"  plain float64 torch attention on the GPU          {plain_time:8.4f} s")
     print(f"  ratio reference / plain float64                   {reference / plain_time:8.1f}x  (goal <= 20x)")
     print(f"  reference on this machine's CPU (numpy path)      {cpu_all:8.2f} s   (2 heads timed, scaled)")

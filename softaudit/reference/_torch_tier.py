@@ -84,41 +84,47 @@ def _to_device(arr: np.ndarray, device):
         tensor = bits.to(device).view(getattr(torch, arr.dtype.name))
     else:  # other ml_dtypes: exact in float32
         tensor = torch.from_numpy(arr.astype(np.float32))
-    return tensor.to(device=device, dtype=torch.float64)
+    return tensor.to(device).to(torch.float64)  # moved as it is, widened on the device
 
 
 def tier_a(q, k, v, keep, scale):
-    """_attention.tier_a in torch: q (R, d), k (Lk, d), v (Lk, dv) float64 tensors, keep (R, Lk) bool or None."""
+    """Attention of queries q (R, d) over k (Lk, d), v (Lk, dv), float64 tensors, keep (R, Lk) bool or None:
+    the outputs and an absolute error bound (inf where the bound's first-order terms exceed 2**-20).
+
+    The bound is _attention.tier_a's with per-row terms in place of per-score ones, so that no (R, Lk) array
+    beyond the scores and their exps is made: by Cauchy-Schwarz sum_l |q_l| |k_jl| <= |q| |k_j| <= |q| max_j |k_j|
+    (2-norms), which bounds every score's error and size in the row (docs/reference.md, "The torch tier").
+    """
     import torch
 
     d, lk = q.shape[1], k.shape[0]
     gamma_d, gamma_k = _dd.gamma(d), _dd.gamma(lk)
-    size = (q.abs() @ k.abs().T).mul_(1 + 2 * gamma_d)
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
-    s = (q @ k.T).mul_(c)
-    ds = size.mul_(abs(c) * gamma_d).add_(s.abs().mul_(c_rel + U)).mul_(1 + _SAFE)
+    # Norms within (1 + gamma_d + 2u) of the exact ones, so this R bounds sum_l |q_il| |k_jl| for every j.
+    size = torch.linalg.vector_norm(q, dim=1) * torch.linalg.vector_norm(k, dim=1).amax()
+    size = size * (1 + 4 * gamma_d + 8 * U) * (1 + _SAFE)
+    # s = fl(c q) k^T: c's own error, its product with q and the dot product, each against |c| size.
+    s = (q * c) @ k.T
+    ds = (gamma_d + c_rel + U) * abs(c) * size * (1 + _SAFE)  # per row, for every score (run() rules out underflow)
+    bigs = abs(c) * size * (1 + _SAFE)  # |s_j| <= bigs, so |s_j - m| <= 2 bigs
     if keep is not None:
         s.masked_fill_(~keep, -math.inf)
-    t = s.sub_(s.amax(dim=1, keepdim=True))
-    e = torch.exp(t)
-    # Shifting by the computed max is exact in real arithmetic, so t is off by ds + u|t| only.
-    first = ds.add_(t.abs_().mul_(U))
-    if keep is not None:
-        first.masked_fill_(~keep, 0.0)
-    eta = first * (1 + _SAFE) + LIBM_EXP_REL
-    if keep is not None:
-        eta.masked_fill_(~keep, 0.0)
+    e = s.sub_(s.amax(dim=1, keepdim=True)).exp_()  # in place: the shifted scores are not needed again
+    # Shifting by the computed max is exact in real arithmetic, so each exp's argument is off by ds + u|t| only.
+    first = ds + 2 * U * bigs
+    eta = first * (1 + _SAFE) + LIBM_EXP_REL  # relative error of every e_j, per row
     total = e.sum(dim=1)
     # Any summation order: every term goes through at most lk - 1 additions, so gamma_lk bounds each sum.
-    weighted = e * eta
-    sigma = (weighted.sum(dim=1) / total + gamma_k + lk * TINY) * (1 + _SAFE)
+    sigma = (eta * (1 + 2 * gamma_k) + gamma_k + lk * TINY) * (1 + _SAFE)
     v_abs = v.abs()
-    o = (e @ v).div_(total[:, None])
-    a = (e @ v_abs).mul_(1 + 2 * gamma_k)
-    b = (weighted @ v_abs).mul_(1 + 2 * gamma_k).add_(lk * TINY * v_abs.amax(dim=0))
+    both = e @ torch.cat([v, v_abs], dim=1)  # one product for the numerators and their size
+    dv = v.shape[1]
+    o = both[:, :dv] / total[:, None]
+    a = both[:, dv:] * (1 + 2 * gamma_k)
+    b = a * eta[:, None] + lk * TINY * v_abs.amax(dim=0)
     err = (a * gamma_k).add_(b).add_(sigma[:, None] * (a + b)).div_(total[:, None]).mul_(1 + _SAFE)
     err.add_(o.abs().mul_(U)).add_(TINY)
-    unsure = ~(first.amax(dim=1) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
+    unsure = ~(first <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
     err[unsure] = math.inf
     return o, err
 
@@ -148,26 +154,55 @@ def decide(h, err, fmt: Format):
     return torch.copysign(rounded, h), ok
 
 
-def run(problem, fmt: Format, device, pending: np.ndarray, out) -> None:
-    """Decide what tier A can of every pending output on `device`, into `out`; `pending` loses what was decided."""
+#: Inputs and scales whose nonzero magnitudes lie within [2**-_RANGE, 2**_RANGE]: then no square in a norm and no
+#: product in a score under- or overflows, which the per-row bound needs. Every float dtype of at most 32 bits does.
+_RANGE = 300
+
+
+def _in_range(t) -> bool:
+    import torch
+
+    mag = t.abs()
+    return bool(mag.amax() <= 2.0**_RANGE) and bool(torch.where(mag == 0, math.inf, mag).amin() >= 2.0**-_RANGE)
+
+
+def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
+    """Decide what tier A can of every pending output on `device`, into `out`; `pending` loses what was decided.
+
+    False (nothing done) where the inputs or the scale lie outside the range the bound covers (float64 inputs
+    beyond 2**+-300, a scale beyond 2**+-200): numpy's tier A, whose bound is per score, takes them.
+    """
     import torch
 
     nb, lq, _ = problem.q.shape
     lk = problem.k.shape[1]
     if lk == 0:  # no key: every query is undefined
-        return
-    q, k, v = (_to_device(a, device) for a in (problem.q, problem.k, problem.v))
+        return True
+    scale = problem.scale
+    if scale is not None and scale != 0 and not 2.0**-200 <= abs(scale) <= 2.0**200:
+        return False
+    q, k = (_to_device(a, device) for a in (problem.q, problem.k))
+    if problem.q.itemsize > 4 and not (_in_range(q) and _in_range(k)):
+        return False
+    v = _to_device(problem.v, device)
+    dv = v.shape[2]
+    rounded = torch.empty((nb, lq, dv), dtype=torch.float32, device=device)  # exact: tier A's formats fit
+    ok = torch.empty((nb, lq, dv), dtype=torch.bool, device=device)
+    hi = torch.empty((nb, lq, dv), dtype=torch.float64, device=device) if out.detail else None
+    err = torch.empty_like(hi) if out.detail else None
     rows = max(1, BLOCK // max(lk, 1))
-    with torch.no_grad():
+    with torch.no_grad():  # queued without a sync until the results come back at the end
         for b in range(nb):
-            if not pending[b].any():
-                continue
             keep = None if problem.all_kept else torch.from_numpy(np.ascontiguousarray(problem.keep[b])).to(device)
             for start in range(0, lq, rows):
                 chunk = slice(start, min(start + rows, lq))
-                o, err = tier_a(q[b, chunk], k[b], v[b], None if keep is None else keep[chunk], problem.scale)
-                rounded, ok = decide(o, err, fmt)
-                decided = ok.cpu().numpy() & pending[b, chunk]
-                approx = Approx(o.cpu().numpy(), None, err.cpu().numpy(), 0.0) if out.detail else None
-                out.put_block((b, chunk), rounded.float().cpu().numpy(), approx, decided, 1)
-                pending[b, chunk] &= ~decided
+                o, bound = tier_a(q[b, chunk], k[b], v[b], None if keep is None else keep[chunk], scale)
+                value, decided = decide(o, bound, fmt)
+                rounded[b, chunk], ok[b, chunk] = value, decided
+                if out.detail:
+                    hi[b, chunk], err[b, chunk] = o, bound
+    decided = ok.cpu().numpy() & pending
+    approx = Approx(hi.cpu().numpy(), None, err.cpu().numpy(), 0.0) if out.detail else None
+    out.put_block(slice(None), rounded.cpu().numpy(), approx, decided, 1)
+    pending &= ~decided
+    return True

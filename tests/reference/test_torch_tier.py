@@ -188,3 +188,27 @@ def test_torch_tier_approximations_lie_within_their_bound(problem):
         exact = attention_row(q[i], k, v, keep[i], scale, 200)[c]
         with mpmath.workprec(200):
             assert abs(mpmath.mpf(float(result.hi[i, c])) - exact) <= result.err[i, c]
+
+
+def test_float64_inputs_beyond_the_per_row_bounds_range_take_numpys_tier_a():
+    """Tiny queries against huge keys: squares in the norms would underflow, so the torch tier declines (numpy's
+    per-score tier A decides instead) and the bits stay right; a scale of 1e-250 likewise."""
+    rng = np.random.default_rng(6)
+    q = rng.standard_normal((4, 8)) * 1e-170
+    k = rng.standard_normal((5, 8)) * 1e170
+    v = rng.standard_normal((5, 3))
+    assert_same(*both(q, k, v, None, "float16"))
+    assert_same(*both(q * 1e170, k * 1e-170, v, None, "float32", scale=1e-250))
+    assert _torch_tier.run(R._attention.prepare(q, k, v, None, None), R.format_of("float16"), torch.device("cpu"),
+                           np.ones((1, 4, 3), bool), None) is False  # fmt: skip
+
+
+def test_finite_rows_read_from_the_bits_agree_with_isfinite():
+    every_float16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(-1, 8)
+    rng = np.random.default_rng(7)
+    patterns = [every_float16, rng.integers(0, 1 << 32, (4096, 4), dtype=np.uint32).view(np.float32),
+                rng.integers(0, 1 << 63, (4096, 4), dtype=np.int64).view(np.float64)]
+    patterns[2][::7, 1] = np.inf
+    patterns[2][::5, 2] = np.nan
+    for a in patterns:
+        np.testing.assert_array_equal(R._attention._finite_rows(a), np.isfinite(a).all(axis=-1))
