@@ -1,9 +1,12 @@
 """softaudit: how wrong is a softmax or attention implementation, where, and did a change make it worse?
 
 `audit` runs implementations against the exact reference on case families and returns a results table;
-`candidate` marks a function as an implementation to audit; `assert_accurate` fails a test with a table of what
-failed; `softaudit.reference` holds the ground truth. Names load on first use, so `import softaudit` (and the
-pytest plugin) stays light.
+`candidate` marks a callable as an implementation to audit; a candidate raises `CandidateSkip` for an input it
+does not support; `assert_accurate` fails a test with a table of what failed; `softaudit.reference` holds the
+ground truth. The errors a user catches: `TargetError` (a target that does not load), `CaseFileError` (a case
+file that cannot be read), `CandidateError` (a candidate that raised, hung or returned garbage, as
+`softaudit.worst.replay` reports it). Names load on first use, so `import softaudit` (and the pytest plugin)
+stays light.
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ _PUBLIC = {
     "KINDS": ".adapters._candidate",
     "Candidate": ".adapters._candidate",
     "candidate": ".adapters._candidate",
+    "CandidateSkip": ".adapters._bridge",
+    "CandidateError": ".adapters._call",
+    "TargetError": ".adapters._targets",
+    "CaseFileError": ".cases",
     "Policy": ".policy",
     "AuditResult": ".runner",
     "audit": ".runner",
@@ -27,9 +34,13 @@ _PUBLIC = {
 if TYPE_CHECKING:
     from . import reference as reference
     from ._assertions import assert_accurate as assert_accurate
+    from .adapters._bridge import CandidateSkip as CandidateSkip
+    from .adapters._call import CandidateError as CandidateError
     from .adapters._candidate import KINDS as KINDS
     from .adapters._candidate import Candidate as Candidate
     from .adapters._candidate import candidate as candidate
+    from .adapters._targets import TargetError as TargetError
+    from .cases import CaseFileError as CaseFileError
     from .policy import Policy as Policy
     from .runner import AuditResult as AuditResult
     from .runner import audit as audit
@@ -44,4 +55,5 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = ["KINDS", "AuditResult", "Candidate", "Policy", "__version__", "assert_accurate", "audit", "candidate", "reference"]
+__all__ = ["KINDS", "AuditResult", "Candidate", "CandidateError", "CandidateSkip", "CaseFileError", "Policy", "TargetError",
+           "__version__", "assert_accurate", "audit", "candidate", "reference"]  # fmt: skip

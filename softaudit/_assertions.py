@@ -13,7 +13,10 @@ def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"),
     __tracebackhide__ = True  # pytest shows the assertion, not softaudit's frames
     from .runner import audit
 
-    result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
+    try:
+        result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
+    except ValueError as exc:  # a mistake in the call (an unknown kind or dtype, a target that does not load...)
+        raise exc.with_traceback(None) from None  # from here: the test's line and one message, as the CLI says it
     table = result.table
     bad = table[table.verdict.isin(result.policy.failing)]
     if len(bad):

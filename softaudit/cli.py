@@ -21,13 +21,17 @@ CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
     "formats": list, "baseline": str, "factor": float, "min_ulp": float, "defect_fraction": float,
     "fully_masked": str, "strict": bool, "timeout": float, "seed": int, "tolerance": float, "corpus": str,
-    "budget": float, "cache_dir": str,
+    "budget": float, "cache_dir": str, "device": str,
 }  # fmt: skip
 
 
 #: The numeric settings and the bound each must pass: one rule for the command line and for [tool.softaudit].
 BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">="}
 _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
+
+
+_device_option = click.option("--device", help="where torch and jax candidates not pinned to a device run: cpu, "
+                              "cuda, cuda:N, gpu (default cpu)")  # fmt: skip
 
 
 class ConfigError(click.ClickException):
@@ -145,12 +149,13 @@ def _progress(quiet: bool):
 @click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 60)")
 @click.option("--seed", type=int, help="varies the random families (default 0)")
 @click.option("--corpus", help="folder of hunt findings replayed as the family `corpus` (default reports/corpus)")
+@_device_option
 @click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
               "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
 @click.option("-q", "--quiet", is_flag=True, help="print only what made the run fail")
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, cache_dir, quiet, verbose):  # fmt: skip
+        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
@@ -187,7 +192,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                            suite=_pick(suite, config, "suite", "default"), cases=cases,
                            families=_pick(families, config, "families", None), policy=policy,
                            timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                           corpus=corpus, progress=progress,
+                           corpus=corpus, progress=progress, device=_pick(device, config, "device", None),
                            # one audit per process: families are kept for later runs only where they are mapped
                            # from the folder (pages the system may drop), never only in this process's memory
                            cache=folder is not None, cache_dir=folder or "off")  # fmt: skip
@@ -351,8 +356,9 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 10)")
 @click.option("--corpus", help="folder for the failures found (default reports/corpus)")
 @click.option("--out", help="folder for hunt.csv and hunt.md (default reports)")
+@_device_option
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     import numpy as np
     import pandas as pd
@@ -372,7 +378,8 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, quiet):
         with bar or contextlib.nullcontext():
             findings = run_hunt(_pick(targets, config, "targets", None) or None, kind=_pick(kind, config, "kind", None),
                                 dtypes=_pick(dtypes, config, "dtypes", ("float32",)), budget=_pick(budget, config, "budget", 60.0),
-                                corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress)  # fmt: skip
+                                corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress,
+                                device=_pick(device, config, "device", None))  # fmt: skip
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,

@@ -23,9 +23,10 @@ import numpy as np
 
 from . import _store, causes, conditioning, invariants
 from . import candidates as builtin
+from .adapters import _bridge as bridge
 from .adapters._bridge import CandidateSkip
 from .adapters._call import CandidateError, call, time_limits
-from .adapters._candidate import KINDS, Candidate
+from .adapters._candidate import KINDS, Candidate, check_kind
 from .adapters._targets import load_target
 from .cases import families_for, load_case_files
 from .metrics import Tally, basis, measure
@@ -159,14 +160,25 @@ class AuditResult:
         return not self.policy.failed(self.table["verdict"])
 
 
-def candidates_for(targets, kind) -> list[Candidate]:
-    """The candidates of the targets (None: the built-ins), filtered by kind."""
+def candidates_for(targets, kind, device: str | None = None) -> list[Candidate]:
+    """The candidates of the targets (None: the built-ins), of `kind` if given, framework ones on `device`.
+
+    ValueError (one line) before anything runs: an unknown kind, a target with no candidate of it, an unknown
+    device, or one the targets' frameworks do not see (a torch or jax candidate pinned to one included)."""
+    if kind is not None:
+        check_kind(kind)
+    bridge.parse_device(device)
     if targets is None:
-        found = builtin.builtins()
-        return [c for c in found if kind is None or c.kind == kind]
-    if isinstance(targets, (str, Path)) or callable(targets):
-        targets = [targets]
-    return [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
+        found = [c for c in builtin.builtins() if kind is None or c.kind == kind]
+    else:
+        if isinstance(targets, (str, Path, Candidate)) or callable(targets):
+            targets = [targets]
+        found = [c for target in targets for c in load_target(str(target) if isinstance(target, Path) else target, kind)]
+    # A framework candidate not pinned to a device runs on the run's; numpy ones run where numpy does.
+    found = [dataclasses.replace(c, device=device) if c.framework != "numpy" and c.device is None else c for c in found]
+    for framework, where in dict.fromkeys((c.framework, c.device) for c in found):
+        bridge.check_device(framework, where)
+    return found
 
 
 @dataclasses.dataclass
@@ -349,11 +361,15 @@ def audit(
     progress: Callable[[int, int, str], None] | None = None,
     cache: bool = True,
     cache_dir: str | Path | None = None,
+    device: str | None = None,
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
 
-    targets: None (the built-ins), or a module, file, "module:function", function, or a list of them. kind: needed
-    for unmarked functions, and filters otherwise. cases: case files (.npy / .npz) added as families of their own.
+    targets: None (the built-ins), or a module, file, "module:function", any callable, a Candidate, or a list of
+    them. kind: needed for unmarked functions, and filters otherwise (a target with none of that kind is a
+    ValueError naming the kinds it has). device: where torch and jax candidates not pinned to a device run
+    ("cpu", "cuda", "cuda:N", "gpu"; None: the CPU); numpy ones run on the CPU. cases: case files (.npy / .npz)
+    added as families of their own.
     families: only these families (case files and the corpus are run too, unless a `file:` family or `corpus` is
     named: then only those named). timeout: seconds per candidate call.
     seed: varies the random families (the same seed always gives the same cases). corpus: a folder of hunt
@@ -376,7 +392,7 @@ def audit(
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
     folder = _store.folder(cache_dir) if cache else None
-    found = candidates_for(targets, kind)
+    found = candidates_for(targets, kind, device)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     from_files = load_case_files(files, kinds)  # read before anything runs: a bad file stops the audit here
     plan = [(k, fmt) for k in kinds for fmt in formats]
@@ -397,7 +413,7 @@ def audit(
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
                 "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,
-                "seed": seed, "corpus": str(corpus) if corpus else None}  # fmt: skip
+                "seed": seed, "corpus": str(corpus) if corpus else None, "device": device}  # fmt: skip
     return AuditResult(table, worst, settings, case_rows)
 
 

@@ -50,3 +50,41 @@ def test_assert_accurate_fails_a_defect_with_its_cause_and_fix():
 
 def test_the_plugin_fixture_is_the_same_function(assert_accurate):
     assert assert_accurate is softaudit.assert_accurate
+
+
+USER_TESTS = '''
+import numpy as np
+import softaudit
+
+
+def naive(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def test_defect():
+    softaudit.assert_accurate(naive, kind="softmax", dtypes=["float16"], families=["gaussian"])
+
+
+def test_typo():
+    softaudit.assert_accurate(naive, kind="sofmax", dtypes=["float16"])
+
+
+def test_missing_target():
+    softaudit.assert_accurate("no_such_module_xyz:f", kind="softmax", dtypes=["float16"])
+'''
+
+
+def test_pytest_shows_the_users_line_and_the_message_not_softaudits_frames(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "test_user.py").write_text(USER_TESTS)
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 1 and "3 failed" in out, out
+    assert "softaudit/" not in out and "softaudit\\" not in out, out  # no frame of softaudit's own
+    for line in ('softaudit.assert_accurate(naive, kind="softmax"', "AssertionError: 1 of 1 audits did not pass",
+                 "ValueError: unknown kind 'sofmax'", "TargetError: module 'no_such_module_xyz' does not import"):  # fmt: skip
+        assert line in out, out

@@ -2,6 +2,8 @@
 
 import io
 import json
+import subprocess
+import sys
 import textwrap
 
 import numpy as np
@@ -375,3 +377,89 @@ def test_the_spy_sees_an_audit(spy):
     """The control for the tests above: an audit that runs does call the candidate."""
     assert invoke("run", "spy.py", *QUICK, "--out", "out").exit_code == 0
     assert (spy / "called").exists()
+
+
+# --- A kind that is unknown or absent, and a device that is unknown or absent, are usage errors, before the audit. ---
+
+
+@pytest.mark.parametrize("command", [["run", *QUICK], ["hunt", "--budget", "1"]])
+@pytest.mark.parametrize(
+    "args, config, error",
+    [
+        (["--kind", "attention"], "", "Error: spy.py has no attention candidate; its kinds: softmax"),
+        (["--kind", "sofmax"], "", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention"),
+        ([], "kind = 'sofmax'", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention"),
+        (["--device", "tpu"], "", "Error: unknown device 'tpu'; known: cpu, cuda, cuda:N, gpu"),
+        ([], "device = 'cuda:x'", "Error: unknown device 'cuda:x'; known: cpu, cuda, cuda:N, gpu"),
+    ],
+)  # fmt: skip
+def test_an_unknown_or_absent_kind_or_device_is_one_line_before_the_audit(spy, command, args, config, error):
+    (spy / "pyproject.toml").write_text(f"[tool.softaudit]\ntargets = ['spy.py']\n{config}\n")
+    r = CliRunner().invoke(main, [*command, "--out", "out", *args])
+    assert the_one_error(r) == error
+    assert not (spy / "called").exists()
+
+
+@pytest.mark.parametrize("command", [["run", *QUICK], ["hunt", "--budget", "1"]])
+@pytest.mark.parametrize("args, config", [(["--device", "cuda"], ""), ([], "device = 'cuda'")])
+def test_an_absent_gpu_is_one_line_before_the_audit(project, command, args, config):
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    (project / "pyproject.toml").write_text(f"[tool.softaudit]\n{config}\n")
+    r = CliRunner().invoke(main, [*command, "softaudit.frameworks.torch:softmax", "--out", "out", *args])
+    assert the_one_error(r) == "Error: device 'cuda' is not available: torch sees no CUDA GPU"
+    assert not (project / "out" / "results.csv").exists()
+
+
+def test_device_cpu_gives_the_same_table_as_no_device(project):
+    pytest.importorskip("torch")
+    for folder, args in (("plain", []), ("cpu", ["--device", "cpu"])):
+        r = invoke("run", "softaudit.frameworks.torch", *QUICK, "--family", "attn_masks", "--out", folder, "--format", "csv", *args)
+        assert r.exit_code == 0, r.output
+    import pandas as pd
+
+    plain, on_cpu = (pd.read_csv(project / folder / "results.csv").drop(columns="seconds") for folder in ("plain", "cpu"))
+    assert len(plain) == 13 and plain.equals(on_cpu)
+
+
+# --- Local code imports as the user's own scripts would; `python -m softaudit` is the command line. ---
+
+
+def test_a_file_imports_its_sibling_and_a_module_needs_no_pythonpath(project):
+    (project / "helper.py").write_text(GOOD)
+    (project / "uses_helper.py").write_text("from helper import kernel\n")
+    (project / "localpkg").mkdir()
+    (project / "localpkg" / "__init__.py").write_text("")
+    (project / "localpkg" / "ops.py").write_text(GOOD)
+    try:
+        r = invoke("run", "uses_helper.py:kernel", *QUICK, "--out", "a", "--format", "csv")
+        assert r.exit_code == 0 and "1 pass" in r.output, r.output
+        r = invoke("run", "localpkg.ops:kernel", *QUICK, "--out", "b", "--format", "csv")
+        assert r.exit_code == 0 and "1 pass" in r.output, r.output
+    finally:
+        for name in ("helper", "localpkg", "localpkg.ops"):
+            sys.modules.pop(name, None)
+
+
+USES_HELPER = '''
+import softaudit
+from helper import kernel as _k  # a sibling module; its candidate is helper's, not this file's
+
+
+@softaudit.candidate(kind="softmax", name="mine")
+def mine(x, axis=-1):
+    return _k(x, axis)
+'''
+
+
+def test_python_m_softaudit_runs_the_command_line(project):
+    (project / "helper.py").write_text(GOOD)
+    (project / "uses_helper.py").write_text(USES_HELPER)
+    done = subprocess.run([sys.executable, "-m", "softaudit", "run", "uses_helper.py", *QUICK, "--out", "out", "--format", "csv"],
+                          capture_output=True, text=True, cwd=project)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "1 pass, 0 warn, 0 fail, 0 error" in done.stdout and (project / "out" / "results.csv").is_file()
+    usage = subprocess.run([sys.executable, "-m", "softaudit", "run", "uses_helper.py", "--kind", "attention"],
+                           capture_output=True, text=True, cwd=project)  # fmt: skip
+    assert usage.returncode == 2 and usage.stderr.strip() == "Error: uses_helper.py has no attention candidate; its kinds: softmax"

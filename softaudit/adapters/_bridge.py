@@ -2,11 +2,14 @@
 
 bfloat16 and the float8 types go through an integer view of their bits, so nothing is ever rounded on the way.
 A dtype a framework cannot hold raises CandidateSkip, which the audit reports as a `skip` row with the reason.
+Tensors are placed on the candidate's device: None or "cpu" the CPU (JAX's CPU device too, even where JAX sees a
+GPU), "cuda", "cuda:N" or "gpu" a GPU.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 
 import numpy as np
 
@@ -17,7 +20,41 @@ INSTALL = {
 
 
 class CandidateSkip(Exception):
-    """The candidate cannot run in this dtype (or on these inputs); the message says why."""
+    """Raised by a candidate that cannot run this dtype, shape or input (`raise softaudit.CandidateSkip("no
+    float8")`): the audit reports a `skip` row with the message as its reason, and goes on."""
+
+
+def parse_device(device: str | None) -> tuple[str, int]:
+    """("cpu", 0) or ("cuda", N) for None, "cpu", "cuda", "cuda:N" or "gpu"; ValueError naming those otherwise."""
+    found = re.fullmatch(r"(cpu|cuda|gpu)(?::(\d+))?", "cpu" if device is None else device)
+    if found is None or (found[1] == "cpu" and found[2]):
+        raise ValueError(f"unknown device {device!r}; known: cpu, cuda, cuda:N, gpu")
+    return ("cpu" if found[1] == "cpu" else "cuda"), int(found[2] or 0)
+
+
+def check_device(framework: str, device: str | None) -> None:
+    """ValueError, one line, when `framework` cannot place tensors on `device` here (no GPU, or not that one)."""
+    kind, index = parse_device(device)
+    if kind == "cpu" or framework == "numpy":
+        return
+    if framework == "torch":
+        import torch
+
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    else:
+        count = len(_jax_gpus())
+    if index >= count:
+        seen = f"{count} CUDA GPU{'s' if count > 1 else ''}" if count else "no CUDA GPU"
+        raise ValueError(f"device {device!r} is not available: {framework} sees {seen}")
+
+
+def _jax_gpus() -> list:
+    import jax
+
+    try:
+        return jax.devices("gpu")
+    except RuntimeError:  # no GPU backend
+        return []
 
 
 def _torch_dtype(torch, dtype: np.dtype):
@@ -39,7 +76,8 @@ def to_torch(arr: np.ndarray, device: str | None):
     else:  # ml_dtypes: move the bits, then reinterpret them
         bits = {1: np.uint8, 2: np.int16}[arr.dtype.itemsize]
         tensor = torch.from_numpy(arr.view(bits).copy()).view(target)
-    return tensor.to(device) if device else tensor
+    kind, index = parse_device(device)
+    return tensor if kind == "cpu" else tensor.to(f"cuda:{index}")
 
 
 def from_torch(tensor) -> np.ndarray:
@@ -55,9 +93,10 @@ def from_torch(tensor) -> np.ndarray:
 
 
 def to_jax(arr: np.ndarray, device: str | None):
-    import jax.numpy as jnp
+    import jax
 
-    return jnp.asarray(arr)
+    kind, index = parse_device(device)
+    return jax.device_put(arr, jax.devices("cpu")[0] if kind == "cpu" else _jax_gpus()[index])
 
 
 def from_jax(array) -> np.ndarray:

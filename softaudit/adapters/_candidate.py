@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import sys
 from collections.abc import Callable
 
 #: Kinds and their numpy calling conventions (masks are boolean, True = keep / may attend).
@@ -24,13 +26,14 @@ class Candidate:
     name: str
     call: Callable
     framework: str = "numpy"  # numpy, torch or jax: the adapter converts arrays to its tensors and back
-    device: str | None = None  # torch: "cpu" (default) or "cuda"
+    device: str | None = None  # torch, jax: "cpu", "cuda", "cuda:N" or "gpu"; None: the run's (default the CPU)
     source: str | None = None  # the target that loads it again ("pkg.mod:func", "file.py:func"); None if none does
 
     @property
     def summary(self) -> str:
         """The first line of the function's docstring."""
-        doc = (getattr(self.call, "__doc__", None) or "").strip()
+        call = self.call.func if isinstance(self.call, functools.partial) else self.call  # (not partial's own doc)
+        doc = (getattr(call, "__doc__", None) or "").strip()
         return doc.splitlines()[0] if doc else ""
 
 
@@ -40,25 +43,74 @@ def check_kind(kind) -> str:
     return kind
 
 
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """What @candidate records on a callable. owner: the module whose top-level code marked it, the module it
+    is a candidate of (see `marking_module`)."""
+
+    kind: str
+    name: str | None
+    framework: str
+    device: str | None
+    owner: str | None
+
+
 def candidate(fn: Callable | None = None, *, kind: str, name: str | None = None, framework: str = "numpy",
               device: str | None = None):  # fmt: skip
-    """Mark `fn` as a candidate of `kind`; `softaudit run module` then audits every marked function in it.
+    """Mark `fn`, any callable, as a candidate of `kind`; `softaudit run module` then audits every candidate
+    marked at the module's top level, a factory's products included.
 
-    Usable as @candidate(kind="softmax") or candidate(fn, kind="softmax"). The function is returned unchanged.
+    Usable as @candidate(kind="softmax") or candidate(fn, kind="softmax"). The callable is returned unchanged
+    when it can take an attribute (a function, a functools.partial, most callable objects); otherwise (a builtin
+    such as math.exp, a bound method), or when another module marked it already, a thin function that calls it,
+    with its name and docstring, is returned instead: use the returned value.
     framework="torch" or "jax": the function gets that framework's tensors (same dtype, bit for bit) and returns
-    one; device= places torch tensors ("cpu" by default, "cuda").
+    one; device= pins them to a device ("cpu", "cuda", "cuda:N"; None: the run's device, default the CPU).
     """
     check_kind(kind)
     if framework not in ("numpy", "torch", "jax"):
         raise ValueError(f"unknown framework {framework!r}; known: numpy, torch, jax")
+    owner = marking_module()
 
     def mark(f: Callable) -> Callable:
-        setattr(f, _MARK, (kind, name, framework, device))
-        return f
+        if not callable(f):
+            raise TypeError(f"a candidate must be callable, got {type(f).__name__}")
+        made = Mark(kind, name, framework, device, owner)
+        earlier = marking(f)
+        if earlier is None or earlier.owner == owner:  # (never re-mark a function another module marked)
+            try:
+                setattr(f, _MARK, made)
+                return f
+            except (AttributeError, TypeError):
+                pass
+
+        @functools.wraps(f)
+        def thin(*args, **kwargs):
+            return f(*args, **kwargs)
+
+        setattr(thin, _MARK, made)
+        return thin
 
     return mark if fn is None else mark(fn)
 
 
-def marking(fn) -> tuple[str, str | None, str, str | None] | None:
-    """The (kind, name, framework, device) a function was marked with, or None."""
-    return getattr(fn, _MARK, None)
+def marking_module() -> str | None:
+    """The module whose top-level code is running now (being imported): the innermost `<module>` frame's.
+
+    A candidate marked while a module imports belongs to that module, wherever its function was defined: a
+    factory's product bound at the top level (`flash = sdpa("bool", "flash")`) is the module's own, while a
+    candidate imported from another module (`from softaudit.frameworks.torch import softmax`) is that module's.
+    """
+    frame = sys._getframe(1)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    return frame.f_globals.get("__name__") if frame is not None else None
+
+
+def marking(fn) -> Mark | None:
+    """What a callable was marked with, or None."""
+    try:
+        found = getattr(fn, _MARK, None)
+    except Exception:  # (a module-level object whose __getattr__ raises something else)
+        return None
+    return found if isinstance(found, Mark) else None

@@ -1,7 +1,8 @@
-"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention, on the CPU.
+"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention.
 
 Inputs arrive as jax arrays of the audited dtype (64-bit mode is switched on, scoped to each call, so float64
-stays float64).
+stays float64), placed explicitly on the run's device (`--device cuda`; default JAX's CPU device, even where JAX
+sees a GPU), where the computation follows them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention, on the CPU.
+"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention.
 
-Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and float8 included). Attention goes
-through each SDPA backend by name (math, flash, efficient, cudnn); a backend the device lacks gives a `skip` row.
-For CUDA, make candidates with `sdpa(..., device="cuda")`.
+Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and float8 included), on the run's
+device (`--device cuda`, `audit(..., device="cuda")`; default the CPU). Attention goes through each SDPA backend by
+name (math, flash, efficient, cudnn); a backend the device lacks gives a `skip` row. `sdpa(..., device="cuda")`
+makes a candidate pinned to a device whatever the run's.
 """
 
 from __future__ import annotations
@@ -110,3 +111,4 @@ sdpa_bool_flash = sdpa("bool", "flash")
 sdpa_float_flash = sdpa("float", "flash")
 sdpa_causal_flash = sdpa("causal", "flash")
 sdpa_bool_efficient = sdpa("bool", "efficient")
+sdpa_bool_cudnn = sdpa("bool", "cudnn")

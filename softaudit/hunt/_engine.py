@@ -124,10 +124,12 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> F
 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
-         policy: Policy | None = None, timeout: float = 10.0, progress=None) -> list[Finding]:  # fmt: skip
-    """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`."""
+         policy: Policy | None = None, timeout: float = 10.0, progress=None, device=None) -> list[Finding]:  # fmt: skip
+    """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`.
+
+    Targets, kind and device as softaudit.audit takes them."""
     policy = policy or Policy()
-    found = candidates_for(targets, kind)
+    found = candidates_for(targets, kind, device)
     formats = [format_of(d) for d in dtypes]
     share = budget / max(1, len(found) * len(formats))
     findings = []
