@@ -28,3 +28,20 @@ def test_every_column_is_documented_once_and_nothing_else_is():
                             families=["textbook"]).table  # fmt: skip
     assert list(table.columns) == list(COLUMNS)
     assert sorted(documented) == sorted(COLUMNS)
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_the_readme_lists_every_config_key_and_every_option_of_run_and_hunt():
+    import click
+
+    from softaudit.cli import CONFIG_KEYS, main
+
+    text = README.read_text()
+    keys = re.search(r"^Keys: (.*?)\(and budget, for `hunt`\)\.$", text, re.S | re.M)[1]
+    assert sorted(k.strip() for k in keys.replace("\n", " ").split(",") if k.strip()) == sorted(set(CONFIG_KEYS) - {"budget"})
+    for command in ("run", "hunt"):
+        for param in main.commands[command].params:
+            if isinstance(param, click.Option):
+                assert any(f"`{opt}" in text for opt in param.opts), f"{command} {param.opts[0]} is not in the README"
