@@ -129,6 +129,54 @@ def tier_a(q, k, v, keep, scale):
     return o, err
 
 
+def _pairwise(t):
+    """Sum over the last axis in levels of 8 terms, as _dd.pairwise_sum: whatever order torch sums 8 terms in,
+    each term goes through at most _dd.depth(n) additions."""
+    import torch
+
+    while t.shape[-1] > 1:
+        n = t.shape[-1]
+        group = min(8, n)
+        m = n // group
+        total = t[..., : m * group].reshape(t.shape[:-1] + (group, m)).sum(dim=-2)
+        t = torch.cat([total, t[..., m * group :]], dim=-1) if n % group else total
+    return t[..., 0] if t.shape[-1] else t.new_zeros(t.shape[:-1])
+
+
+def tier_a_per_score(q, k, v, keep, scale):
+    """_attention.tier_a with every product formed and summed pairwise, for the rows the per-row bound left:
+    a bound per score, and gamma of the summation depth (28 additions for 4096 keys) in place of gamma_n. Memory
+    is (R, Lk, max(d, dv)) per call, so run() gives it few rows at a time."""
+    import torch
+
+    d, lk = q.shape[1], k.shape[0]
+    gamma_d, gamma_k = _dd.gamma(_dd.depth(d) + 1), _dd.gamma(_dd.depth(lk) + 1)  # + 1: the products' rounding
+    products = q[:, None, :] * k[None, :, :]
+    scores = _pairwise(products)
+    size = _pairwise(products.abs()) * (1 + 2 * gamma_d)  # not in place: with d = 1 the scores are a view
+    c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
+    s = c * scores
+    ds = (abs(c) * gamma_d * size + s.abs() * (c_rel + U)) * (1 + _SAFE)
+    if keep is not None:
+        s = s.masked_fill(~keep, -math.inf)
+    t = s - s.amax(dim=1, keepdim=True)
+    e = torch.exp(t)
+    first = ds + U * t.abs()
+    eta = first * (1 + _SAFE) + LIBM_EXP_REL
+    if keep is not None:
+        first, eta = first.masked_fill(~keep, 0.0), eta.masked_fill(~keep, 0.0)
+    total = _pairwise(e)
+    sigma = (_pairwise(e * eta) / total + _dd.gamma(_dd.depth(lk)) + lk * TINY) * (1 + _SAFE)
+    v_abs = v.abs().T  # (dv, Lk): each output column sums over the keys, the last axis
+    o = _pairwise(e[:, None, :] * v.T) / total[:, None]
+    a = _pairwise(e[:, None, :] * v_abs) * (1 + 2 * gamma_k)
+    b = _pairwise((e * eta)[:, None, :] * v_abs) * (1 + 2 * gamma_k) + lk * TINY * v_abs.amax(dim=1)
+    err = (gamma_k * a + b + sigma[:, None] * (a + b)) / total[:, None] * (1 + _SAFE) + U * o.abs() + TINY
+    unsure = ~(first.amax(dim=1) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
+    err[unsure] = math.inf
+    return o, err
+
+
 def decide(h, err, fmt: Format):
     """_formats.decide_arrays for lo = 0 and an unknown sign, in torch: the rounded values and where decided.
 
@@ -205,4 +253,31 @@ def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
     approx = Approx(hi.cpu().numpy(), None, err.cpu().numpy(), 0.0) if out.detail else None
     out.put_block(slice(None), rounded.cpu().numpy(), approx, decided, 1)
     pending &= ~decided
+    # What the per-row bound left (about one output in a million for float16): per-score bounds, still on the
+    # device, so that tier B on the CPU (a tenth of a second per query row of 4096 keys) gets next to nothing.
+    width = lk * max(q.shape[2], dv)
+    for b, index in _rows_of(pending):
+        keep = None if problem.all_kept else torch.from_numpy(problem.keep[b][index]).to(device)
+        with torch.no_grad():
+            for start in range(0, len(index), max(1, PER_SCORE_BLOCK // width)):
+                chunk = slice(start, start + max(1, PER_SCORE_BLOCK // width))
+                rows = torch.from_numpy(index[chunk]).to(device)
+                o, bound = tier_a_per_score(q[b, rows], k[b], v[b], None if keep is None else keep[chunk], scale)
+                value, ok = decide(o, bound, fmt)
+                where = (b, index[chunk])
+                decided = ok.cpu().numpy() & pending[where]
+                approx = Approx(o.cpu().numpy(), None, bound.cpu().numpy(), 0.0) if out.detail else None
+                out.put_block(where, value.float().cpu().numpy(), approx, decided, 1)
+                pending[where] &= ~decided
     return True
+
+
+#: Products per call of tier_a_per_score (each float64 temporary then 128 MiB).
+PER_SCORE_BLOCK = 1 << 24
+
+
+def _rows_of(pending: np.ndarray):
+    """(batch entry, its query rows with an output still pending) for every batch entry that has one."""
+    entries, rows = np.nonzero(pending.any(axis=2))
+    for b in np.unique(entries):
+        yield int(b), rows[entries == b]

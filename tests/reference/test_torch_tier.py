@@ -212,3 +212,49 @@ def test_finite_rows_read_from_the_bits_agree_with_isfinite():
     patterns[2][::5, 2] = np.nan
     for a in patterns:
         np.testing.assert_array_equal(R._attention._finite_rows(a), np.isfinite(a).all(axis=-1))
+
+
+def per_row_decides_nothing(q, k, v, keep, scale):
+    o, err = _per_row(q, k, v, keep, scale)
+    return o, torch.full_like(err, math.inf)
+
+
+_per_row = _torch_tier.tier_a
+
+
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_the_per_score_pass_gives_the_numpy_paths_bits(problem):
+    """With the per-row pass deciding nothing, every pending row goes through tier_a_per_score (and what it
+    leaves to tiers B and C): still the same bits."""
+    q, k, v, mask, dtype, scale = problem
+    _torch_tier.tier_a = per_row_decides_nothing
+    try:
+        numpy, torch_cpu = both(q, k, v, mask, dtype, scale)
+    finally:
+        _torch_tier.tier_a = _per_row
+    assert_same(numpy, torch_cpu)
+
+
+def test_the_per_score_pass_decides_in_blocks_of_rows(monkeypatch):
+    monkeypatch.setattr(_torch_tier, "tier_a", per_row_decides_nothing)
+    monkeypatch.setattr(_torch_tier, "PER_SCORE_BLOCK", 3 * 40 * 16)  # 3 rows per call
+    rng = np.random.default_rng(8)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in ((2, 11, 16), (2, 40, 16), (2, 40, 8)))
+    mask = rng.random((2, 11, 40)) < 0.7
+    numpy, torch_cpu = both(q, k, v, mask, "float16")
+    assert_same(numpy, torch_cpu)
+    assert (torch_cpu.tier == 1).mean() > 0.99
+
+
+@settings(max_examples=25, deadline=None)
+@given(problems())
+def test_per_score_approximations_lie_within_their_bound(problem):
+    q, k, v, mask, dtype, scale = problem
+    keep = np.ones((q.shape[0], k.shape[0]), bool) if mask is None else mask
+    as_tensor = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
+    o, err = _torch_tier.tier_a_per_score(*as_tensor, None if mask is None else torch.from_numpy(mask), scale)
+    for i, c in zip(*np.nonzero(np.isfinite(err.numpy()) & keep.any(axis=1)[:, None])):
+        exact = attention_row(q[i], k, v, keep[i], scale, 200)[c]
+        with mpmath.workprec(200):
+            assert abs(mpmath.mpf(float(o[i, c])) - exact) <= err[i, c].item()
