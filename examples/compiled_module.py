@@ -1,6 +1,6 @@
 """A model's attention block and output head compiled with `torch.compile`, audited as the compiled code runs.
 
-    softaudit run examples/compiled_module.py --dtype float16,bfloat16,float32
+    softaudit run examples/compiled_module.py --dtype float16 --dtype bfloat16 --dtype float32
 
 `torch.compile` (TorchInductor) fuses the softmax into generated Triton kernels on the GPU, with its own
 reductions and exponentials, so its numerics need not be eager PyTorch's. Three candidates: the head's

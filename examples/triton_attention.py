@@ -1,6 +1,6 @@
 """A FlashAttention-style forward in Triton (tiles of queries and keys, an online softmax), audited on the GPU.
 
-    softaudit run examples/triton_attention.py --dtype float16,bfloat16,float32
+    softaudit run examples/triton_attention.py --dtype float16 --dtype bfloat16 --dtype float32
 
 Each program takes BLOCK_M queries of one batch entry and walks the keys BLOCK_N at a time, as FlashAttention 2's
 forward does: scores S = c Q K^T by `tl.dot` with float32 accumulation, a running max m and sum l, the tile's

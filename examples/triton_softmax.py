@@ -1,6 +1,6 @@
 """A tutorial-style fused softmax in Triton (one program per row, the row held in registers), audited on the GPU.
 
-    softaudit run examples/triton_softmax.py --dtype float16,bfloat16,float32
+    softaudit run examples/triton_softmax.py --dtype float16 --dtype bfloat16 --dtype float32
 
 The kernel follows Triton's fused-softmax tutorial: load a row (masked lanes read -inf), subtract its max, exp,
 sum, divide; the arithmetic is float32 whatever the input dtype, the result is stored in the input's dtype.
