@@ -524,7 +524,7 @@ def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally,
     return WorstInput(candidate.name, candidate.source, candidate.kind, fmt.name, family, pc.case.description,
                       pc.case_in_family, position, cond, element_ulp(pc, flat, value), scale, value, rounded, cause,
                       explanation, {"suite": suite, "seed": seed, "family": family, "case_index": pc.case_in_family} | where,
-                      arrays if small else None)  # fmt: skip
+                      arrays if small else None, candidate.device)  # fmt: skip
 
 
 def _row(t: Tally) -> dict:

@@ -40,6 +40,7 @@ class WorstInput:
     explanation: str
     recipe: dict  # suite, seed, family, case_index, and the case file or corpus folder where there is one
     inputs: dict | None = None  # name -> the whole case's array in the dtype (mask: boolean); None when too big
+    device: str | None = None  # where the candidate ran (torch and JAX candidates: "cuda", ...); None: the default
 
     #: Cases with more values than this keep only the recipe.
     MAX_VALUES = 512
@@ -61,6 +62,8 @@ class WorstInput:
             words += ["--cases", self.recipe["case_file"]]
         if "corpus" in self.recipe:
             words += ["--corpus", self.recipe["corpus"]]
+        if self.device:
+            words += ["--device", self.device]
         return shlex.join(words)
 
 
@@ -118,6 +121,8 @@ def replay(record, candidate=None) -> dict:
         if source is None:
             raise ValueError(f"{record['candidate']} cannot be loaded again by name: pass the function")
         candidate = _targets.load_target(source, record["kind"])[0]
+        if record.get("device") and candidate.framework != "numpy" and candidate.device is None:
+            candidate = dataclasses.replace(candidate, device=record["device"])  # where the row ran
     fmt = format_of(record["dtype"])
     pc = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
     y, _ = _call.call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, None)

@@ -1,5 +1,6 @@
 """The audit loop: misbehaving candidates become error rows, finished rows are kept, worst inputs replay."""
 
+import dataclasses
 import time
 
 import numpy as np
@@ -219,3 +220,16 @@ def test_a_family_with_no_case_in_a_dtype_gives_no_row():
                             families=["attn_large_activations", "attn_gaussian"], cache=False).table  # fmt: skip
     assert sorted(zip(table.dtype, table.family)) == [("bfloat16", "attn_gaussian"), ("float16", "attn_gaussian"),
                                                       ("float16", "attn_large_activations")]  # fmt: skip
+
+
+def test_worst_inputs_of_a_run_on_a_device_replay_there():
+    """A framework row records the device it ran on; its replay command names it and replay() uses it."""
+    pytest.importorskip("torch")
+    from softaudit import worst as W
+
+    result = softaudit.audit("softaudit.frameworks.torch:softmax", dtypes=["float16"], suite="quick", device="cpu",
+                             families=["textbook"])  # fmt: skip
+    record = result.worst[("torch.softmax", "float16", "textbook")]
+    assert record.device == "cpu" and "--device cpu" in record.command()
+    assert W.replay(record.as_json())["cond_err"] == result.table.max_cond_err[0]
+    assert "--device" not in dataclasses.replace(record, device=None).command()
