@@ -14,21 +14,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import time
 
 import numpy as np
+from bench_audit import best_of  # (run as a script: benchmarks/ is on the path)
 
 from softaudit import reference as R
 from softaudit.reference import _attention
-
-
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

@@ -17,7 +17,7 @@ from mpmath import libmp
 
 from . import _dd, _exact, _torch_tier
 from ._dd import TINY, U
-from ._engine import Result, _Collector, fast_input, fast_target, row_blocks
+from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._formats import Format, decide_arrays, exact_mpf
 from ._rows import LIBM_EXP_REL, Approx
 from ._validate import bool_mask, float_array
@@ -174,10 +174,10 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
         # Elements per query row of each tier's largest temporaries: tier A's scores, tier B's products.
         tiers = [(2, tier_b, lk * max(d, dv))]
-        torch_device = _torch_tier.device_for(device, nb * lq * lk) if _torch_tier.applies(fmt) else None
-        ran = torch_device is not None and _torch_tier.run(problem, fmt, torch_device, pending, out)
-        if _torch_tier.applies(fmt) and not ran:
-            tiers.insert(0, (1, tier_a, lk))
+        if tier_a_target(fmt):
+            torch_device = _torch_tier.device_for(device, nb * lq * lk)
+            if torch_device is None or not _torch_tier.run(problem, fmt, torch_device, pending, out):
+                tiers.insert(0, (1, tier_a, lk))
         for b in range(nb):
             qb, kb, vb = (a[b].astype(np.float64) for a in (q, k, v))
             big = max(np.abs(kb).max(initial=0.0), np.abs(vb).max(initial=0.0)) >= 2.0**500

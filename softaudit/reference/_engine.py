@@ -39,6 +39,12 @@ def fast_target(fmt: Format) -> bool:
     return fmt.dtype is not None and fmt.precision <= 53 and fmt.emin >= -1022 and np.isfinite(fmt.max_float)
 
 
+def tier_a_target(fmt: Format) -> bool:
+    """Tier A (float64) serves targets of at most 24 bits whose values all fit a float32 (the torch tier carries
+    its results back in one)."""
+    return fmt.precision <= 24 and fmt.emin >= -149
+
+
 class _Collector:
     """Gathers rounded values from every tier into the target dtype (fast targets) or libmp pairs (the others)."""
 
@@ -131,7 +137,7 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
         out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
     pending = _pending(kind, todo, removed)
     if method == "auto" and fast_target(fmt) and fast_input(x):
-        tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if fmt.precision <= 24 and fmt.emin >= -149 else ((2, _rows.tier_b),)
+        tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if tier_a_target(fmt) else ((2, _rows.tier_b),)
         for tier, run in tiers:
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):

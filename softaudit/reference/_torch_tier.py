@@ -29,7 +29,6 @@ BLOCK = 1 << 25
 #: Attention problems with at least this many scores (batch x Lq x Lk) use CUDA when `device="auto"` finds it:
 #: below it, the CPU's numpy tier takes well under a second and starting CUDA costs more.
 AUTO_SCORES = 1 << 24
-DEVICES = ("auto", "numpy")  # besides any torch device name: "cuda", "cuda:1", "cpu" (torch on the CPU)
 
 
 def device_for(device: str | None, scores: int):
@@ -38,18 +37,16 @@ def device_for(device: str | None, scores: int):
     "auto": CUDA when torch sees a GPU and the problem has at least AUTO_SCORES scores ($SOFTAUDIT_REFERENCE_DEVICE
     overrides "auto"); "numpy" (or None): always numpy; anything else is a torch device name.
     """
+    if device == "auto":
+        device = os.environ.get("SOFTAUDIT_REFERENCE_DEVICE", "auto")
     if device is None or device == "numpy":
         return None
     if device == "auto":
-        device = os.environ.get("SOFTAUDIT_REFERENCE_DEVICE", "auto")
-        if device == "numpy":
+        if scores < AUTO_SCORES or importlib.util.find_spec("torch") is None:
             return None
-        if device == "auto":
-            if scores < AUTO_SCORES or importlib.util.find_spec("torch") is None:
-                return None
-            import torch
+        import torch
 
-            return torch.device("cuda") if torch.cuda.is_available() else None
+        return torch.device("cuda") if torch.cuda.is_available() else None
     if not isinstance(device, str):
         raise TypeError(f"device must be 'auto', 'numpy' or a torch device name, got {device!r}")
     try:
@@ -63,11 +60,6 @@ def device_for(device: str | None, scores: int):
     if chosen.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {device!r}: torch sees no CUDA GPU here")
     return chosen
-
-
-def applies(fmt: Format) -> bool:
-    """Tier A serves targets of at most 24 bits whose values all fit a float32 (which carries them back)."""
-    return fmt.precision <= 24 and fmt.emin >= -149
 
 
 def _to_device(arr: np.ndarray, device):
@@ -234,16 +226,16 @@ def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
         return False
     v = _to_device(problem.v, device)
     dv = v.shape[2]
-    rounded = torch.empty((nb, lq, dv), dtype=torch.float32, device=device)  # exact: tier A's formats fit
+    rounded = torch.empty((nb, lq, dv), dtype=torch.float32, device=device)  # exact: tier_a_target's formats fit
     ok = torch.empty((nb, lq, dv), dtype=torch.bool, device=device)
     hi = torch.empty((nb, lq, dv), dtype=torch.float64, device=device) if out.detail else None
     err = torch.empty_like(hi) if out.detail else None
-    rows = max(1, BLOCK // max(lk, 1))
+    step = max(1, BLOCK // lk)  # query rows per call
     with torch.no_grad():  # queued without a sync until the results come back at the end
         for b in range(nb):
             keep = None if problem.all_kept else torch.from_numpy(np.ascontiguousarray(problem.keep[b])).to(device)
-            for start in range(0, lq, rows):
-                chunk = slice(start, min(start + rows, lq))
+            for start in range(0, lq, step):
+                chunk = slice(start, min(start + step, lq))
                 o, bound = tier_a(q[b, chunk], k[b], v[b], None if keep is None else keep[chunk], scale)
                 value, decided = decide(o, bound, fmt)
                 rounded[b, chunk], ok[b, chunk] = value, decided
@@ -255,14 +247,14 @@ def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
     pending &= ~decided
     # What the per-row bound left (about one output in a million for float16): per-score bounds, still on the
     # device, so that tier B on the CPU (a tenth of a second per query row of 4096 keys) gets next to nothing.
-    width = lk * max(q.shape[2], dv)
+    step = max(1, PER_SCORE_BLOCK // (lk * max(q.shape[2], dv)))
     for b, index in _rows_of(pending):
         keep = None if problem.all_kept else torch.from_numpy(problem.keep[b][index]).to(device)
         with torch.no_grad():
-            for start in range(0, len(index), max(1, PER_SCORE_BLOCK // width)):
-                chunk = slice(start, start + max(1, PER_SCORE_BLOCK // width))
-                rows = torch.from_numpy(index[chunk]).to(device)
-                o, bound = tier_a_per_score(q[b, rows], k[b], v[b], None if keep is None else keep[chunk], scale)
+            for start in range(0, len(index), step):
+                chunk = slice(start, start + step)
+                queries = q[b, torch.from_numpy(index[chunk]).to(device)]
+                o, bound = tier_a_per_score(queries, k[b], v[b], None if keep is None else keep[chunk], scale)
                 value, ok = decide(o, bound, fmt)
                 where = (b, index[chunk])
                 decided = ok.cpu().numpy() & pending[where]

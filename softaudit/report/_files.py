@@ -84,13 +84,12 @@ def accelerator() -> dict:
 
 def accelerator_line() -> str:
     """One line naming the GPU and the libraries that ran on it, or "" without one."""
-    found = accelerator()
-    if not found:
+    key = platform_key()  # the accelerator's fields included
+    gpu = key.get("gpu") or ", ".join(key.get("jax_devices", []))
+    if not gpu:
         return ""
-    key = platform_key()
     libraries = ", ".join(f"{name} {key[name]}" for name in ("torch", "triton", "jax", "jaxlib") if name in key)
-    gpu = found.get("gpu") or ", ".join(found.get("jax_devices", []))
-    cuda = f"CUDA {found['cuda']}, cuDNN {found['cudnn']}; " if "cuda" in found else ""
+    cuda = f"CUDA {key['cuda']}, cuDNN {key['cudnn']}; " if "cuda" in key else ""
     return f"Ran on {gpu} ({cuda}{libraries})."
 
 

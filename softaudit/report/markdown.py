@@ -15,8 +15,9 @@ def summary(result, comparison=None) -> str:
     dtypes = list(dict.fromkeys(table.dtype))
     cells = verdict_matrix(table)
     lines = ["# softaudit", "", f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
-    if accelerator_line():
-        lines += [accelerator_line(), ""]
+    gpu = accelerator_line()
+    if gpu:
+        lines += [gpu, ""]
     if comparison is not None:
         lines += _gate_section(comparison)
     lines += ["## Verdicts", "", "| candidate | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
