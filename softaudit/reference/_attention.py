@@ -113,15 +113,6 @@ def tier_a(q, k, v, keep, scale) -> Approx:
     return Approx(o, np.zeros_like(o), err, 0.0)
 
 
-def _scale_dd(scale, d) -> tuple[float, float, float]:
-    """The scale as a double-double and its relative error."""
-    if scale is not None:
-        return scale, 0.0, 0.0
-    exact = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), 200), 200)
-    hi = libmp.to_float(exact)
-    return hi, libmp.to_float(libmp.mpf_sub(exact, libmp.from_float(hi), 120)), 2.0**-104
-
-
 def tier_b(q, k, v, keep, scale) -> Approx:
     """Double-double, for float64 targets and what tier A left. Needs |q|, |k|, |v| below 2**500."""
     d, lk = q.shape[1], k.shape[0]
@@ -130,7 +121,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     sh, sl = _dd.pairwise_sum(ph, pl)
     # Products below 2**-969 lose low bits to underflow: d * 2**-1070 covers them.
     s_err = (_dd.depth(d, 2) + 1) * _dd.DD_OP_REL * size + d * 2.0**-1070
-    ch, cl, c_rel = _scale_dd(scale, d)
+    ch, cl, c_rel = _dd.scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
     # Shift by the largest score as a double-double (ties in hi broken by lo), so every t <= 0: shifting by hi
@@ -173,12 +164,11 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
     pending = np.broadcast_to(~undefined[:, :, None], (nb, lq, dv)).copy()
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
         # Elements per query row of each tier's largest temporaries: tier A's scores, tier B's products.
-        tiers = [(2, tier_b, lk * max(d, dv))]
-        if tier_a_target(fmt):
-            torch_device = _torch_tier.device_for(device, nb * lq * lk)
-            if torch_device is None or not _torch_tier.run(problem, fmt, torch_device, pending, out):
-                tiers.insert(0, (1, tier_a, lk))
-        for b in range(nb):
+        tiers = [(1, tier_a, lk), (2, tier_b, lk * max(d, dv))] if tier_a_target(fmt) else [(2, tier_b, lk * max(d, dv))]
+        torch_device = _torch_tier.device_for(device, nb * lq * lk) if tier_a_target(fmt) else None
+        if torch_device is not None and _torch_tier.run(problem, fmt, torch_device, pending, out):
+            tiers = []  # tiers A and B ran on the device: what is left needs tier C
+        for b in np.flatnonzero(pending.any(axis=(1, 2))) if tiers else ():
             qb, kb, vb = (a[b].astype(np.float64) for a in (q, k, v))
             big = max(np.abs(kb).max(initial=0.0), np.abs(vb).max(initial=0.0)) >= 2.0**500
             for tier, run, width in tiers:
@@ -203,10 +193,11 @@ def _negative_zeros(problem: Problem, out: _Collector):
     """-0 where every value a query may attend is -0 in that column, as IEEE arithmetic gives (a sum of p_j * -0);
     the tiers, exact or rational, only know the value 0."""
     v = problem.v
-    zero = v == 0
-    if not zero.any():  # the common case, found without signbit's pass over every value
-        return
-    negative_zero = zero & np.signbit(v)
+    if v.dtype in _EXPONENT and v.flags.c_contiguous:  # one integer compare: -0 is the sign bit alone
+        bits, _ = _EXPONENT[v.dtype]
+        negative_zero = v.view(bits) == bits(1 << (8 * v.itemsize - 1))
+    else:
+        negative_zero = (v == 0) & np.signbit(v)
     if not negative_zero.any():
         return
     others = problem.keep.astype(np.float64) @ (~negative_zero).astype(np.float64)  # (B, Lq, dv): kept non -0 values

@@ -148,6 +148,15 @@ def pairwise_sum(h, lo=None, *, one_sign=False):
     return h[..., 0].copy(), None if lo is None else lo[..., 0].copy()
 
 
+def scale_dd(scale, d) -> tuple[float, float, float]:
+    """Attention's score scale as a double-double and its relative error: `scale`, or the real 1/sqrt(d)."""
+    if scale is not None:
+        return scale, 0.0, 0.0
+    exact = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), 200), 200)
+    hi = libmp.to_float(exact)
+    return hi, libmp.to_float(libmp.mpf_sub(exact, libmp.from_float(hi), 120)), 2.0**-104
+
+
 def _constant(value: tuple) -> tuple[float, float]:
     """A libmp value as an unevaluated sum of two doubles, correct to about 2**-107 relative."""
     hi = libmp.to_float(value)

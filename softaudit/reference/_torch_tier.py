@@ -1,12 +1,13 @@
-"""Tier A of attention through torch, for large inputs on a CUDA GPU: the same float64 arithmetic, the same proven
-bound and the same rounding test as `_attention.tier_a`, on any torch device.
+"""Tiers A and B of attention through torch, for large inputs on a CUDA GPU: the same float64 and double-double
+arithmetic, the same proven bounds and the same rounding test as `_attention.tier_a` and `tier_b`, on any torch
+device.
 
 Only what the bound needs of the arithmetic is assumed, so the device's summation order does not matter: a dot
 product or sum of n terms in any order, with or without FMA, is within gamma_n of the exact one (cuBLAS, MKL and
 OpenBLAS alike); float64 exp is within 2**-46 relative (CUDA documents 1 ulp, torch's CPU kernels 1 ulp; tests check
-this machine's). Elements this tier cannot decide go on to tiers B and C on the CPU, as from the numpy tier A. The
-rounded values are therefore the numpy path's bit for bit (a correctly rounded value is unique); `hi` and `err` are
-this tier's own, each within its bound of the exact value. The test suite runs this code on torch's CPU device.
+this machine's). Tier B uses IEEE basic operations only. What neither decides goes to tier C (mpmath) on the CPU.
+The rounded values are therefore the numpy path's bit for bit (a correctly rounded value is unique); `hi` and `err`
+are this tier's own, each within its bound of the exact value. The test suite runs this code on torch's CPU device.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 
 from . import _dd
 from ._dd import TINY, U
-from ._formats import Format
+from ._formats import Format, decide_arrays
 from ._rows import LIBM_EXP_REL, Approx
 
 _SAFE = 2.0**-19  # as in _attention: covers every second-order term once each first-order bound is below 2**-20
@@ -166,7 +167,7 @@ def tier_a_per_score(q, k, v, keep, scale):
     err = (gamma_k * a + b + sigma[:, None] * (a + b)) / total[:, None] * (1 + _SAFE) + U * o.abs() + TINY
     unsure = ~(first.amax(dim=1) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
     err[unsure] = math.inf
-    return o, err
+    return o, None, err
 
 
 def decide(h, err, fmt: Format):
@@ -194,8 +195,94 @@ def decide(h, err, fmt: Format):
     return torch.copysign(rounded, h), ok
 
 
+def _pairwise_dd(h, lo, one_sign=False):
+    """_dd.pairwise_sum of a double-double over the last axis (halving per level, the same additions), in torch."""
+    import torch
+
+    plus = _dd.add_same_sign if one_sign else _dd.add
+    while h.shape[-1] > 1:
+        n = h.shape[-1]
+        m = n // 2
+        s, sl = plus(h[..., :m], lo[..., :m], h[..., m : 2 * m], lo[..., m : 2 * m])
+        h, lo = (torch.cat([s, h[..., 2 * m :]], dim=-1), torch.cat([sl, lo[..., 2 * m :]], dim=-1)) if n % 2 else (s, sl)
+    if h.shape[-1] == 0:
+        return h.new_zeros(h.shape[:-1]), h.new_zeros(h.shape[:-1])
+    return h[..., 0], lo[..., 0]
+
+
+_TABLES: dict = {}
+
+
+def _exp_dd(th, tl):
+    """_dd.exp_dd in torch, step for step: the same IEEE operations on the same table, so the same bits (tested)."""
+    import torch
+
+    if th.device not in _TABLES:
+        _TABLES[th.device] = tuple(torch.from_numpy(t).to(th.device) for t in _dd._table())
+    clamped = ~(th >= _dd.EXP_ARG_MIN)
+    th = th.masked_fill(clamped, _dd.EXP_ARG_MIN)
+    tl = tl.masked_fill(clamped, 0.0)
+    k = torch.round(th * _dd._INV_LN2)  # half to even, as np.rint
+    rh, rl = _dd.two_sum(th - k * _dd._LN2_1, -(k * _dd._LN2_2))
+    j = torch.round(rh * _dd._STEPS)
+    rh, rl = _dd.fast_two_sum(rh - j / _dd._STEPS, rl + (tl - k * _dd._LN2_3))
+    square, square_err = _dd.two_square(rh)
+    square_err = square_err + 2 * rh * rl
+    tail = square * rh * (1 / 6 + rh * (1 / 24 + rh * (1 / 120 + rh / 720)))
+    ph, pl = _dd.two_sum(1.0, rh)
+    ph, e = _dd.two_sum(ph, 0.5 * square)
+    ph, pl = _dd.fast_two_sum(ph, (pl + e) + ((0.5 * square_err + rl) + tail))
+    table_h, table_l = _TABLES[th.device]
+    index = j.to(torch.int64) + _dd._REACH
+    eh, el = _dd.mul(table_h[index], table_l[index], ph, pl)
+    k = k.clamp_min(-2044).to(torch.int64)
+    half = k >> 1
+    scale1, scale2 = ((half + 1023) << 52).view(torch.float64), ((k - half + 1023) << 52).view(torch.float64)
+    return eh * scale1 * scale2, el * scale1 * scale2
+
+
+def tier_b(q, k, v, keep, scale):
+    """_attention.tier_b in torch: scores as exact products summed in double-double, exp_dd, numerators in
+    double-double, and the same bound. Returns (hi, lo, err). Memory is (R, Lk, max(d, dv)) per call."""
+    import torch
+
+    d, lk = q.shape[1], k.shape[0]
+    if keep is None:
+        keep = torch.ones((q.shape[0], lk), dtype=torch.bool, device=q.device)
+    ph, pl = _dd.two_prod(q[:, None, :], k[None, :, :])
+    size = _pairwise(ph.abs()) * (1 + 2 * _dd.gamma(d))
+    sh, sl = _pairwise_dd(ph, pl)
+    s_err = (_dd.depth(d, 2) + 1) * _dd.DD_OP_REL * size + d * 2.0**-1070
+    ch, cl, c_rel = _dd.scale_dd(scale, d)
+    sh, sl = _dd.mul(sh, sl, torch.full_like(sh, ch), torch.full_like(sh, cl))
+    ds = (abs(ch) * s_err + sh.abs() * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    kept_h = sh.masked_fill(~keep, -math.inf)
+    mh = kept_h.amax(dim=1, keepdim=True)
+    ml = torch.where(kept_h == mh, sl, -math.inf).amax(dim=1, keepdim=True)
+    th, tl = _dd.add(torch.where(keep, sh, mh), torch.where(keep, sl, ml), -mh, -ml)
+    eh, el = _exp_dd(th, tl)
+    eh, el = eh.masked_fill(~keep, 0.0), el.masked_fill(~keep, 0.0)
+    first = (ds + _dd.DD_OP_REL * th.abs()).masked_fill(~keep, 0.0)
+    eta = (first * (1 + _SAFE) + _dd.EXP_DD_REL).masked_fill(~keep, 0.0)
+    total_h, total_l = _pairwise_dd(eh, el, one_sign=True)
+    depth = _dd.depth(lk, 2) + 1
+    sigma = (_pairwise(eh * eta) / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
+    nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
+    nh, nl = _pairwise_dd(nh.transpose(1, 2), (nl + el[:, :, None] * v[None, :, :]).transpose(1, 2))
+    oh, ol = _dd.div(nh, nl, total_h[:, None], total_l[:, None])
+    v_abs = v.abs()
+    a = (eh @ v_abs) * (1 + 2 * _dd.gamma(lk))
+    b = ((eh * eta) @ v_abs) * (1 + 2 * _dd.gamma(lk)) + lk * 2 * TINY * v_abs.amax(dim=0)
+    err = (depth * _dd.DD_OP_REL * a + b + sigma[:, None] * (a + b)) / total_h[:, None] * (1 + _SAFE)
+    err = err + 2 * _dd.DD_OP_REL * oh.abs() + 2 * TINY
+    unsure = ~(first.amax(dim=1) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
+    err[unsure] = math.inf
+    return oh, ol, err
+
+
 #: Inputs and scales whose nonzero magnitudes lie within [2**-_RANGE, 2**_RANGE]: then no square in a norm and no
-#: product in a score under- or overflows, which the per-row bound needs. Every float dtype of at most 32 bits does.
+#: product in a score under- or overflows, which the per-row bound needs (and tier B's, below 2**500). Every float
+#: dtype of at most 32 bits does.
 _RANGE = 300
 
 
@@ -206,11 +293,17 @@ def _in_range(t) -> bool:
     return bool(mag.amax() <= 2.0**_RANGE) and bool(torch.where(mag == 0, math.inf, mag).amin() >= 2.0**-_RANGE)
 
 
-def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
-    """Decide what tier A can of every pending output on `device`, into `out`; `pending` loses what was decided.
+#: Target dtypes torch converts to on the device (exactly, as every rounded value is representable); results in
+#: other formats come back as float32 and numpy converts them.
+_ON_DEVICE = ("float16", "bfloat16", "float32")
 
-    False (nothing done) where the inputs or the scale lie outside the range the bound covers (float64 inputs
-    beyond 2**+-300, a scale beyond 2**+-200): numpy's tier A, whose bound is per score, takes them.
+
+def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
+    """Decide every pending output that tiers A and B can, on `device`, into `out`; `pending` loses what was decided.
+    run is the first tier: on entry `pending` holds every defined output.
+
+    False (nothing done) where the inputs or the scale lie outside the range the bounds cover (float64 inputs
+    beyond 2**+-300, a scale beyond 2**+-200): numpy's tiers A and B take them.
     """
     import torch
 
@@ -226,45 +319,76 @@ def run(problem, fmt: Format, device, pending: np.ndarray, out) -> bool:
         return False
     v = _to_device(problem.v, device)
     dv = v.shape[2]
-    rounded = torch.empty((nb, lq, dv), dtype=torch.float32, device=device)  # exact: tier_a_target's formats fit
+    kept = torch.from_numpy(~problem.undefined.reshape(nb, lq)).to(device)[:, :, None]
+    name = fmt.dtype.name if fmt.dtype.name in _ON_DEVICE else "float32"
+    rounded = torch.empty((nb, lq, dv), dtype=getattr(torch, name), device=device)
     ok = torch.empty((nb, lq, dv), dtype=torch.bool, device=device)
     hi = torch.empty((nb, lq, dv), dtype=torch.float64, device=device) if out.detail else None
     err = torch.empty_like(hi) if out.detail else None
     step = max(1, BLOCK // lk)  # query rows per call
-    with torch.no_grad():  # queued without a sync until the results come back at the end
+    with torch.no_grad():  # queued without a sync until the results come back
         for b in range(nb):
             keep = None if problem.all_kept else torch.from_numpy(np.ascontiguousarray(problem.keep[b])).to(device)
             for start in range(0, lq, step):
                 chunk = slice(start, min(start + step, lq))
                 o, bound = tier_a(q[b, chunk], k[b], v[b], None if keep is None else keep[chunk], scale)
-                value, decided = decide(o, bound, fmt)
-                rounded[b, chunk], ok[b, chunk] = value, decided
+                rounded[b, chunk], ok[b, chunk] = decide(o, bound, fmt)
                 if out.detail:
                     hi[b, chunk], err[b, chunk] = o, bound
-    decided = ok.cpu().numpy() & pending
-    approx = Approx(hi.cpu().numpy(), None, err.cpu().numpy(), 0.0) if out.detail else None
-    out.put_block(slice(None), rounded.cpu().numpy(), approx, decided, 1)
-    pending &= ~decided
-    # What the per-row bound left (about one output in a million for float16): per-score bounds, still on the
-    # device, so that tier B on the CPU (a tenth of a second per query row of 4096 keys) gets next to nothing.
+        ok &= kept
+        left = ~ok & kept  # defined outputs tier A did not decide: about one in a million for float16
+        rows = left.any(dim=2)
+        approx = Approx(_to_host(hi), None, _to_host(err), 0.0) if out.detail else None
+        # Every output at once: the undecided ones get later tiers' values, the undefined ones NaN again below.
+        values = _to_host(rounded)
+        values = values.view(fmt.dtype) if name == fmt.dtype.name else values.astype(fmt.dtype)
+        out.put_all(values, approx, _to_host(ok.to(torch.int8)))
+        rows_host = _to_host(rows)
+        pending &= rows_host[:, :, None]
+        pending[rows_host] &= _to_host(left[rows])
+    if problem.undefined.any():
+        out.fill(np.broadcast_to(problem.undefined.reshape(nb, lq)[:, :, None], (nb, lq, dv)), np.nan)
+    # What tier A's per-row bound left: per-score bounds; then tier B for what they left, all on the device.
     step = max(1, PER_SCORE_BLOCK // (lk * max(q.shape[2], dv)))
-    for b, index in _rows_of(pending):
-        keep = None if problem.all_kept else torch.from_numpy(problem.keep[b][index]).to(device)
-        with torch.no_grad():
-            for start in range(0, len(index), step):
-                chunk = slice(start, start + step)
-                queries = q[b, torch.from_numpy(index[chunk]).to(device)]
-                o, bound = tier_a_per_score(queries, k[b], v[b], None if keep is None else keep[chunk], scale)
-                value, ok = decide(o, bound, fmt)
-                where = (b, index[chunk])
-                decided = ok.cpu().numpy() & pending[where]
-                approx = Approx(o.cpu().numpy(), None, bound.cpu().numpy(), 0.0) if out.detail else None
-                out.put_block(where, value.float().cpu().numpy(), approx, decided, 1)
-                pending[where] &= ~decided
+    for tier, rows_fn in ((1, tier_a_per_score), (2, tier_b)):
+        _rows_pass(problem, (q, k, v), fmt, pending, out, rows_fn, tier, step)
     return True
 
 
-#: Products per call of tier_a_per_score (each float64 temporary then 128 MiB).
+def _to_host(t) -> np.ndarray:
+    """A tensor's values as a numpy array, through pinned memory from a GPU (twice as fast as pageable)."""
+    import torch
+
+    if t.device.type != "cuda":
+        return t.cpu().numpy() if t.dtype != torch.bfloat16 else t.view(torch.int16).numpy()
+    host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+    host.copy_(t)
+    return (host if t.dtype != torch.bfloat16 else host.view(torch.int16)).numpy()
+
+
+def _rows_pass(problem, tensors, fmt: Format, pending: np.ndarray, out, rows_fn, tier: int, step: int):
+    """Run `rows_fn` (tier_a_per_score or tier_b) on every query row with a pending output, `step` rows per call,
+    and decide on the CPU (few rows reach here)."""
+    import torch
+
+    q, k, v = tensors
+    device = q.device
+    for b, index in _rows_of(pending):
+        for start in range(0, len(index), step):
+            rows = index[start : start + step]
+            keep = None if problem.all_kept else torch.from_numpy(problem.keep[b][rows]).to(device)
+            with torch.no_grad():
+                parts = rows_fn(q[b, torch.from_numpy(rows).to(device)], k[b], v[b], keep, problem.scale)
+            hi, lo, err = (None if p is None else p.cpu().numpy() for p in parts)
+            with np.errstate(all="ignore"):
+                rounded, ok = decide_arrays(hi, lo, err, 0.0, fmt)
+            where = (b, rows)
+            decided = ok & pending[where]
+            out.put_block(where, rounded, Approx(hi, lo, err, 0.0), decided, tier)
+            pending[where] &= ~decided
+
+
+#: Products per call of tier_a_per_score and tier_b (each float64 temporary then 128 MiB).
 PER_SCORE_BLOCK = 1 << 24
 
 

@@ -82,8 +82,11 @@ def accelerator() -> dict:
     return found
 
 
-def accelerator_line() -> str:
-    """One line naming the GPU and the libraries that ran on it, or "" without one."""
+def accelerator_line(devices) -> str:
+    """One line naming the GPU and the libraries that ran on it, or "" where no row ran on one. `devices`: where
+    the rows ran (WorstInput.device: None or "cpu" for the CPU)."""
+    if all(device in (None, "cpu") for device in devices):
+        return ""
     key = platform_key()  # the accelerator's fields included
     gpu = key.get("gpu") or ", ".join(key.get("jax_devices", []))
     if not gpu:

@@ -15,7 +15,7 @@ def summary(result, comparison=None) -> str:
     dtypes = list(dict.fromkeys(table.dtype))
     cells = verdict_matrix(table)
     lines = ["# softaudit", "", f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
-    gpu = accelerator_line()
+    gpu = accelerator_line(w.device for w in result.worst.values())
     if gpu:
         lines += [gpu, ""]
     if comparison is not None:

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from softaudit import reference as R
-from softaudit.reference import _formats, _rows, _torch_tier
+from softaudit.reference import _dd, _formats, _rows, _torch_tier
 
 from .oracle import attention_row, rounded
 from .test_properties import bits, dtype_of
@@ -219,7 +219,12 @@ def per_row_decides_nothing(q, k, v, keep, scale):
     return o, torch.full_like(err, math.inf)
 
 
-_per_row = _torch_tier.tier_a
+def per_score_decides_nothing(q, k, v, keep, scale):
+    o, lo, err = _per_score(q, k, v, keep, scale)
+    return o, lo, torch.full_like(err, math.inf)
+
+
+_per_row, _per_score = _torch_tier.tier_a, _torch_tier.tier_a_per_score
 
 
 @settings(max_examples=60, deadline=None)
@@ -247,13 +252,57 @@ def test_the_per_score_pass_decides_in_blocks_of_rows(monkeypatch):
     assert (torch_cpu.tier == 1).mean() > 0.99
 
 
+@settings(max_examples=60, deadline=None)
+@given(problems())
+def test_tier_b_on_the_device_gives_the_numpy_paths_bits(problem):
+    """With both tier A passes deciding nothing, every pending row goes through the torch tier B (and what it
+    leaves to tier C): the same bits, and each tier-B value within its bound of plain mpmath at 200 bits."""
+    q, k, v, mask, dtype, scale = problem
+    _torch_tier.tier_a, _torch_tier.tier_a_per_score = per_row_decides_nothing, per_score_decides_nothing
+    try:
+        numpy, torch_cpu = both(q, k, v, mask, dtype, scale)
+    finally:
+        _torch_tier.tier_a, _torch_tier.tier_a_per_score = _per_row, _per_score
+    assert_same(numpy, torch_cpu)
+    keep = np.ones((q.shape[0], k.shape[0]), bool) if mask is None else mask
+    for i, c in list(zip(*np.nonzero(torch_cpu.tier == 2)))[:6]:
+        exact = attention_row(q[i], k, v, keep[i], scale, 200)[c]
+        with mpmath.workprec(200):
+            approx = mpmath.mpf(float(torch_cpu.hi[i, c])) + mpmath.mpf(float(torch_cpu.lo[i, c]))
+            assert abs(approx - exact) <= torch_cpu.err[i, c]
+
+
+def test_tier_b_on_the_device_decides_what_tier_a_leaves(monkeypatch):
+    monkeypatch.setattr(_torch_tier, "tier_a", per_row_decides_nothing)
+    monkeypatch.setattr(_torch_tier, "tier_a_per_score", per_score_decides_nothing)
+    monkeypatch.setattr(_torch_tier, "PER_SCORE_BLOCK", 3 * 40 * 16)  # 3 rows per call
+    rng = np.random.default_rng(10)
+    q, k, v = (rng.standard_normal(s).astype(np.float16) for s in ((2, 11, 16), (2, 40, 16), (2, 40, 8)))
+    numpy, torch_cpu = both(q, k, v, rng.random((2, 11, 40)) < 0.7, "float16")
+    assert_same(numpy, torch_cpu)
+    assert (torch_cpu.tier == 2).mean() > 0.99
+
+
+def test_exp_dd_and_pairwise_dd_in_torch_give_numpys_bits():
+    """The torch tier's double-double exp and sum repeat _dd's IEEE operations on the same table: the same bits
+    over exp's whole range, its clamp, and NaN."""
+    rng = np.random.default_rng(9)
+    th = np.concatenate([rng.uniform(-2100, 709, 20000), rng.uniform(-1, 1, 5000), [0.0, -0.0, 709.7, -745.2, np.nan]])
+    tl = th * 2.0**-60 * rng.uniform(-1, 1, th.shape)
+    for numpy_part, torch_part in zip(_dd.exp_dd(th, tl), _torch_tier._exp_dd(torch.from_numpy(th), torch.from_numpy(tl))):
+        np.testing.assert_array_equal(bits(torch_part.numpy()), bits(numpy_part))
+    h, lo = _dd.two_prod(rng.standard_normal((7, 37)), rng.standard_normal((7, 37)))
+    for numpy_part, torch_part in zip(_dd.pairwise_sum(h, lo), _torch_tier._pairwise_dd(torch.from_numpy(h), torch.from_numpy(lo))):
+        np.testing.assert_array_equal(bits(torch_part.numpy()), bits(numpy_part))
+
+
 @settings(max_examples=25, deadline=None)
 @given(problems())
 def test_per_score_approximations_lie_within_their_bound(problem):
     q, k, v, mask, dtype, scale = problem
     keep = np.ones((q.shape[0], k.shape[0]), bool) if mask is None else mask
     as_tensor = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
-    o, err = _torch_tier.tier_a_per_score(*as_tensor, None if mask is None else torch.from_numpy(mask), scale)
+    o, _, err = _torch_tier.tier_a_per_score(*as_tensor, None if mask is None else torch.from_numpy(mask), scale)
     for i, c in zip(*np.nonzero(np.isfinite(err.numpy()) & keep.any(axis=1)[:, None])):
         exact = attention_row(q[i], k, v, keep[i], scale, 200)[c]
         with mpmath.workprec(200):

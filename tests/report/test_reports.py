@@ -75,3 +75,14 @@ def test_results_json_has_settings_versions_and_machine(tmp_path):
     assert len(data["results"]) == len(result.table)
     worst = (tmp_path / "worst.csv").read_text()
     assert "0x1." in worst  # hex floats
+
+
+def test_the_gpu_line_names_a_gpu_only_where_some_row_ran_on_one(monkeypatch):
+    from softaudit.report import _files
+
+    monkeypatch.setattr(_files, "platform_key", lambda: {"gpu": "NVIDIA H100", "cuda": "13.0", "cudnn": 91900, "torch": "2.11"})
+    assert _files.accelerator_line([None, "cpu", None]) == ""
+    assert _files.accelerator_line([]) == ""
+    assert _files.accelerator_line(["cpu", "cuda:1"]) == "Ran on NVIDIA H100 (CUDA 13.0, cuDNN 91900; torch 2.11)."
+    monkeypatch.setattr(_files, "platform_key", lambda: {})  # a device named, but no GPU seen
+    assert _files.accelerator_line(["cuda"]) == ""
