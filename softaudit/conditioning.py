@@ -25,34 +25,144 @@ def _probabilities(x: np.ndarray, kept: np.ndarray):
     return e / np.where(s > 0, s, 1.0), e, s, np.argmax(t, axis=-1)[..., None]
 
 
+def _others(p, top, w):
+    """sum_{k != i} p_k w_k for every i, w >= 0: the row's total less p_i w_i, and for the largest entry the sum
+    over the others itself (the difference would cancel when p_top w_top dominates)."""
+    pw = p * w
+    others = np.maximum(pw.sum(axis=-1, keepdims=True) - pw, 0.0)
+    not_top = np.ones(p.shape, bool)
+    np.put_along_axis(not_top, top, False, axis=-1)
+    np.put_along_axis(others, top, np.where(not_top, pw, 0.0).sum(axis=-1, keepdims=True), axis=-1)
+    return others
+
+
+def _one_minus(p, e, s, top):
+    """1 - p_i; for the largest entry, where p_i may be 1 - 1e-40, the sum of the others' exps over the total."""
+    rest = 1 - p
+    not_top = np.ones(p.shape, bool)
+    np.put_along_axis(not_top, top, False, axis=-1)
+    top_rest = np.where(not_top, e, 0.0).sum(axis=-1, keepdims=True) / np.where(s > 0, s, 1.0)
+    np.put_along_axis(rest, top, top_rest, axis=-1)
+    return rest
+
+
+def _spread(p, e, s, top, w):
+    """sum_k |delta_ik - p_k| w_k = (1 - p_i) w_i + sum_{k != i} p_k w_k for every i, w >= 0 (0 where not kept),
+    with neither part cancelling for the largest entry."""
+    return _one_minus(p, e, s, top) * w + _others(p, top, w)
+
+
+def _row_setting(x, mask):
+    """x as float64, where it is kept, |x| (0 elsewhere), and _probabilities of it."""
+    x = np.asarray(x, dtype=np.float64)
+    kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.broadcast_to(mask, x.shape)
+    return x, kept, np.where(kept, np.abs(x), 0.0), _probabilities(x, kept)
+
+
 def rows(kind: str, x, mask, r) -> np.ndarray:
     """scale for softmax, log_softmax, logsumexp and masked_softmax along the last axis (0 where not kept).
 
     x: the inputs (in the audited dtype or float64), mask: boolean or None, r: the exact results (float64).
     With p the softmax of the kept entries and A = sum_k p_k |x_k|, sum_k |delta_ik - p_k| |x_k| is
-    (1 - p_i) |x_i| + (A - p_i |x_i|). For the largest entry, where p_i may be 1 - 1e-40, both parts are summed
-    over the other entries instead, so neither cancels.
+    (1 - p_i) |x_i| + (A - p_i |x_i|) (`_spread`).
     """
     with np.errstate(all="ignore"):
-        x = np.asarray(x, dtype=np.float64)
-        kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.broadcast_to(mask, x.shape)
-        ax = np.where(kept, np.abs(x), 0.0)
-        p, e, s, top = _probabilities(x, kept)
-        pa = p * ax
-        a = pa.sum(axis=-1, keepdims=True)
-        inner = (1 - p) * ax + np.maximum(a - pa, 0.0)
-        others = np.ones(x.shape, bool)
-        np.put_along_axis(others, top, False, axis=-1)
-        rest = np.where(others, e, 0.0).sum(axis=-1, keepdims=True) / np.where(s > 0, s, 1.0)  # 1 - p_top
-        rest_abs = np.where(others, pa, 0.0).sum(axis=-1, keepdims=True)  # sum over k != top of p_k |x_k|
-        top_inner = rest * np.take_along_axis(ax, top, axis=-1) + rest_abs
-        np.put_along_axis(inner, top, top_inner, axis=-1)
+        x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
+        inner = _spread(p, e, s, top, ax)
         r = np.asarray(r, dtype=np.float64)
         if kind == "logsumexp":
-            return np.abs(r) + a[..., 0]
+            return np.abs(r) + (p * ax).sum(axis=-1)
         if kind == "log_softmax":
             return np.where(kept, np.abs(r) + inner, 0.0)
         return np.where(kept, p * (1 + inner), 0.0)
+
+
+def softmax_grad(x, mask, g, r) -> np.ndarray:
+    """scale of dx = p (g - <g, p>) (softmax's and masked softmax's VJP), 0 where not kept: |r_i| plus the
+    upstream gradient's part p_i sum_k |delta_ik - p_k| |g_k| (exact) plus the logits' part, bounded by
+    p_i (|g_i - gbar| |1 - 2 p_i| |x_i| + sum_{j != i} p_j (|g_i - gbar| + |g_j - gbar|) |x_j|), gbar = <g, p>,
+    since d r_i / d x_j = p_i (delta_ij (g_i - gbar) - p_j (g_i + g_j - 2 gbar)) (docs/metrics.md)."""
+    with np.errstate(all="ignore"):
+        x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
+        g = np.where(kept, np.asarray(g, dtype=np.float64), 0.0)
+        dev = np.abs(_deviation(p, top, g))  # |g_i - gbar|
+        logits = dev * np.abs(1 - 2 * p) * ax + dev * _others(p, top, ax) + _others(p, top, dev * ax)
+        return np.where(kept, np.abs(r) + p * (_spread(p, e, s, top, np.abs(g)) + logits), 0.0)
+
+
+def _deviation(p, top, g):
+    """g_i - <g, p> for every i; for the largest entry sum_{k != top} p_k (g_top - g_k), which does not cancel
+    when p_top is next to 1."""
+    dev = g - (p * g).sum(axis=-1, keepdims=True)
+    not_top = np.ones(p.shape, bool)
+    np.put_along_axis(not_top, top, False, axis=-1)
+    g_top = np.take_along_axis(g, top, axis=-1)
+    np.put_along_axis(dev, top, np.where(not_top, p * (g_top - g), 0.0).sum(axis=-1, keepdims=True), axis=-1)
+    return dev
+
+
+def log_softmax_grad(x, mask, g, r) -> np.ndarray:
+    """scale of dx = g - p sum(g), 0 where not kept: |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the
+    upstream gradient's part) + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact."""
+    with np.errstate(all="ignore"):
+        x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
+        g = np.where(kept, np.asarray(g, dtype=np.float64), 0.0)
+        ag = np.abs(g)
+        upstream = _one_minus(p, e, s, top) * ag + p * np.maximum(ag.sum(axis=-1, keepdims=True) - ag, 0.0)
+        logits = np.abs(g.sum(axis=-1, keepdims=True)) * p * _spread(p, e, s, top, ax)
+        return np.where(kept, np.abs(r) + upstream + logits, 0.0)
+
+
+def logsumexp_grad(x, mask, g, r) -> np.ndarray:
+    """scale of dx = p g (g one value per row), 0 where not kept: |r_i| + p_i |g| (the upstream gradient's part)
+    + |g| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), exact."""
+    with np.errstate(all="ignore"):
+        x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
+        ag = np.abs(np.asarray(g, dtype=np.float64))[..., None]
+        return np.where(kept, np.abs(r) + ag * p * (1 + _spread(p, e, s, top, ax)), 0.0)
+
+
+def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """scales of (dq, dk, dv), attention's VJP for the upstream gradient g, each of its input's shape.
+
+    An upper bound of |r| + sum over every input x of |d r / d x| |x| (docs/metrics.md). With P the weights,
+    a_ij = c sum_t |q_it k_jt|, alpha_i = sum_l P_il a_il, dP = g v^T, b_ij = sum |g_i| |v_j|, D_i = sum_j P_ij
+    dP_ij and gap_ij = |dP_ij - D_i|: rounding q and k moves s_ij by 2 a_ij and P_ij by P_ij (2 a_ij + 2 alpha_i),
+    the second part common to the row; g and v move dP_ij by 2 b_ij; D_i moves by 2 delta_i = 2 sum_j P_ij
+    (a_ij gap_ij + b_ij). Then, with W = P (2 a gap + 2 b) + |dS|,
+    dq: |dq| (1 + 2 alpha) + c W |k| + 2 c delta |P k| (the row-common parts act on dq and on P k as a whole),
+    dk: |dk| + c (W + 2 alpha |dS| + 2 delta P)^T |q|, dv: |dv| + (P (1 + 2 a + 2 alpha))^T |g|.
+    The (Lq, Lk) arrays are made whole per call; inputs broadcast along batch axes get the sum over them.
+    """
+    with np.errstate(all="ignore"):
+        q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
+        dq, dk, dv = (np.asarray(r, dtype=np.float64) for r in grads)
+        kt = np.swapaxes(k, -1, -2)
+        s = np.where(keep, (q @ kt) * scale, -np.inf)
+        m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+        total = e.sum(axis=-1, keepdims=True)
+        p = e / np.where(total > 0, total, 1.0)
+        a = (np.abs(q) @ np.abs(kt)) * abs(scale)
+        alpha = (p * a).sum(axis=-1, keepdims=True)
+        dp = g @ np.swapaxes(v, -1, -2)
+        b = np.abs(g) @ np.abs(np.swapaxes(v, -1, -2))
+        gap = np.abs(dp - (p * dp).sum(axis=-1, keepdims=True))
+        delta = (p * (a * gap + b)).sum(axis=-1, keepdims=True)
+        w = p * (2 * a * gap + 2 * b + gap)  # P (2 a gap + 2 b) + |dS|
+        c = abs(scale)
+        q_part = np.abs(dq) * 2 * alpha + c * (w @ np.abs(k)) + 2 * c * delta * np.abs(p @ k)
+        k_part = c * (np.swapaxes(w + 2 * alpha * p * gap + 2 * delta * p, -1, -2) @ np.abs(q))
+        v_part = np.swapaxes(p * (1 + 2 * a + 2 * alpha), -1, -2) @ np.abs(g)
+        return tuple(np.abs(r) + _summed_to(part, x.shape) for r, part, x in zip((dq, dk, dv), (q_part, k_part, v_part), (q, k, v)))
+
+
+def _summed_to(a: np.ndarray, shape: tuple) -> np.ndarray:
+    """a summed over the leading axes that an input of `shape` was broadcast along (size 1 or absent there)."""
+    extra = a.ndim - len(shape)
+    a = a.sum(axis=tuple(range(extra))) if extra else a
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
+    return a.sum(axis=axes, keepdims=True) if axes else a
 
 
 def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
