@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kinds
+
 #: Attention's sensitivity to its scores needs a (queries, keys, dv) array: made this many elements at a time.
 CHUNK = 1 << 22
 
@@ -33,6 +35,7 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
     (1 - p_i) |x_i| + (A - p_i |x_i|). For the largest entry, where p_i may be 1 - 1e-40, both parts are summed
     over the other entries instead, so neither cancels.
     """
+    kind = kinds.get(kind)
     with np.errstate(all="ignore"):
         x = np.asarray(x, dtype=np.float64)
         kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.broadcast_to(mask, x.shape)
@@ -48,9 +51,9 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
         top_inner = rest * np.take_along_axis(ax, top, axis=-1) + rest_abs
         np.put_along_axis(inner, top, top_inner, axis=-1)
         r = np.asarray(r, dtype=np.float64)
-        if kind == "logsumexp":
+        if kind.reduces:  # log-sum-exp
             return np.abs(r) + a[..., 0]
-        if kind == "log_softmax":
+        if kind.logarithmic:  # log-softmax
             return np.where(kept, np.abs(r) + inner, 0.0)
         return np.where(kept, p * (1 + inner), 0.0)
 
