@@ -111,8 +111,9 @@ class Prepared:
 
     @functools.cached_property
     def leak_probe(self) -> tuple[dict, np.ndarray] | None:
-        """For a kind with the leak probe (attention) and a mask: inputs with some masked keys' k and v replaced, and the queries that must not
-        change (those that may attend none of the replaced keys in any batch entry, and some key in one)."""
+        """For a kind with the leak probe (attention) and a mask: inputs with some masked keys' k and v replaced, and
+        the queries that must not change (those that may attend none of the replaced keys in any batch entry, and
+        some key in one)."""
         if not self.kind.leak_probe or self.mask is None:
             return None
         rng = np.random.default_rng(self.case_in_family)
@@ -515,7 +516,7 @@ def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally,
     rounded = float(b.rounded.reshape(-1)[flat])
     inv = float(b.inv_scale.reshape(-1)[flat])
     scale = 1 / inv if inv else math.nan
-    name, axis = kinds.get(candidate.kind).reduced
+    name, axis = kinds.get(candidate.kind).reduction
     length = pc.inputs[name].shape[axis]
     cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length)
     suite, seed, corpus = recipe

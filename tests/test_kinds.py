@@ -49,7 +49,7 @@ def test_every_kind_is_complete_and_consistent(kind):
     assert set(kind.invariants) <= set(INVARIANTS) and set(kind.measures) <= set(MEASURES)
     assert not kind.invariants or ("permutation" in kind.invariants and kind.row_wise)
     assert set(kind.causes) <= {"absorbed", "subnormal"}
-    assert kind.reduced[0] in kind.inputs
+    assert kind.reduction[0] in kind.inputs
     assert not kind.leak_probe or kind.masked
 
 

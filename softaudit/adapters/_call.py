@@ -93,7 +93,8 @@ def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout:
     return out, note
 
 
-def call_all(candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False):
+def call_all(candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
+             reuse: bool = False):  # fmt: skip
     """Call the candidate on arrays of the audited dtype; return (its outputs cast to dtype, note or "").
 
     The kind's calling convention gives the arguments. Each output must be an array (or array-like) of its shape in

@@ -47,7 +47,7 @@ class Kind:
     #: "module:function" (kind name, fmt) -> a Hypothesis strategy of (inputs in the dtype, mask); None: no hunt.
     strategy: str | None
     #: The input and axis whose length is the length of the reduction behind each output (for the causes).
-    reduced: tuple[str, int]
+    reduction: tuple[str, int]
     #: Inputs x are rows x n, reduced along the last axis (case files are checked for that shape).
     row_wise: bool
     #: The output drops the reduced axis: one value per row.

@@ -7,20 +7,20 @@ from ._kind import Kind
 #: The row families every row kind runs, in registration order (softaudit/cases/_rows.py).
 _ROW_FAMILIES = ("textbook", "gaussian", "offset", "wide_spread", "ties", "dominant", "long", "temperature",
                  "subnormal", "neg_inf", "mnist_logits")  # fmt: skip
-#: A NaN, a +inf logit or an all -inf row: undefined for the plain row kinds (a mask would make them other cases).
+#: Rows with a NaN, a +inf logit or every entry -inf: run by the unmasked row kinds.
 _UNDEFINED = ("undefined",)
 _MASKED_FAMILIES = ("padding", "causal", "random_mask", "fully_masked", "masked_extremes", "below_fill")
 _ATTENTION_FAMILIES = ("attn_gaussian", "attn_shapes", "attn_long", "attn_large_activations", "attn_masks")
 
 _ROWS = "softaudit.kinds._rows"
 #: What the row kinds share: x of rows x n, reduced along its last axis.
-_ROW = dict(reference=f"{_ROWS}:reference", conditioning=f"{_ROWS}:conditioning", element_inputs=f"{_ROWS}:element_inputs",
-            diagnose="softaudit.causes:diagnose_row", strategy="softaudit.hunt._strategies:rows", reduced=("x", -1),
-            row_wise=True)  # fmt: skip
+_ROW = dict(reference=f"{_ROWS}:reference", conditioning=f"{_ROWS}:conditioning",
+            element_inputs=f"{_ROWS}:element_inputs", diagnose="softaudit.causes:diagnose_row",
+            strategy="softaudit.hunt._strategies:rows", reduction=("x", -1), row_wise=True)  # fmt: skip
 _PROBABILITIES = ("negative", "sum_err", "argmax_flips")
 
 SOFTMAX = Kind(
-    "softmax", "f(x, axis=-1)", ("x",), ("axis",), ("y",),
+    "softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
     plain="softmax.max_shifted",
     standard=("softmax.max_shifted", "softmax.max_shifted_running", "softmax.online_b128", "softmax.exp2",
               "softmax.division_free", "softmax.log1p_form"),
@@ -31,7 +31,7 @@ SOFTMAX = Kind(
 )  # fmt: skip
 
 LOG_SOFTMAX = Kind(
-    "log_softmax", "f(x, axis=-1)", ("x",), ("axis",), ("y",),
+    "log_softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
     plain="log_softmax.shifted",
     standard=("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
     best="log_softmax.log1p_form_f32acc",
@@ -42,7 +42,7 @@ LOG_SOFTMAX = Kind(
 )  # fmt: skip
 
 LOGSUMEXP = Kind(
-    "logsumexp", "f(x, axis=-1)", ("x",), ("axis",), ("y",),
+    "logsumexp", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
     plain="logsumexp.shifted",
     standard=("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
     best="logsumexp.log1p_form_f32acc",
@@ -53,7 +53,7 @@ LOGSUMEXP = Kind(
 )  # fmt: skip
 
 MASKED_SOFTMAX = Kind(
-    "masked_softmax", "f(x, mask, axis=-1)", ("x", "mask"), ("axis",), ("y",),
+    "masked_softmax", "f(x, mask, axis=-1)", arguments=("x", "mask"), keywords=("axis",), outputs=("y",),
     plain="masked_softmax.where_in_dtype",
     standard=("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
     best="masked_softmax.where",
@@ -66,7 +66,7 @@ MASKED_SOFTMAX = Kind(
 
 _ATTENTION_BEST = "scores, softmax and P V in float32, round once (attention.upcast)"
 ATTENTION = Kind(
-    "attention", "f(q, k, v, mask=None)", ("q", "k", "v"), ("mask",), ("y",),
+    "attention", "f(q, k, v, mask=None)", arguments=("q", "k", "v"), keywords=("mask",), outputs=("y",),
     plain="attention.naive",
     standard=("attention.naive", "attention.tiled_b64"),
     best="attention.upcast",
@@ -74,7 +74,7 @@ ATTENTION = Kind(
     families=_ATTENTION_FAMILIES,
     reference="softaudit.kinds._attention:reference", conditioning="softaudit.kinds._attention:conditioning",
     element_inputs="softaudit.kinds._attention:element_inputs", diagnose="softaudit.causes:diagnose_scores",
-    strategy="softaudit.hunt._strategies:attention", reduced=("k", -2), row_wise=False, reduces=False,
+    strategy="softaudit.hunt._strategies:attention", reduction=("k", -2), row_wise=False, reduces=False,
     logarithmic=False, leak_probe=True, measures=("max_ulp_vsum", "max_normwise"), causes=("subnormal",),
     scale_terms="sum p|v| and the scores' share", leak="outputs move when masked keys change",
     fixes={
