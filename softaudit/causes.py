@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from . import kinds
 from .reference import Format
 
 #: The worst element's result is this many times smaller than its conditioning scale: a cancellation.
@@ -25,6 +26,7 @@ def _g(value: float) -> str:
 def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int) -> tuple[str, str]:
     """(cause, sentence) for the worst element: output y, exact value r, its correct rounding, its conditioning
     scale, and n the length of the reduction behind it (row length, or keys for attention)."""
+    kind = kinds.get(kind)
     u = math.ldexp(1.0, -fmt.precision)
     normal = math.ldexp(1.0, max(fmt.emin, -1074))
     if math.isnan(y):
@@ -34,17 +36,17 @@ def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: 
     if y == 0 and rounded != 0:
         if abs(rounded) < normal:
             return "flushed", f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero)"
-        if kind in ("log_softmax", "logsumexp") and abs(r) < u:
+        if "absorbed" in kind.causes and abs(r) < u:
             return "absorbed", (f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that "
                                 "rounds to 1")  # fmt: skip
         return "underflow", f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)"
-    if abs(r) < normal and kind != "logsumexp":
+    if abs(r) < normal and "subnormal" in kind.causes:
         return "subnormal", (f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against "
                              f"the smallest normal {_g(normal)}; the output {_g(y)} is off by {_g(abs(y - r))}")  # fmt: skip
     amplified = _ratio(scale, abs(r))
     if amplified >= CANCELLATION:
-        if kind == "attention":
-            return "cancellation", (f"the output {_g(r)} cancels: its terms (sum p|v| and the scores' share) add up to "
+        if kind.scale_terms:
+            return "cancellation", (f"the output {_g(r)} cancels: its terms ({kind.scale_terms}) add up to "
                                     f"{_g(scale)}, {amplified:.3g}x larger")  # fmt: skip
         return "cancellation", (f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding "
                                 "the inputs alone moves it that many u")  # fmt: skip
@@ -68,14 +70,24 @@ def _ratio(a: float, b: float) -> float:
 
 def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> str:
     """Why a row (for attention: a query with its keys) gave NaN or inf: the input pattern that explains it."""
+    return kinds.get(kind).part("diagnose")(fmt, inputs, mask)
+
+
+def diagnose_scores(fmt: Format, inputs: dict, mask) -> str:
+    """Why a query with its keys gave NaN or inf (attention)."""
     big = fmt.max_float
     with np.errstate(all="ignore"):
-        if kind == "attention":
-            q, k = inputs["q"].astype(np.float64), inputs["k"].astype(np.float64)
-            raw = np.abs(q @ np.swapaxes(k, -1, -2)).max(initial=0.0)
-            if raw > big:
-                return f"the scores q.k reach {_g(raw)}, past {fmt.name}'s largest value {_g(big)}"
-            return ""
+        q, k = inputs["q"].astype(np.float64), inputs["k"].astype(np.float64)
+        raw = np.abs(q @ np.swapaxes(k, -1, -2)).max(initial=0.0)
+        if raw > big:
+            return f"the scores q.k reach {_g(raw)}, past {fmt.name}'s largest value {_g(big)}"
+    return ""
+
+
+def diagnose_row(fmt: Format, inputs: dict, mask) -> str:
+    """Why a row gave NaN or inf (the row kinds)."""
+    big = fmt.max_float
+    with np.errstate(all="ignore"):
         x = inputs["x"].astype(np.float64).reshape(-1)
         kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.asarray(mask).reshape(-1)
         if not kept.any():
@@ -92,33 +104,18 @@ def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> str:
     return ""
 
 
-_BEST = {
-    "softmax": "max-shift and sum in float32, round once (softmax.max_shifted_f32acc)",
-    "log_softmax": "x - max - log1p(sum of the others) in float32, round once (log_softmax.log1p_form_f32acc)",
-    "logsumexp": "max + log1p(sum of the others) in float32, round once (logsumexp.log1p_form_f32acc)",
-    "masked_softmax": "where over the kept entries in float32, round once (masked_softmax.where)",
-    "attention": "scores, softmax and P V in float32, round once (attention.upcast)",
-}
+#: The common fix per event rule; a kind's own (`Kind.fixes`) takes its place.
 _EVENT_FIX = {
-    "nan": {
-        "attention": "subtract each query's largest score before exp and form the scores in float32",
-        "masked_softmax": "take the max over the kept entries only and exclude masked ones with where",
-        "*": "subtract the row max before exp (exp overflows to inf, and inf / inf is NaN)",
-    },
-    "overflow": {"*": "subtract the row max before exp, and accumulate in float32"},
-    "mask_leak": {
-        "attention": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",
-        "*": "exclude masked entries with where (or a -inf fill): a finite fill such as -1e4 is not far enough below "
-        "every kept logit",
-    },
-    "fully_masked": {
-        "*": "give rows with nothing kept zeros: where over the kept entries and a guarded division (PyTorch's safe "
-        "softmax, FlashAttention); masked_fill(-inf) gives NaN and a finite fill a uniform row",
-    },
-    "nan_propagation": {"*": "let a NaN input reach the output: no nan_to_num, no max or where that skips it"},
-    "underflow": {"*": "shift by the max and divide once at the end, so small results stay representable"},
-    "flushed": {"*": "subnormal results are flushed to zero (an FTZ/DAZ mode or a flushing exp); IEEE gradual "
-                "underflow keeps them"},  # fmt: skip
+    "nan": "subtract the row max before exp (exp overflows to inf, and inf / inf is NaN)",
+    "overflow": "subtract the row max before exp, and accumulate in float32",
+    "mask_leak": "exclude masked entries with where (or a -inf fill): a finite fill such as -1e4 is not far enough "
+    "below every kept logit",
+    "fully_masked": "give rows with nothing kept zeros: where over the kept entries and a guarded division (PyTorch's "
+    "safe softmax, FlashAttention); masked_fill(-inf) gives NaN and a finite fill a uniform row",
+    "nan_propagation": "let a NaN input reach the output: no nan_to_num, no max or where that skips it",
+    "underflow": "shift by the max and divide once at the end, so small results stay representable",
+    "flushed": "subnormal results are flushed to zero (an FTZ/DAZ mode or a flushing exp); IEEE gradual underflow "
+    "keeps them",
 }
 _CAUSE_FIX = {
     "absorbed": "add log1p of the sum without the largest term to the max (Blanchard, Higham & Higham 2021): "
@@ -131,13 +128,13 @@ _CAUSE_FIX = {
 
 
 def fix(rule: str, kind: str, cause: str = "") -> str:
-    """The known fix for a broken rule (and, for accuracy, the worst element's cause)."""
+    """The known fix for a broken rule (and, for accuracy, the worst element's cause): the kind's own fix for the
+    rule where it has one (`Kind.fixes`), else the common one."""
+    kind = kinds.get(kind)
     if rule in _EVENT_FIX:
-        table = _EVENT_FIX[rule]
-        return table.get(kind, table["*"])
+        return kind.fixes.get(rule, _EVENT_FIX[rule])
     if cause in _CAUSE_FIX:
         return _CAUSE_FIX[cause]
-    if kind == "attention" and rule == "below_best":
-        return ("keep P in float32 for P V, or upcast throughout: rounding P to the dtype before P V costs about u of "
-                f"sum p|v| per output, as FlashAttention does; best practice: {_BEST[kind]}")  # fmt: skip
-    return f"best practice: {_BEST.get(kind, 'compute in float32 and round once')}"
+    if rule in kind.fixes:
+        return kind.fixes[rule]
+    return f"best practice: {kind.best_practice}"

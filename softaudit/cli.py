@@ -415,12 +415,14 @@ def list_cases(kind):
 @click.option("--kind", help="only the built-ins of this kind")
 def list_candidates(kind):
     """List the built-in candidates with a line on each."""
-    from .candidates import BEST, PLAIN, builtins
+    from . import kinds
+    from .candidates import builtins
 
     for candidate in builtins():
         if kind is None or candidate.kind == kind:
-            mark = " (best practice)" if BEST[candidate.kind] == candidate.name else ""
-            mark += " (plain, in the dtype)" if PLAIN[candidate.kind] == candidate.name else ""
+            its = kinds.get(candidate.kind)
+            mark = " (best practice)" if its.best == candidate.name else ""
+            mark += " (plain, in the dtype)" if its.plain == candidate.name else ""
             click.echo(f"{candidate.name:34s} {candidate.summary.split('. Weakness')[0]}{mark}")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kinds
+
 #: Attention's sensitivity to its scores needs a (queries, keys, dv) array: made this many elements at a time.
 CHUNK = 1 << 22
 
@@ -66,13 +68,14 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
     With p the softmax of the kept entries and A = sum_k p_k |x_k|, sum_k |delta_ik - p_k| |x_k| is
     (1 - p_i) |x_i| + (A - p_i |x_i|) (`_spread`).
     """
+    kind = kinds.get(kind)
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
         inner = _spread(p, e, s, top, ax)
         r = np.asarray(r, dtype=np.float64)
-        if kind == "logsumexp":
+        if kind.reduces:  # log-sum-exp
             return np.abs(r) + (p * ax).sum(axis=-1)
-        if kind == "log_softmax":
+        if kind.logarithmic:  # log-softmax
             return np.where(kept, np.abs(r) + inner, 0.0)
         return np.where(kept, p * (1 + inner), 0.0)
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kinds
 from .adapters._call import call
 from .reference import round_to
 
-ROW_KINDS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
 #: Cases with more output elements than this are not checked: the checks call the candidate three or four times
 #: more, and rows of 4096 already carry what long rows show (the max early, late, anywhere).
 MAX_ELEMENTS = 1 << 16
@@ -40,56 +40,59 @@ def _exact_shift(x: np.ndarray, dtype) -> float | None:
 
 
 class Probes:
-    """One case's transformed inputs, made once and shared by every candidate (row kinds only).
+    """One case's transformed inputs, made once and shared by every candidate (kinds with invariants: row kinds).
 
-    shifted: the kept entries plus an exact shift c (None where no small c is exact); permuted: the row's entries
-    in a random order (seeded, so every candidate sees the same one); order: the stable sort of the kept entries,
-    as flat indices (monotonicity); for masked_softmax, junk: masked entries replaced by random values, and up to
-    two rows' kept entries alone.
+    shifted: the kept entries plus an exact shift c (None where no small c is exact, or no shift check); permuted:
+    the row's entries in a random order (seeded, so every candidate sees the same one); order: the stable sort of
+    the kept entries, as flat indices (monotonicity); for the masked values checks, junk: masked entries replaced
+    by random values, and alone: up to two rows' kept entries alone.
     """
 
     @np.errstate(all="ignore")  # -inf - -inf among removed entries: compared, not warned about
     def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
+        checks = kinds.get(kind).invariants
         rng = np.random.default_rng(seed)
         self.mask, self.dtype = mask, dtype
         x = inputs["x"].astype(np.float64)
         kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
         self.defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)
-        c = _exact_shift(np.where(kept, x, 0.0), dtype) if kind != "logsumexp" else None
+        c = _exact_shift(np.where(kept, x, 0.0), dtype) if "shift" in checks else None
         self.shifted = None if c is None else round_to(np.where(kept, x + c, x), dtype)
         self.perm = rng.permutation(x.shape[-1])
         self.permuted = round_to(x[..., self.perm], dtype)
         self.permuted_mask = None if mask is None else np.broadcast_to(mask, x.shape)[..., self.perm]
         self.kept = kept
-        if kind == "logsumexp":
+        if "lse_below_max" in checks:
             self.top = np.where(kept, x, -np.inf).max(axis=-1)
-            return
-        order = np.argsort(np.where(kept, x, -np.inf), axis=-1, kind="stable")
-        # as flat indices: np.take with them is 4x faster than take_along_axis
-        rows = np.arange(int(np.prod(x.shape[:-1]))).reshape(x.shape[:-1] + (1,))
-        self.order = (order + rows * x.shape[-1]).reshape(-1)
-        xs = np.where(kept, x, -np.inf).reshape(-1)[self.order].reshape(x.shape)
-        self.rises = (np.diff(xs, axis=-1) > 0) & np.isfinite(xs[..., 1:]) & self.defined[..., None]
-        if kind == "masked_softmax":
+        if "monotonic" in checks:
+            order = np.argsort(np.where(kept, x, -np.inf), axis=-1, kind="stable")
+            # as flat indices: np.take with them is 4x faster than take_along_axis
+            rows = np.arange(int(np.prod(x.shape[:-1]))).reshape(x.shape[:-1] + (1,))
+            self.order = (order + rows * x.shape[-1]).reshape(-1)
+            xs = np.where(kept, x, -np.inf).reshape(-1)[self.order].reshape(x.shape)
+            self.rises = (np.diff(xs, axis=-1) > 0) & np.isfinite(xs[..., 1:]) & self.defined[..., None]
+        if "masked_values" in checks:
             self.junk = round_to(np.where(kept, x, rng.standard_normal(x.shape) * 8), dtype)
+        if "masked_equals_kept" in checks:
             self.alone = [(row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]]
 
 
 def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float) -> dict[str, int]:
-    """Violations per invariant for one case (row kinds only; attention has its leak probe).
+    """Violations per invariant for one case (kinds with invariants only; attention has its leak probe).
 
     Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
     checks allow 2 max(E, 0.5) + 1 ulps, E the candidate's max ULP error on this case: a larger difference means
     the transformed input exposes an error the original does not.
     """
-    if candidate.kind not in ROW_KINDS:
+    if not kinds.get(candidate.kind).invariants:
         return {}
     with np.errstate(all="ignore"):  # NaN and inf outputs are compared, not warned about
         return _check(candidate, probes, y, shape, timeout, max_ulp)
 
 
 def _check(candidate, p: Probes, y, shape, timeout, max_ulp) -> dict[str, int]:
-    kind, dtype, defined = candidate.kind, p.dtype, p.defined
+    kind, dtype, defined = kinds.get(candidate.kind), p.dtype, p.defined
+    checks = kind.invariants
     y = np.asarray(y).astype(np.float64)
     out: dict[str, int] = {}
 
@@ -105,15 +108,16 @@ def _check(candidate, p: Probes, y, shape, timeout, max_ulp) -> dict[str, int]:
     if p.shifted is not None:
         out["shift"] = int(np.count_nonzero(_differ(again(p.shifted), y) & defined[..., None]))
     permuted = again(p.permuted, p.permuted_mask)
-    expected = y if kind == "logsumexp" else np.take(y, p.perm, axis=-1)  # (5x faster than y[..., p.perm])
-    out["permutation"] = int(np.count_nonzero(beyond(permuted, expected) & (defined if kind == "logsumexp" else defined[..., None])))
-    if kind == "logsumexp":
+    expected = y if kind.reduces else np.take(y, p.perm, axis=-1)  # (5x faster than y[..., p.perm])
+    out["permutation"] = int(np.count_nonzero(beyond(permuted, expected) & (defined if kind.reduces else defined[..., None])))
+    if "lse_below_max" in checks:
         out["lse_below_max"] = int(np.count_nonzero(defined & (y < p.top)))
-        return out
-    ys = np.where(p.kept, y, -np.inf).reshape(-1)[p.order].reshape(y.shape)  # kept entries only: a leak is mask_leak
-    out["monotonic"] = int(np.count_nonzero(p.rises & (np.diff(ys, axis=-1) < 0)))
-    if kind == "masked_softmax":
+    if "monotonic" in checks:
+        ys = np.where(p.kept, y, -np.inf).reshape(-1)[p.order].reshape(y.shape)  # kept entries only: a leak is mask_leak
+        out["monotonic"] = int(np.count_nonzero(p.rises & (np.diff(ys, axis=-1) < 0)))
+    if "masked_values" in checks:
         out["masked_values"] = int(np.count_nonzero(_differ(again(p.junk), y) & defined[..., None]))
+    if "masked_equals_kept" in checks:
         violations = 0
         for row, alone in p.alone:  # the kept entries alone, as a row of their own
             got = again(alone, np.ones(alone.shape, bool), alone.shape)

@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 
+from . import kinds
 from .reference import Format
 
 FULLY_MASKED = ("zeros", "nan", "uniform", "other")  # what a candidate gives for a row with nothing kept
@@ -152,9 +153,10 @@ def basis(kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, k
     NaN). masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for
     attention, sum_j p_j |v_j| per output element.
     """
+    k = kinds.get(kind)
     rounded = np.asarray(ref.value).astype(np.float64)
     undefined = np.asarray(undefined)
-    defined = ~np.broadcast_to(undefined[..., None], rounded.shape) if kind != "logsumexp" else ~undefined
+    defined = ~np.broadcast_to(undefined[..., None], rounded.shape) if not k.reduces else ~undefined
     lo = ref.lo if ref.lo.any() else None
     r = ref.hi if lo is None else ref.hi + lo
     finite_ref = np.isfinite(rounded) & defined
@@ -168,7 +170,7 @@ def basis(kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, k
     # Multiplying by 1/ulp is exact and much faster than dividing; only float64's 2**-1074 has no finite inverse.
     inv_ulp = 1.0 / ulp_r if fmt.min_subnormal_exp >= -1022 else None
     best = None
-    if kind in ("softmax", "log_softmax", "masked_softmax") and rounded.shape[-1]:
+    if "argmax_flips" in k.measures and rounded.shape[-1]:
         best = rounded.max(axis=-1)
         nan_rows = np.isnan(best)  # (max is NaN where a row has one: those rows again, NaN left out)
         if nan_rows.any():
@@ -193,8 +195,8 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     """
     t = Tally(cases=1, undefined_rows=int(b.undefined.sum()))
     y = np.asarray(y)
-    kind = b.kind
-    per_row = kind != "logsumexp"
+    kind = kinds.get(b.kind)
+    per_row = not kind.reduces
     if b.everything_compared and np.isfinite(y).all():
         # y stays in its dtype (comparisons in it are exact; sums are taken in float64), which saves a float64 copy
         nan_y, finite_y, compare = None, None, None  # no NaN, no infinity, every element compared
@@ -210,7 +212,7 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         compare = b.finite_ref & finite_y
         if t.nan or t.overflow:
             t.event_at = (case_index, int(np.flatnonzero(~finite_y & b.defined & ~np.isnan(b.rounded))[0]))
-    if kind in ("softmax", "masked_softmax"):
+    if "negative" in kind.measures:
         t.negative = int(np.count_nonzero(y < 0))
     if b.masked is not None:
         t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
@@ -218,9 +220,9 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     if not t.elements and (t.nan or t.overflow):
         bad = np.flatnonzero(~finite_y & b.finite_ref)
         t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]])) if len(bad) else None
-    if per_row and kind != "attention" and y.size and y.shape[-1]:
+    if "argmax_flips" in kind.measures and y.size and y.shape[-1]:  # (sum_err comes with it: the probability kinds)
         rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
-        if kind in ("softmax", "masked_softmax"):
+        if "sum_err" in kind.measures:
             sums = (y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1, dtype=np.float64)
             sums = np.abs(sums - 1) / 2.0 ** (1 - b.fmt.precision)
             t.sum_err = float(np.where(rows_ok, sums, 0).max(initial=0.0))
@@ -233,7 +235,7 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     if b.nothing_kept is not None and b.nothing_kept.any():
         for behaviour in _fully_masked_behaviour(y[b.nothing_kept]):
             t.fully_masked[behaviour] = t.fully_masked.get(behaviour, 0) + 1
-    if kind == "attention" and t.elements:
+    if "max_normwise" in kind.measures and t.elements:
         if b.ulp_vsum is not None:
             t.max_ulp_vsum = float((diff / b.ulp_vsum).max())
         r = b.hi if b.lo is None else b.hi + b.lo
@@ -251,13 +253,13 @@ CHUNK = (1 << 14) - 512
 
 
 def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray | None:
-    """The error measures over the compared elements (compare None: all of them), a chunk at a time. For
-    attention returns |y - r| at every element (0 where not compared), which its normwise measures need."""
+    """The error measures over the compared elements (compare None: all of them), a chunk at a time. For a kind
+    with normwise measures (attention) returns |y - r| at every element (0 where not compared)."""
     flat = {name: None if a is None else a.reshape(-1) for name, a in
             (("y", y), ("hi", b.hi), ("lo", b.lo), ("rounded", b.rounded), ("compare", compare), ("ulp", b.ulp),
              ("inv_ulp", b.inv_ulp), ("rel_per_ulp", b.rel_per_ulp), ("inv_scale", b.inv_scale),
              ("subnormal", b.subnormal))}  # fmt: skip
-    whole = np.zeros(y.size) if b.kind == "attention" else None
+    whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
     per_u = math.ldexp(1.0, b.fmt.precision)  # 1 / u

@@ -11,11 +11,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from . import kinds
 from .metrics import Tally
 from .reference import Format
 
 FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
-MASKED_KINDS = ("masked_softmax", "attention")
 #: Every verdict a row can get, least to most severe; `skip` (the candidate cannot run this dtype) stands apart.
 VERDICTS = ("pass", "warn", "fail", "error", "skip")
 SEVERITY = {"pass": 0, "skip": 1, "warn": 1, "fail": 2, "error": 3}
@@ -76,17 +76,17 @@ class Policy:
     def judge(self, kind: str, fmt: Format, tally: Tally, plain_cond: float | None, best_ulp: float | None) -> list[Reason]:
         """The rules the row broke, fails first (an empty list: it passed)."""
         fails, warns = [], []
+        kind = kinds.get(kind)
         if self.fail_on_nan and tally.nan:
             fails.append(Reason("fail", "nan", f"{tally.nan} NaN where the exact result is defined"))
         if self.fail_on_overflow and tally.overflow:
             fails.append(Reason("fail", "overflow", f"{tally.overflow} inf where the exact result is finite"))
         if self.fail_on_mask_leak and tally.mask_leak:
-            what = "outputs move when masked keys change" if kind == "attention" else "masked entries get probability"
-            fails.append(Reason("fail", "mask_leak", f"mask leak: {what} ({tally.mask_leak} elements)"))
+            fails.append(Reason("fail", "mask_leak", f"mask leak: {kind.leak} ({tally.mask_leak} elements)"))
         if self.nan_propagation and tally.nan_not_propagated:
             fails.append(Reason("fail", "nan_propagation", f"a NaN input did not give NaN in {tally.nan_not_propagated} rows"))
         behaviour = tally.fully_masked_behaviour
-        if kind in MASKED_KINDS and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
+        if kind.masked and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
             fails.append(Reason("fail", "fully_masked", f"fully masked rows give {behaviour}, expected {self.fully_masked}"))
         if self.fail_on_underflow and tally.underflow:
             fails.append(Reason("fail", "underflow", f"{tally.underflow} zeros where the correctly rounded result is not 0"))
@@ -98,7 +98,7 @@ class Policy:
                 fails.append(Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"))
             elif tally.max_ulp > warn_at:
                 bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
-                terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if kind == "attention" else ""
+                terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if "max_ulp_vsum" in kind.measures else ""
                 warns.append(Reason("warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"))
         if self.warn_on_flush and tally.flushed:
             results = "result" if tally.flushed == 1 else "results"

@@ -21,17 +21,19 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _store, causes, conditioning, invariants
+from . import _store, causes, invariants
 from . import candidates as builtin
 from .adapters import _bridge as bridge
 from .adapters._bridge import CandidateSkip
-from .adapters._call import CandidateError, call, time_limits
-from .adapters._candidate import KINDS, Candidate, check_kind
+from . import kinds
+from .adapters._call import CandidateError, call, call_all, time_limits
+from .adapters._candidate import Candidate, check_kind
 from .adapters._targets import load_target
 from .cases import families_for, load_case_files
 from .metrics import Tally, basis, measure
 from .policy import Policy, Reason
-from .reference import Format, evaluate, evaluate_attention, format_of, round_to, undefined_rows
+from .kinds import KINDS, Kind
+from .reference import Format, format_of, round_to
 from .worst import WorstInput, element_ulp, row_inputs
 
 DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
@@ -60,62 +62,59 @@ class Prepared:
         """About what this case holds once its reference and basis exist (about 100 bytes per input element)."""
         return 100 * sum(a.size for a in self.inputs.values())
 
+    @property
+    def kind(self) -> Kind:
+        return kinds.get(self.case.kind)
+
     @functools.cached_property
+    def references(self) -> tuple:
+        """The exact results, one reference Result per output of the kind."""
+        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype)
+
+    @functools.cached_property
+    def bases(self) -> tuple:
+        """The reference side of the measures, one per output, shared by every candidate."""
+        extras = self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+        return tuple(basis(self.case.kind, self.fmt, ref, **extra) for ref, extra in zip(self.references, extras))
+
+    @property
     def reference(self):
-        if self.case.kind == "attention":
-            return evaluate_attention(self.inputs["q"], self.inputs["k"], self.inputs["v"], self.mask, dtype=self.fmt.dtype)
-        return evaluate(self.case.kind, self.inputs["x"], self.mask, dtype=self.fmt.dtype)
+        """The reference of the first output (a forward kind's only one)."""
+        return self.references[0]
 
-    @functools.cached_property
+    @property
     def basis(self):
-        """The reference side of the measures, shared by every candidate."""
-        return basis(self.case.kind, self.fmt, self.reference, **self._extras())
-
-    def _extras(self) -> dict:
-        """What the metrics need beyond the reference: undefined rows, the conditioning scale, masked entries..."""
-        kind = self.case.kind
-        ref = self.reference
-        exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
-        if kind == "attention":
-            q, k, v = (self.inputs[n] for n in ("q", "k", "v"))
-            scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
-            keep = np.broadcast_to(True if self.mask is None else self.mask, scores_shape)
-            scale, vsum = conditioning.attention(q, k, v, keep, exact, 1 / np.sqrt(q.shape[-1]))
-            nothing_kept = ~keep.any(axis=-1) if self.mask is not None else None
-            return {"undefined": ref.undefined, "nothing_kept": nothing_kept, "vsum": vsum, "scale": scale}
-        x = self.inputs["x"].astype(np.float64)
-        # The policy's undefined rows for every row kind (log-sum-exp included): a NaN or +inf logit, nothing kept.
-        undefined = undefined_rows(x, self.mask)
-        kept_nan = (np.isnan(x) & (True if self.mask is None else self.mask)).any(axis=-1)
-        scale = conditioning.rows(kind, x, self.mask, exact)
-        if kind == "masked_softmax":
-            masked = ~np.broadcast_to(self.mask, x.shape)
-            return {"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked,
-                    "kept_nan_rows": kept_nan, "scale": scale}  # fmt: skip
-        return {"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale}
+        """The basis of the first output (a forward kind's only one)."""
+        return self.bases[0]
 
     def complete(self) -> None:
         """Compute now what is otherwise computed when first needed (reference, basis, probes), to keep it."""
-        for name in ("reference", "basis", "probes", "leak_probe"):
+        for name in ("references", "bases", "probes", "leak_probe"):
             getattr(self, name)
 
     @property
+    def output_shapes(self) -> tuple[tuple, ...]:
+        return tuple(ref.value.shape for ref in self.references)
+
+    @property
     def output_shape(self) -> tuple:
+        """The shape of the first output (a forward kind's only one)."""
         return self.reference.value.shape
 
     @functools.cached_property
     def probes(self) -> invariants.Probes | None:
         """The invariants' transformed inputs (row kinds, cases up to invariants.MAX_ELEMENTS elements)."""
         x = self.inputs.get("x")
-        if self.case.kind not in invariants.ROW_KINDS or x is None or x.size > invariants.MAX_ELEMENTS:
+        if not self.kind.invariants or x is None or x.size > invariants.MAX_ELEMENTS:
             return None
         return invariants.Probes(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
 
     @functools.cached_property
     def leak_probe(self) -> tuple[dict, np.ndarray] | None:
-        """For attention with a mask: inputs with some masked keys' k and v replaced, and the queries that must not
-        change (those that may attend none of the replaced keys in any batch entry, and some key in one)."""
-        if self.case.kind != "attention" or self.mask is None:
+        """For a kind with the leak probe (attention) and a mask: inputs with some masked keys' k and v replaced, and
+        the queries that must not change (those that may attend none of the replaced keys in any batch entry, and
+        some key in one)."""
+        if not self.kind.leak_probe or self.mask is None:
             return None
         rng = np.random.default_rng(self.case_in_family)
         keep = self.mask.reshape((-1,) + self.mask.shape[-2:]).any(axis=0)  # (Lq, Lk): may attend anywhere
@@ -318,14 +317,16 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
         start = time.perf_counter()
         # reuse: y (if the candidate returns its input) lives until the next case's call; everything below reads
         # it, the invariants and the leak probe call with copies of their own
-        y, note = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout, reuse=True)
+        ys, note = call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout, reuse=True)
         seconds += time.perf_counter() - start
         notes.add(note)
+        # Every output measured against its own reference; a row judges one output (a forward kind's only one).
+        (part,) = (measure(b, y, case_index=pc.case_in_family) for b, y in zip(pc.bases, ys))
+        (y,) = ys
         defined = ~np.asarray(pc.reference.undefined)
         if defined.any():
             anything = True
             all_nan = all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
-        part = measure(pc.basis, y, case_index=pc.case_in_family)
         if check_invariants and pc.probes is not None:
             part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
         probe = pc.leak_probe
@@ -515,7 +516,8 @@ def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally,
     rounded = float(b.rounded.reshape(-1)[flat])
     inv = float(b.inv_scale.reshape(-1)[flat])
     scale = 1 / inv if inv else math.nan
-    length = pc.inputs["k"].shape[-2] if candidate.kind == "attention" else pc.inputs["x"].shape[-1]
+    name, axis = kinds.get(candidate.kind).reduction
+    length = pc.inputs[name].shape[axis]
     cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length)
     suite, seed, corpus = recipe
     where = {"case_file": pc.case.description} if family.startswith("file:") else {"corpus": str(corpus)} if family == "corpus" else {}

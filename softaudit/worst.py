@@ -16,6 +16,7 @@ import shlex
 
 import numpy as np
 
+from . import kinds
 from .cases import hex_rows
 
 
@@ -148,16 +149,5 @@ def element_ulp(pc, flat: int, value: float) -> float:
 def row_inputs(kind: str, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
     """The inputs that made one output element: its row (and mask row), or its query with the keys and values of
     its batch entry (and its mask row)."""
-    shape = pc.output_shape
-    if kind == "attention":
-        lead, query = position[:-2], position[-2]
-        batch = shape[:-2]
-        q, k, v = (np.broadcast_to(pc.inputs[n], batch + pc.inputs[n].shape[-2:])[lead] for n in ("q", "k", "v"))
-        mask = None
-        if pc.mask is not None:
-            mask = np.broadcast_to(pc.mask, batch + (shape[-2], k.shape[-2]))[lead][query]
-        return {"q": q[query][None, :], "k": k, "v": v}, mask
-    row = position if kind == "logsumexp" else position[:-1]
-    x = pc.inputs["x"]
-    mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
-    return {"x": x[row]}, mask
+    kind = kinds.get(kind)
+    return kind.part("element_inputs")(kind, pc, position)

@@ -18,9 +18,11 @@ def counted_references(monkeypatch):
     """An empty cache of prepared families in this process (each comes from the disk or is computed), and the list
     that gains an entry for each reference the runner computes."""
     from softaudit import runner
+    from softaudit.kinds import _attention, _rows
 
     monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
     calls = []
-    real = runner.evaluate
-    monkeypatch.setattr(runner, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    for module, name in ((_rows, "evaluate"), (_attention, "evaluate_attention")):  # (the kinds' references)
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     return calls

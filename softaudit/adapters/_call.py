@@ -1,4 +1,4 @@
-"""Calling a candidate: the calling convention of its kind, a time limit, and checks on what comes back.
+"""Calling a candidate: its kind's calling convention, a time limit, and checks on what comes back.
 
 Whatever goes wrong becomes a CandidateError with one line saying what; the runner turns it into an error row
 and goes on.
@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 
+from .. import kinds
 from ..reference import format_of
 from . import _bridge as bridge
 from ._candidate import Candidate
@@ -79,25 +80,30 @@ def _copy(name: str, a: np.ndarray, reuse: bool) -> np.ndarray:
     return buf
 
 
-def _arguments(kind: str, arrays: dict, mask, reuse: bool = False):
+def _arguments(kind, arrays: dict, mask, reuse: bool = False):
     # Copies: a candidate may write into its inputs, which every other candidate and the reference share.
     arrays = {name: _copy(name, a, reuse) for name, a in arrays.items()}
     mask = None if mask is None else np.array(mask)
-    if kind == "attention":
-        return (arrays["q"], arrays["k"], arrays["v"]), {"mask": mask}
-    if kind == "masked_softmax":
-        return (arrays["x"], mask), {"axis": -1}
-    return (arrays["x"],), {"axis": -1}
+    return kind.call_arguments(arrays, mask)
 
 
 def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
-    """Call the candidate on arrays of the audited dtype; return (output cast to dtype, note or "").
+    """Call a candidate of a one-output kind; return (output cast to dtype, note or ""). See `call_all`."""
+    (out,), note = call_all(candidate, arrays, mask, (shape,), dtype, timeout, reuse)
+    return out, note
 
-    The output must be an array (or array-like) of `shape`; another floating dtype is cast and noted. reuse: copy
-    the inputs into buffers kept for the next reusing call, which overwrites them: an output that is the input,
-    written in place, is then valid only until that call.
+
+def call_all(candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
+             reuse: bool = False):  # fmt: skip
+    """Call the candidate on arrays of the audited dtype; return (its outputs cast to dtype, note or "").
+
+    The kind's calling convention gives the arguments. Each output must be an array (or array-like) of its shape in
+    `shapes`, one per output of the kind (a kind with several returns a tuple of them); another floating dtype is
+    cast and noted. reuse: copy the inputs into buffers kept for the next reusing call, which overwrites them: an
+    output that is the input, written in place, is then valid only until that call.
     """
-    args, kwargs = _arguments(candidate.kind, arrays, mask, reuse)
+    kind = kinds.get(candidate.kind)
+    args, kwargs = _arguments(kind, arrays, mask, reuse)
     framework = candidate.framework
     try:
         # The audit counts NaN, overflow and underflow itself; numpy's warnings about them would only be noise.
@@ -108,24 +114,38 @@ def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout:
                 if kwargs.get("mask") is not None:
                     kwargs = kwargs | {"mask": to(np.asarray(kwargs["mask"]), candidate.device)}
             out = candidate.call(*args, **kwargs)
+            outs = (out,) if len(shapes) == 1 else _several(out, kind.outputs)
             if framework != "numpy":
-                out = back(out)
+                outs = tuple(back(o) for o in outs)
     except (CandidateError, bridge.CandidateSkip):
         raise
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}") from exc
+    checked = [_checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
+               for o, shape, name in zip(outs, shapes, kind.outputs)]  # fmt: skip
+    return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for _, n in checked if n))
+
+
+def _several(out, names: tuple) -> tuple:
+    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+        raise CandidateError(f"returned {type(out).__name__}, not a tuple ({', '.join(names)})")
+    return tuple(out)
+
+
+def _checked(out, shape: tuple, dtype, label: str):
+    """(out as an array of dtype, note): CandidateError where it is not an array of `shape` in a floating type."""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
-        raise CandidateError(f"returned {type(out).__name__}, not an array")
+        raise CandidateError(f"{label}returned {type(out).__name__}, not an array")
     out = np.asarray(out)
     if out.shape != tuple(shape):
-        raise CandidateError(f"returned shape {out.shape}, expected {tuple(shape)}")
+        raise CandidateError(f"{label}returned shape {out.shape}, expected {tuple(shape)}")
     note = ""
     if out.dtype != dtype:
         try:
             format_of(out.dtype)
         except ValueError:
-            raise CandidateError(f"returned dtype {out.dtype}, not a floating-point type") from None
-        note = f"returned {out.dtype}, cast to {np.dtype(dtype).name}"
+            raise CandidateError(f"{label}returned dtype {out.dtype}, not a floating-point type") from None
+        note = f"{label}returned {out.dtype}, cast to {np.dtype(dtype).name}"
         with np.errstate(all="ignore"):
             out = out.astype(dtype)
     return out, note

@@ -7,46 +7,28 @@ come from `_ops`, built from IEEE basic operations, never from numpy's CPU-dispa
 Per kind, built-ins serve as comparisons in verdicts: PLAIN, the implementation a kernel engineer writes in the
 low precision without upcasting (FlashAttention's tests compare against exactly such a reference), with the other
 STANDARD same-dtype algorithms beside it, and BEST, the best practice (computed in float32 for 16-bit dtypes and
-rounded once, in the dtype itself otherwise).
+rounded once, in the dtype itself otherwise). Each kind names its own (softaudit.kinds); these tables read them.
 """
 
 from ..adapters._candidate import Candidate
 from ..adapters._targets import load_target
+from ..kinds import KINDS
 from . import attention, log_softmax, logsumexp, masked_softmax, softmax
 from .attention import tiled_attention as tiled_attention
 from .softmax import online_softmax as online_softmax
 
 #: The plain same-dtype implementation per kind: every step rounded to the audited dtype, no upcast.
-PLAIN = {
-    "softmax": "softmax.max_shifted",
-    "log_softmax": "log_softmax.shifted",
-    "logsumexp": "logsumexp.shifted",
-    "masked_softmax": "masked_softmax.where_in_dtype",
-    "attention": "attention.naive",
-}
+PLAIN = {k.name: k.plain for k in KINDS.values()}
 
 #: The standard same-dtype algorithms per kind, the plain one first: every one rounds each step to the audited
 #: dtype, and each is a textbook method (max shift; sums pairwise, as a tree reduction, or one term at a time, as
 #: a loop and numpy's bfloat16 sum; online, Milakov & Gimelshein 2018; exp2 as fused GPU kernels
 #: compute exp; division-free exp(x - lse); log1p, Blanchard, Higham & Higham 2021; FlashAttention's P in the
 #: dtype). A fail is an accuracy worse than `factor` x the worst of them: beyond what computing in the dtype costs.
-STANDARD = {
-    "softmax": ("softmax.max_shifted", "softmax.max_shifted_running", "softmax.online_b128", "softmax.exp2",
-                "softmax.division_free", "softmax.log1p_form"),
-    "log_softmax": ("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
-    "logsumexp": ("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
-    "masked_softmax": ("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
-    "attention": ("attention.naive", "attention.tiled_b64"),
-}
+STANDARD = {k.name: k.standard for k in KINDS.values()}
 
 #: The best-practice built-in per kind: computed in float32 for 16-bit dtypes, in the dtype itself otherwise.
-BEST = {
-    "softmax": "softmax.max_shifted_f32acc",
-    "log_softmax": "log_softmax.log1p_form_f32acc",
-    "logsumexp": "logsumexp.log1p_form_f32acc",
-    "masked_softmax": "masked_softmax.where",
-    "attention": "attention.upcast",
-}
+BEST = {k.name: k.best for k in KINDS.values()}
 
 
 def builtins() -> list[Candidate]:

@@ -8,8 +8,6 @@ import numpy as np
 
 from ._case import family
 
-ATTENTION = ("attention",)
-
 
 def _qkv(rng, lq, lk, d, dv=None, scale=1.0, batch=()):
     dv = d if dv is None else dv
@@ -20,12 +18,12 @@ def _qkv(rng, lq, lk, d, dv=None, scale=1.0, batch=()):
     }
 
 
-@family("attn_gaussian", ATTENTION, "Gaussian q, k, v with head dimension d from 16 to 256.")
+@family("attn_gaussian", "Gaussian q, k, v with head dimension d from 16 to 256.")
 def attn_gaussian(kind, fmt, size, rng):
     return [(_qkv(rng, size.lq, 128, d), None, f"d={d}, Lq={size.lq}, Lk=128", {"d": d}) for d in size.d]
 
 
-@family("attn_shapes", ATTENTION, "Lq != Lk, a single key, and batch and head dimensions.")
+@family("attn_shapes", "Lq != Lk, a single key, and batch and head dimensions.")
 def attn_shapes(kind, fmt, size, rng):
     return [
         (_qkv(rng, 5, 37, 32, dv=8), None, "Lq=5, Lk=37, d=32, dv=8"),
@@ -34,14 +32,13 @@ def attn_shapes(kind, fmt, size, rng):
     ]
 
 
-@family("attn_long", ATTENTION, "Long key sequences (Lk 4096 in default).")
+@family("attn_long", "Long key sequences (Lk 4096 in default).")
 def attn_long(kind, fmt, size, rng):
     return [(_qkv(rng, 8, lk, 64), None, f"Lk={lk}, d=64", {"lk": lk}) for lk in sorted({128, 1024, size.lk})]
 
 
 @family(
     "attn_large_activations",
-    ATTENTION,
     "Activations large enough that unscaled scores q.k pass the dtype's max, in dtypes narrower in range than float32"
     " (float16, float8): there an upcast to float32 is the cure; bfloat16 scores that large overflow float32 too.",
 )
@@ -54,7 +51,7 @@ def attn_large_activations(kind, fmt, size, rng):
     return [(_qkv(rng, size.lq, 64, d, scale=scale), None, f"|q|, |k| ~ {scale:.3g}")]
 
 
-@family("attn_masks", ATTENTION, "Padding, causal and random masks, and queries with no key to attend.")
+@family("attn_masks", "Padding, causal and random masks, and queries with no key to attend.")
 def attn_masks(kind, fmt, size, rng):
     lq = lk = max(size.lq, 8)
     causal = np.tril(np.ones((lq, lk), bool))

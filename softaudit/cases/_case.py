@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from .. import kinds as _kinds
 from ..reference import Format
 
 SUITES = ("quick", "default", "full")
@@ -47,12 +48,16 @@ SIZES = {
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-    """A named, seeded, documented generator of cases for some kinds."""
+    """A named, seeded, documented generator of cases for the kinds that list it (`Kind.families`)."""
 
     name: str
-    kinds: tuple[str, ...]
     description: str
     make: Callable  # make(kind, fmt, size, rng) -> list of (arrays, mask, description[, params])
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds that run this family."""
+        return tuple(k.name for k in _kinds.KINDS.values() if self.name in k.families)
 
     def cases(self, kind: str, fmt: Format, suite: str, seed: int = 0) -> list[Case]:
         """The family's cases for kind and dtype; the same arguments always give the same cases."""
@@ -64,11 +69,12 @@ class Family:
 FAMILIES: dict[str, Family] = {}
 
 
-def family(name: str, kinds: tuple[str, ...], description: str):
-    """Register a family generator under `name` (the decorated function is its `make`)."""
+def family(name: str, description: str):
+    """Register a family generator under `name` (the decorated function is its `make`); the kinds that run it list
+    it in their `families`."""
 
     def register(make):
-        FAMILIES[name] = Family(name, kinds, description, make)
+        FAMILIES[name] = Family(name, description, make)
         return make
 
     return register
@@ -81,4 +87,6 @@ def hex_rows(values) -> list[list[str]]:
 
 
 def families_for(kind: str) -> list[Family]:
-    return [f for f in FAMILIES.values() if kind in f.kinds]
+    """The families the kind runs, in registration order."""
+    names = _kinds.get(kind).families
+    return [f for f in FAMILIES.values() if f.name in names]

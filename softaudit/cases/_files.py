@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import kinds as _kinds
 from ..adapters._candidate import check_kind
 from ._case import Case
 
@@ -92,37 +93,45 @@ def _floats(name, value, path) -> np.ndarray:
     return arr.astype(np.float64)
 
 
+def _listed(names) -> str:
+    """"q, k and v"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
 def _cases(data, path: Path, kind: str) -> list[Case]:
     """The cases that what a file holds (`_read`) gives for `kind`, as one family named after the file."""
     family = f"file:{path.stem}"
+    of = _kinds.get(kind)
     if isinstance(data, np.ndarray):
-        if kind == "attention":
-            raise CaseFileError(f"{path}: attention needs a .npz with q, k and v")
+        if of.inputs != ("x",):
+            raise CaseFileError(f"{path}: {kind} needs a .npz with {_listed(of.inputs)}")
         x = _floats("the array", data, path)
         if x.ndim != 2:
             raise CaseFileError(f"{path}: expected rows x n, got shape {x.shape}")
-        mask = None if kind != "masked_softmax" else np.ones(x.shape, bool)
+        mask = None if not of.mask_required else np.ones(x.shape, bool)
         return [Case(kind, family, {"x": x}, mask, None, str(path))]
     names = set(data)
-    needed = {"q", "k", "v"} if kind == "attention" else {"x"}
+    needed = set(of.inputs)
     if not needed <= names:
         raise CaseFileError(f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}")
     arrays = {name: _floats(name, data[name], path) for name in sorted(needed)}
     mask = data.get("mask")
     if mask is not None and mask.dtype != np.bool_:
         raise CaseFileError(f"{path}: mask must be boolean (True = keep), got dtype {mask.dtype}")
-    if kind == "masked_softmax" and mask is None:
+    if of.mask_required and mask is None:
         mask = np.ones(arrays["x"].shape, bool)
-    if kind != "attention" and arrays["x"].ndim != 2:
+    if of.row_wise and arrays["x"].ndim != 2:
         raise CaseFileError(f"{path}: expected x of rows x n, got shape {arrays['x'].shape}")
     return [Case(kind, family, arrays, mask, None, str(path))]
 
 
 def _serves(data, kind: str) -> bool:
-    """Whether what a file holds can be cases of `kind`: x (or a bare .npy) for the row kinds, q, k and v for attention."""
+    """Whether what a file holds can be cases of `kind`: its inputs (x, or a bare .npy, for the row kinds; q, k and v
+    for attention)."""
+    inputs = _kinds.get(kind).inputs
     if isinstance(data, np.ndarray):
-        return kind != "attention"
-    return ({"q", "k", "v"} if kind == "attention" else {"x"}) <= set(data)
+        return inputs == ("x",)
+    return set(inputs) <= set(data)
 
 
 def load_case_files(files, kinds) -> dict[str, list[Case]]:
@@ -147,9 +156,7 @@ def load_case_files(files, kinds) -> dict[str, list[Case]]:
 def check_case_file(path, kinds=()) -> None:
     """Read a case file in full and check it for the kinds it serves among `kinds` (none given: every kind);
     raise CaseFileError with one line when it is unreadable, malformed, or serves none of them."""
-    from ..adapters._candidate import KINDS
-
-    load_case_files([path], kinds or list(KINDS))
+    load_case_files([path], kinds or list(_kinds.KINDS))
 
 
 def load_case_file(path, kind: str) -> list[Case]:

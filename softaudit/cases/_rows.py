@@ -11,15 +11,14 @@ from importlib import resources
 
 import numpy as np
 
+from .. import kinds
 from ._case import family
 
-PLAIN = ("softmax", "log_softmax", "logsumexp")
-ROWS = PLAIN + ("masked_softmax",)
 
 
 def _kept(kind, rng, x, density=0.7):
-    """For masked_softmax, a random mask with at least one kept entry per row; None for the plain kinds."""
-    if kind != "masked_softmax":
+    """For a masked kind, a random mask with at least one kept entry per row; None for the plain kinds."""
+    if not kinds.get(kind).masked:
         return None
     mask = rng.random(x.shape) < density
     mask[np.arange(len(x)), rng.integers(0, x.shape[1], len(x))] = True
@@ -37,17 +36,17 @@ TEXTBOOK = [
 ]
 
 
-@family("textbook", ROWS, "The vectors of the reference tests: [10, 0, -5], [1000, 1001, 999], ONNX's and SciPy's.")
+@family("textbook", "The vectors of the reference tests: [10, 0, -5], [1000, 1001, 999], ONNX's and SciPy's.")
 def textbook(kind, fmt, size, rng):
     out = []
     for row in TEXTBOOK:
         x = np.array([row], dtype=np.float64)
-        mask = None if kind != "masked_softmax" else np.ones(x.shape, bool)
+        mask = None if not kinds.get(kind).masked else np.ones(x.shape, bool)
         out.append(({"x": x}, mask, f"{row}"))
     return out
 
 
-@family("gaussian", ROWS, "Gaussian logits at scales 1e-3 to 1e4.")
+@family("gaussian", "Gaussian logits at scales 1e-3 to 1e4.")
 def gaussian(kind, fmt, size, rng):
     out = []
     for scale in (1e-3, 1e-1, 1.0, 10.0, 100.0, 1e3, 1e4):
@@ -56,7 +55,7 @@ def gaussian(kind, fmt, size, rng):
     return out
 
 
-@family("offset", ROWS, "Gaussian logits plus large positive and negative offsets (within half the dtype's range).")
+@family("offset", "Gaussian logits plus large positive and negative offsets (within half the dtype's range).")
 def offset(kind, fmt, size, rng):
     out = []
     for c in (30.0, 300.0, 3e3, 3e4, 3e6, 3e30, 3e300):
@@ -67,14 +66,14 @@ def offset(kind, fmt, size, rng):
     return out
 
 
-@family("wide_spread", ROWS, "Rows spanning twice the dtype's exp range, so most terms underflow.")
+@family("wide_spread", "Rows spanning twice the dtype's exp range, so most terms underflow.")
 def wide_spread(kind, fmt, size, rng):
     span = 2 * math.log(_max(fmt))
     x = np.stack([rng.permutation(np.linspace(0, -span, size.n)) for _ in range(size.rows)])
     return [({"x": x}, _kept(kind, rng, x), f"linspace(0, -{span:.0f}) shuffled")]
 
 
-@family("ties", ROWS, "All-equal rows, ties at the maximum, and near-uniform rows a few ulps apart.")
+@family("ties", "All-equal rows, ties at the maximum, and near-uniform rows a few ulps apart.")
 def ties(kind, fmt, size, rng):
     n, p = size.n, fmt.precision
     equal = np.stack([np.full(n, v) for v in (0.0, 1.0, -7.5, 100.0)])
@@ -84,7 +83,7 @@ def ties(kind, fmt, size, rng):
     return [({"x": x}, _kept(kind, rng, x), d) for x, d in ((equal, "equal"), (top_tie, "tie at the max"), (near, "1 + k ulp"))]
 
 
-@family("dominant", ROWS, "One logit far above the rest: log-softmax of the top entry is a tiny negative number.")
+@family("dominant", "One logit far above the rest: log-softmax of the top entry is a tiny negative number.")
 def dominant(kind, fmt, size, rng):
     out = []
     for gap in (5.0, 15.0, 40.0, 100.0, 700.0):
@@ -95,7 +94,7 @@ def dominant(kind, fmt, size, rng):
     return out
 
 
-@family("long", ROWS, "Long rows (up to 65536 in default) with the maximum early, late and at a random place.")
+@family("long", "Long rows (up to 65536 in default) with the maximum early, late and at a random place.")
 def long(kind, fmt, size, rng):
     out = []
     for n in size.long:
@@ -107,14 +106,14 @@ def long(kind, fmt, size, rng):
     return out
 
 
-@family("temperature", ROWS, "Logits divided by temperatures 1e-3 to 1e3.")
+@family("temperature", "Logits divided by temperatures 1e-3 to 1e3.")
 def temperature(kind, fmt, size, rng):
     base = rng.standard_normal((size.rows, size.n)) * 3
     temperatures = (1e-3, 1e-2, 0.1, 1.0, 10.0, 1e2, 1e3)
     return [({"x": base / t}, _kept(kind, rng, base), f"T = {t:g}", {"temperature": t}) for t in temperatures]
 
 
-@family("subnormal", ROWS, "Rows whose softmax values fall in the dtype's subnormal range.")
+@family("subnormal", "Rows whose softmax values fall in the dtype's subnormal range.")
 def subnormal(kind, fmt, size, rng):
     low = -fmt.emin * math.log(2)  # e**-low is the smallest normal
     high = -(fmt.min_subnormal_exp - 1) * math.log(2)  # e**-high is half the smallest subnormal
@@ -123,7 +122,7 @@ def subnormal(kind, fmt, size, rng):
     return [({"x": x}, _kept(kind, rng, x), f"logits in (-{high:.1f}, -{low:.1f}) below a 0")]
 
 
-@family("neg_inf", ROWS, "Rows with -inf entries (removed: softmax exactly 0, log-softmax -inf).")
+@family("neg_inf", "Rows with -inf entries (removed: softmax exactly 0, log-softmax -inf).")
 def neg_inf(kind, fmt, size, rng):
     x = rng.standard_normal((size.rows, size.n)) * 3
     x[rng.random(x.shape) < 0.3] = -np.inf
@@ -131,7 +130,7 @@ def neg_inf(kind, fmt, size, rng):
     return [({"x": x}, _kept(kind, rng, x), "30% -inf")]
 
 
-@family("undefined", PLAIN, "Rows with a NaN, a +inf logit, or every entry -inf: reported apart, NaN expected.")
+@family("undefined", "Rows with a NaN, a +inf logit, or every entry -inf: reported apart, NaN expected.")
 def undefined(kind, fmt, size, rng):
     x = rng.standard_normal((3, size.n))
     x[0, 1] = np.nan
@@ -140,7 +139,7 @@ def undefined(kind, fmt, size, rng):
     return [({"x": x}, None, "NaN, +inf, all -inf")]
 
 
-@family("mnist_logits", ROWS, "2500 pre-softmax logit vectors of a LeNet-style MNIST network (Blanchard et al. 2021).")
+@family("mnist_logits", "2500 pre-softmax logit vectors of a LeNet-style MNIST network (Blanchard et al. 2021).")
 def mnist_logits(kind, fmt, size, rng):
     with resources.files(__package__).joinpath("data/mnist_presoftmax_logits.npy").open("rb") as f:
         x = np.load(f).astype(np.float64)
@@ -149,29 +148,28 @@ def mnist_logits(kind, fmt, size, rng):
     return [({"x": x}, _kept(kind, rng, x), "real logits, 10 classes")]
 
 
-MASKED = ("masked_softmax",)
 
 
-@family("padding", MASKED, "Padding masks: each row keeps a prefix of random length.")
+@family("padding", "Padding masks: each row keeps a prefix of random length.")
 def padding(kind, fmt, size, rng):
     x = rng.standard_normal((size.rows, size.n)) * 3
     lengths = rng.integers(1, size.n + 1, size.rows)
     return [({"x": x}, np.arange(size.n) < lengths[:, None], "prefix masks")]
 
 
-@family("causal", MASKED, "Causal masks: row i keeps entries 0..i.")
+@family("causal", "Causal masks: row i keeps entries 0..i.")
 def causal(kind, fmt, size, rng):
     x = rng.standard_normal((size.n, size.n)) * 3
     return [({"x": x}, np.tril(np.ones((size.n, size.n), bool)), "lower triangle")]
 
 
-@family("random_mask", MASKED, "Random masks keeping half the entries.")
+@family("random_mask", "Random masks keeping half the entries.")
 def random_mask(kind, fmt, size, rng):
     x = rng.standard_normal((size.rows, size.n)) * 3
     return [({"x": x}, _kept(kind, rng, x, density=0.5), "Bernoulli(0.5)")]
 
 
-@family("fully_masked", MASKED, "Some rows entirely masked: the safe answer is all zeros.")
+@family("fully_masked", "Some rows entirely masked: the safe answer is all zeros.")
 def fully_masked(kind, fmt, size, rng):
     x = rng.standard_normal((size.rows, size.n)) * 3
     mask = _kept(kind, rng, x)
@@ -179,7 +177,7 @@ def fully_masked(kind, fmt, size, rng):
     return [({"x": x}, mask, "every other row fully masked")]
 
 
-@family("masked_extremes", MASKED, "Masked entries holding the dtype's max, +inf, -inf and NaN: none may leak.")
+@family("masked_extremes", "Masked entries holding the dtype's max, +inf, -inf and NaN: none may leak.")
 def masked_extremes(kind, fmt, size, rng):
     out = []
     for junk in (_max(fmt), np.inf, -np.inf, np.nan):
@@ -190,7 +188,7 @@ def masked_extremes(kind, fmt, size, rng):
     return out
 
 
-@family("below_fill", MASKED, "Kept logits far below common fill values (-1e4, -1e9) where the dtype reaches them.")
+@family("below_fill", "Kept logits far below common fill values (-1e4, -1e9) where the dtype reaches them.")
 def below_fill(kind, fmt, size, rng):
     out = []
     for level in (-3e4, -3e9):

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis.errors import Flaky
 
 from .. import candidates as builtin
-from .. import invariants
+from .. import invariants, kinds
 from ..adapters._bridge import CandidateSkip
 from ..adapters._call import CandidateError, call
 from ..cases import Case
@@ -26,7 +26,7 @@ from ..policy import Policy
 from ..reference import format_of
 from ..runner import Prepared, candidates_for
 from ..metrics import Tally, measure
-from . import _corpus, _strategies
+from . import _corpus
 
 
 class _OutOfTime(Exception):
@@ -82,7 +82,7 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:
     kind = candidate.kind
     comparisons = (builtin.standard(kind), builtin.best(kind))
-    strategy = _strategies.attention(fmt) if kind == "attention" else _strategies.rows(kind, fmt)
+    strategy = kinds.get(kind).part("strategy")(kind, fmt)
     state = {"examples": 0, "last": None}
     start = time.monotonic()
 

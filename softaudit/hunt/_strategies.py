@@ -13,6 +13,7 @@ import math
 import numpy as np
 from hypothesis import strategies as st
 
+from .. import kinds
 from ..reference import Format, round_to
 
 
@@ -41,7 +42,7 @@ def rows(draw, kind: str, fmt: Format):
     x[: len(raw)] = raw
     with np.errstate(over="ignore"):
         x = round_to(np.clip(x, -1.7e308, 1.7e308), fmt.dtype)
-    if kind != "masked_softmax":
+    if not kinds.get(kind).masked:
         return {"x": x[None, :]}, None
     mask = rng.random(n) < draw(st.floats(0, 1))
     if draw(st.booleans()):
@@ -54,8 +55,8 @@ def rows(draw, kind: str, fmt: Format):
 
 
 @st.composite
-def attention(draw, fmt: Format):
-    """(q, k, v in the dtype, mask or None)."""
+def attention(draw, kind: str, fmt: Format):
+    """(q, k, v in the dtype, mask or None) for attention."""
     seed = draw(st.integers(0, 2**16))
     rng = np.random.default_rng(seed)
     d = draw(st.sampled_from([1, 2, 8, 16, 64, 128]))

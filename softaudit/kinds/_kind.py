@@ -1,0 +1,104 @@
+"""The Kind: everything softaudit knows about one kind of function, in one frozen object."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+
+
+@dataclasses.dataclass(frozen=True)
+class Kind:
+    """What a kind is: how it is called, what it returns, its exact answer, its comparisons, families and measures.
+
+    The loop asks the kind instead of branching on its name. Attributes are data where data says it; the parts
+    that are code (the reference, what the measures need, a hunt strategy) are named as "module:function" and
+    loaded on first use (`part`), so importing the registry stays light and cycle-free.
+    """
+
+    name: str
+    #: The numpy calling convention as people read it, "f(x, axis=-1)" (docs, `softaudit.KINDS`, errors).
+    convention: str
+    #: The positional arguments in order: names of a case's arrays, "mask" for the case's mask.
+    arguments: tuple[str, ...]
+    #: The keyword arguments: "axis" (passed as axis=-1) and "mask" (mask=the case's mask or None).
+    keywords: tuple[str, ...]
+    #: What the function returns, by name: one array for a forward kind, a tuple for several outputs.
+    outputs: tuple[str, ...]
+    #: The built-in comparisons (candidate names): the plain same-dtype one, the standard same-dtype algorithms
+    #: (the plain one first) and best practice; `softaudit.candidates` documents each role.
+    plain: str
+    standard: tuple[str, ...]
+    best: str
+    #: Best practice in words, as a fix suggests it.
+    best_practice: str
+    #: The built-in case families of the kind (softaudit.cases.FAMILIES names; run in registration order).
+    families: tuple[str, ...]
+    #: "module:function" (kind, inputs, mask, dtype) -> one reference Result per output.
+    reference: str
+    #: "module:function" (kind, inputs, mask, references) -> per output, what metrics.basis needs beyond the
+    #: reference: the undefined rows and the conditioning scale (softaudit/conditioning.py), masked entries...
+    conditioning: str
+    #: "module:function" (kind, prepared case, position) -> (inputs, mask) behind one output element.
+    element_inputs: str
+    #: "module:function" (fmt, inputs, mask) -> why an element's inputs give NaN or inf ("" if nothing explains it).
+    diagnose: str
+    #: "module:function" (kind name, fmt) -> a Hypothesis strategy of (inputs in the dtype, mask); None: no hunt.
+    strategy: str | None
+    #: The input and axis whose length is the length of the reduction behind each output (for the causes).
+    reduction: tuple[str, int]
+    #: Inputs x are rows x n, reduced along the last axis (case files are checked for that shape).
+    row_wise: bool
+    #: The output drops the reduced axis: one value per row.
+    reduces: bool
+    #: The outputs are logarithms (of probabilities or of a sum).
+    logarithmic: bool
+    #: The invariants checked with extra calls (softaudit/invariants.py), in the order they are reported.
+    invariants: tuple[str, ...] = ()
+    #: Masked keys' k and v are replaced and unaffected outputs must not move (the `mask_leak` column).
+    leak_probe: bool = False
+    #: The kind's own measures among the table's columns: negative, sum_err, argmax_flips, max_ulp_vsum, max_normwise.
+    measures: tuple[str, ...] = ()
+    #: The worst-element causes that apply beyond the common ones (softaudit/causes.py): absorbed, subnormal.
+    causes: tuple[str, ...] = ()
+    #: What the conditioning scale adds up, for the cancellation sentence ("": the generic sentence).
+    scale_terms: str = ""
+    #: What a mask leak is for this kind, in words.
+    leak: str = "masked entries get probability"
+    #: rule -> this kind's fix, where it differs from the common one (softaudit/causes.py).
+    fixes: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        """The names of a case's arrays, in calling order."""
+        return tuple(a for a in self.arguments if a != "mask")
+
+    @property
+    def masked(self) -> bool:
+        """Takes a mask: the fully masked rule applies."""
+        return "mask" in self.arguments or "mask" in self.keywords
+
+    @property
+    def mask_required(self) -> bool:
+        """The mask is a positional argument: a case without one gets a mask that keeps everything."""
+        return "mask" in self.arguments
+
+    def call_arguments(self, arrays: Mapping, mask) -> tuple[tuple, dict]:
+        """(args, kwargs) of a call on a case's arrays and mask, by the calling convention."""
+        args = tuple(mask if name == "mask" else arrays[name] for name in self.arguments)
+        kwargs = {name: -1 if name == "axis" else mask for name in self.keywords}
+        return args, kwargs
+
+    def part(self, attribute: str) -> Callable:
+        """The function a "module:function" attribute names, imported on first use."""
+        dotted = getattr(self, attribute)
+        if dotted is None:
+            raise ValueError(f"{self.name} has no {attribute}")
+        return _load(dotted)
+
+
+@functools.cache
+def _load(dotted: str) -> Callable:
+    module, _, name = dotted.partition(":")
+    return getattr(importlib.import_module(module), name)

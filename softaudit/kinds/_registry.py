@@ -1,0 +1,97 @@
+"""The kinds softaudit audits, one entry each: adding a kind is one entry here plus its reference and families."""
+
+from __future__ import annotations
+
+from ._kind import Kind
+
+#: The row families every row kind runs, in registration order (softaudit/cases/_rows.py).
+_ROW_FAMILIES = ("textbook", "gaussian", "offset", "wide_spread", "ties", "dominant", "long", "temperature",
+                 "subnormal", "neg_inf", "mnist_logits")  # fmt: skip
+#: Rows with a NaN, a +inf logit or every entry -inf: run by the unmasked row kinds.
+_UNDEFINED = ("undefined",)
+_MASKED_FAMILIES = ("padding", "causal", "random_mask", "fully_masked", "masked_extremes", "below_fill")
+_ATTENTION_FAMILIES = ("attn_gaussian", "attn_shapes", "attn_long", "attn_large_activations", "attn_masks")
+
+_ROWS = "softaudit.kinds._rows"
+#: What the row kinds share: x of rows x n, reduced along its last axis.
+_ROW = dict(reference=f"{_ROWS}:reference", conditioning=f"{_ROWS}:conditioning",
+            element_inputs=f"{_ROWS}:element_inputs", diagnose="softaudit.causes:diagnose_row",
+            strategy="softaudit.hunt._strategies:rows", reduction=("x", -1), row_wise=True)  # fmt: skip
+_PROBABILITIES = ("negative", "sum_err", "argmax_flips")
+
+SOFTMAX = Kind(
+    "softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    plain="softmax.max_shifted",
+    standard=("softmax.max_shifted", "softmax.max_shifted_running", "softmax.online_b128", "softmax.exp2",
+              "softmax.division_free", "softmax.log1p_form"),
+    best="softmax.max_shifted_f32acc",
+    best_practice="max-shift and sum in float32, round once (softmax.max_shifted_f32acc)",
+    families=_ROW_FAMILIES + _UNDEFINED, reduces=False, logarithmic=False,
+    invariants=("shift", "permutation", "monotonic"), measures=_PROBABILITIES, causes=("subnormal",), **_ROW,
+)  # fmt: skip
+
+LOG_SOFTMAX = Kind(
+    "log_softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    plain="log_softmax.shifted",
+    standard=("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
+    best="log_softmax.log1p_form_f32acc",
+    best_practice="x - max - log1p(sum of the others) in float32, round once (log_softmax.log1p_form_f32acc)",
+    families=_ROW_FAMILIES + _UNDEFINED, reduces=False, logarithmic=True,
+    invariants=("shift", "permutation", "monotonic"), measures=("argmax_flips",), causes=("absorbed", "subnormal"),
+    **_ROW,
+)  # fmt: skip
+
+LOGSUMEXP = Kind(
+    "logsumexp", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    plain="logsumexp.shifted",
+    standard=("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
+    best="logsumexp.log1p_form_f32acc",
+    best_practice="max + log1p(sum of the others) in float32, round once (logsumexp.log1p_form_f32acc)",
+    # (no subnormal cause: a result below the normal range is judged as any other)
+    families=_ROW_FAMILIES + _UNDEFINED, reduces=True, logarithmic=True,
+    invariants=("permutation", "lse_below_max"), causes=("absorbed",), **_ROW,
+)  # fmt: skip
+
+MASKED_SOFTMAX = Kind(
+    "masked_softmax", "f(x, mask, axis=-1)", arguments=("x", "mask"), keywords=("axis",), outputs=("y",),
+    plain="masked_softmax.where_in_dtype",
+    standard=("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
+    best="masked_softmax.where",
+    best_practice="where over the kept entries in float32, round once (masked_softmax.where)",
+    families=_ROW_FAMILIES + _MASKED_FAMILIES, reduces=False, logarithmic=False,
+    invariants=("shift", "permutation", "monotonic", "masked_values", "masked_equals_kept"), measures=_PROBABILITIES,
+    causes=("subnormal",), fixes={"nan": "take the max over the kept entries only and exclude masked ones with where"},
+    **_ROW,
+)  # fmt: skip
+
+_ATTENTION_BEST = "scores, softmax and P V in float32, round once (attention.upcast)"
+ATTENTION = Kind(
+    "attention", "f(q, k, v, mask=None)", arguments=("q", "k", "v"), keywords=("mask",), outputs=("y",),
+    plain="attention.naive",
+    standard=("attention.naive", "attention.tiled_b64"),
+    best="attention.upcast",
+    best_practice=_ATTENTION_BEST,
+    families=_ATTENTION_FAMILIES,
+    reference="softaudit.kinds._attention:reference", conditioning="softaudit.kinds._attention:conditioning",
+    element_inputs="softaudit.kinds._attention:element_inputs", diagnose="softaudit.causes:diagnose_scores",
+    strategy="softaudit.hunt._strategies:attention", reduction=("k", -2), row_wise=False, reduces=False,
+    logarithmic=False, leak_probe=True, measures=("max_ulp_vsum", "max_normwise"), causes=("subnormal",),
+    scale_terms="sum p|v| and the scores' share", leak="outputs move when masked keys change",
+    fixes={
+        "nan": "subtract each query's largest score before exp and form the scores in float32",
+        "mask_leak": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",
+        "below_best": "keep P in float32 for P V, or upcast throughout: rounding P to the dtype before P V costs about "
+        f"u of sum p|v| per output, as FlashAttention does; best practice: {_ATTENTION_BEST}",
+    },
+)  # fmt: skip
+
+#: Every kind by name, in the order the audit runs them.
+KINDS: dict[str, Kind] = {k.name: k for k in (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP, MASKED_SOFTMAX, ATTENTION)}
+
+
+def get(name) -> Kind:
+    """The kind called `name`; ValueError in one line for an unknown one."""
+    try:
+        return KINDS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown kind {name!r}; known: {', '.join(KINDS)}") from None

@@ -1,0 +1,36 @@
+"""The row kinds' parts of the loop (softmax, log_softmax, logsumexp, masked_softmax): x of rows x n."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import conditioning as _conditioning
+from ..reference import evaluate, undefined_rows
+
+
+def reference(kind, inputs: dict, mask, dtype) -> tuple:
+    return (evaluate(kind.name, inputs["x"], mask, dtype=dtype),)
+
+
+def conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
+    """What the measures need beyond the reference: undefined rows, NaN rows, the scale, masked entries."""
+    (ref,) = references
+    exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
+    x = inputs["x"].astype(np.float64)
+    # The policy's undefined rows for every row kind (log-sum-exp included): a NaN or +inf logit, nothing kept.
+    undefined = undefined_rows(x, mask)
+    kept_nan = (np.isnan(x) & (True if mask is None else mask)).any(axis=-1)
+    scale = _conditioning.rows(kind.name, x, mask, exact)
+    if kind.masked:
+        masked = ~np.broadcast_to(mask, x.shape)
+        return ({"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked,
+                 "kept_nan_rows": kept_nan, "scale": scale},)  # fmt: skip
+    return ({"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale},)
+
+
+def element_inputs(kind, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
+    """The row (and mask row) behind one output element."""
+    row = position if kind.reduces else position[:-1]
+    x = pc.inputs["x"]
+    mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
+    return {"x": x[row]}, mask

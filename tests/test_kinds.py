@@ -1,0 +1,144 @@
+"""A kind is one object in one registry (softaudit.kinds): every entry complete, and nothing branching on a name."""
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import softaudit
+from softaudit import candidates, kinds
+from softaudit.cases import FAMILIES, families_for
+from softaudit.kinds import KINDS, Kind
+
+PACKAGE = Path(softaudit.__file__).parent
+#: The kinds coming next (issue 12): a literal of theirs outside the registry would be a branch on a name as well.
+COMING = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_softmax_grad", "attention_grad")
+PARTS = ("reference", "conditioning", "element_inputs", "diagnose", "strategy")
+INVARIANTS = ("shift", "permutation", "monotonic", "lse_below_max", "masked_values", "masked_equals_kept")
+MEASURES = ("negative", "sum_err", "argmax_flips", "max_ulp_vsum", "max_normwise")
+
+
+def _convention(kind: Kind) -> str:
+    keywords = [{"axis": "axis=-1", "mask": "mask=None"}[k] for k in kind.keywords]
+    return f"f({', '.join(list(kind.arguments) + keywords)})"
+
+
+@pytest.mark.parametrize("kind", KINDS.values(), ids=list(KINDS))
+def test_every_kind_is_complete_and_consistent(kind):
+    assert KINDS[kind.name] is kind and kinds.get(kind.name) is kind
+    # the calling convention people read is the one the audit calls with
+    assert kind.convention == _convention(kind) == softaudit.KINDS[kind.name]
+    assert kind.inputs and set(kind.keywords) <= {"axis", "mask"} and kind.outputs
+    assert not ({"mask"} <= set(kind.arguments) and "mask" in kind.keywords)
+    args, kwargs = kind.call_arguments({name: name for name in kind.inputs}, "the mask")
+    assert [a for a in args if a != "the mask"] == list(kind.inputs) and set(kwargs) == set(kind.keywords)
+    # comparisons: built-ins of the kind, the plain one first among the standard ones, best practice apart
+    builtins = {c.name: c for c in candidates.builtins()}
+    for name in (kind.plain, kind.best, *kind.standard):
+        assert name in builtins and builtins[name].kind == kind.name, name
+    assert kind.standard[0] == kind.plain and kind.best not in kind.standard
+    assert kind.best in kind.best_practice
+    # families: registered, run in registration order, and listing the kind back
+    assert kind.families and set(kind.families) <= set(FAMILIES)
+    assert [f.name for f in families_for(kind.name)] == [n for n in FAMILIES if n in kind.families]
+    assert all(kind.name in FAMILIES[n].kinds for n in kind.families)
+    # the parts that are code load, and the data attributes hold known names
+    for attribute in PARTS:
+        assert callable(kind.part(attribute)), attribute
+    assert set(kind.invariants) <= set(INVARIANTS) and set(kind.measures) <= set(MEASURES)
+    assert not kind.invariants or ("permutation" in kind.invariants and kind.row_wise)
+    assert set(kind.causes) <= {"absorbed", "subnormal"}
+    assert kind.reduction[0] in kind.inputs
+    assert not kind.leak_probe or kind.masked
+
+
+def test_every_family_is_run_by_a_kind():
+    assert all(family.kinds for family in FAMILIES.values())
+
+
+def test_the_comparison_tables_read_the_kinds():
+    assert candidates.PLAIN == {k.name: k.plain for k in KINDS.values()}
+    assert candidates.STANDARD == {k.name: k.standard for k in KINDS.values()}
+    assert candidates.BEST == {k.name: k.best for k in KINDS.values()}
+
+
+def test_an_unknown_kind_is_one_line():
+    message = "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention"
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        kinds.get("softmx")
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        softaudit.candidate(len, kind="softmx")
+    with pytest.raises(ValueError, match="^unknown kind"):
+        kinds.get(["softmax"])
+
+
+def test_a_reference_has_one_result_per_output():
+    from softaudit.runner import Prepared
+    from softaudit.reference import format_of
+
+    for kind in KINDS.values():
+        case = FAMILIES[kind.families[0]].cases(kind.name, format_of("float32"), "quick")[0]
+        pc = Prepared(case, format_of("float32"), 0)
+        assert len(pc.references) == len(pc.bases) == len(pc.output_shapes) == len(kind.outputs)
+
+
+NAMES = "|".join(map(re.escape, (*KINDS, *COMING)))
+#: Ways a module branches on a kind's name: a comparison, a membership test, a table of kinds or keyed by kind.
+BRANCHES = [
+    re.compile(rf"""(?:==|!=)\s*["'](?:{NAMES})["']"""),
+    re.compile(rf"""["'](?:{NAMES})["']\s*(?:==|!=)"""),
+    re.compile(rf"""\bin\s*[(\[{{][^)\]}}]*["'](?:{NAMES})["']"""),
+    re.compile(rf"""=\s*[(\[]\s*["'](?:{NAMES})["']\s*,"""),
+    re.compile(rf"""^\s*["'](?:{NAMES})["']\s*:"""),
+]
+#: Where a kind's name may stand: the registry itself, and the reference's by-kind numerics (its public functions
+#: are one per kind, and its engines pick the formula by name).
+ALLOWED = ("kinds/", "reference/")
+#: Lines outside those that still name a kind, each with its reason: none today.
+REMAINING: dict[tuple[str, str], str] = {}
+
+
+def test_no_module_outside_the_registry_branches_on_a_kind_name():
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative.startswith(ALLOWED):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if any(p.search(line) for p in BRANCHES) and (relative, line.strip()) not in REMAINING:
+                found.append(f"{relative}:{number}: {line.strip()}")
+    assert not found, "branches on a kind's name (ask the kind, softaudit/kinds/):\n" + "\n".join(found)
+
+
+def test_the_branch_finder_finds_branches():
+    lines = ['if kind == "attention":', 'if candidate.kind != "logsumexp" and x:', 'if kind in ("softmax", "log_softmax"):',
+             'ROW_KINDS = ("softmax", "log_softmax")', '    "attention": "scores in float32",',
+             'per_row = kind not in ["logsumexp"]', 'if kind == "attention_grad":']  # fmt: skip
+    assert all(any(p.search(line) for p in BRANCHES) for line in lines)
+    innocent = ['candidate(f, kind="attention", name="x")', 'if dtype.kind == "f":', 'name="softmax.max_shifted"',
+                'if kind == wanted:']  # fmt: skip
+    assert not any(p.search(line) for p in BRANCHES for line in innocent)
+
+
+def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
+    """attention_grad returns (dq, dk, dv): the call path carries one array per output and checks each."""
+    import dataclasses
+
+    from softaudit.adapters import _call
+    from softaudit.adapters._call import CandidateError
+
+    several = dataclasses.replace(KINDS["softmax"], name="pair", outputs=("a", "b"))
+    kinds.KINDS["pair"] = several
+    try:
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        pair = softaudit.Candidate("pair", "pair", lambda x, axis=-1: (x, x.astype(np.float64)))
+        (a, b), note = _call.call_all(pair, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)
+        assert a.dtype == b.dtype == np.float32 and np.array_equal(a, x) and note == "b: returned float64, cast to float32"
+        one = softaudit.Candidate("pair", "one", lambda x, axis=-1: x)
+        with pytest.raises(CandidateError, match=r"^returned ndarray, not a tuple \(a, b\)$"):
+            _call.call_all(one, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)
+        with pytest.raises(CandidateError, match=r"^b: returned shape \(2, 3\), expected \(3,\)$"):
+            _call.call_all(pair, {"x": x}, None, ((2, 3), (3,)), np.float32, None)
+    finally:
+        del kinds.KINDS["pair"]
