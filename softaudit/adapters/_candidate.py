@@ -14,6 +14,11 @@ KINDS = {
     "logsumexp": "f(x, axis=-1)",
     "masked_softmax": "f(x, mask, axis=-1)",
     "attention": "f(q, k, v, mask=None)",
+    "softmax_grad": "f(x, g, axis=-1) -> dx",
+    "log_softmax_grad": "f(x, g, axis=-1) -> dx",
+    "logsumexp_grad": "f(x, g, axis=-1) -> dx (g: x's shape without the axis)",
+    "masked_softmax_grad": "f(x, mask, g, axis=-1) -> dx",
+    "attention_grad": "f(q, k, v, g, mask=None) -> (dq, dk, dv)",
 }
 _MARK = "__softaudit_candidate__"
 
