@@ -27,8 +27,9 @@ BEST = "masked_softmax_grad.where"
 @rowwise
 def fill_neginf(x, mask, g):
     """Backward of softmax(where(mask, x, -inf)), in float32 for 16-bit inputs. Weakness: a fully masked row is
-    -inf - (-inf) = NaN in the forward, and its gradient is NaN too (the exact gradient is 0): a documented defect,
-    the one autograd through masked_fill(-inf) has."""
+    -inf - (-inf) = NaN in the forward, and a backward from that p is NaN too (the exact gradient is 0): a
+    documented defect. (Autograd through masked_fill zeroes the filled entries' gradient instead; the NaN forward
+    output still poisons the loss.)"""
     return _softmax_grad_f32acc.__wrapped__(np.where(mask, x, const(-np.inf, x.dtype)), g)
 
 
