@@ -229,6 +229,14 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         chosen = np.argmax(y if nan_y is None else np.where(nan_y, -np.inf, y), axis=-1)
         chosen = np.take_along_axis(b.rounded, chosen[..., None], -1)[..., 0]
         t.argmax_flips = int(np.count_nonzero(rows_ok & (chosen < b.best)))
+    if "sum_zero" in kind.measures and y.size and y.shape[-1]:  # softmax's VJP: sum_i dx_i = 0 exactly
+        rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
+        with np.errstate(divide="ignore"):  # u sum_i scale_i: at least u sum |r_i|, and not 0 where r is
+            size = np.where(b.inv_scale > 0, 1 / b.inv_scale, 0.0).sum(axis=-1) * 2.0**-b.fmt.precision
+        sums = np.abs((y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1, dtype=np.float64))
+        with np.errstate(all="ignore"):
+            ratio = np.where(size > 0, sums / np.where(size > 0, size, 1), np.where(sums > 0, np.inf, 0.0))
+        t.sum_err = float(np.where(rows_ok, ratio, 0).max(initial=0.0))
     if b.kept_nan_rows is not None and b.kept_nan_rows.any():  # (such rows are undefined: not the short route)
         rows_nan = nan_y.all(axis=-1) if per_row else nan_y
         t.nan_not_propagated = int((b.kept_nan_rows & ~rows_nan).sum())

@@ -38,7 +38,7 @@ from .worst import WorstInput, element_ulp, row_inputs
 
 DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 COLUMNS = (
-    "candidate", "kind", "dtype", "family", "verdict", "cause", "note", "fix", "cases", "elements", "max_cond_err",
+    "candidate", "kind", "dtype", "family", "output", "verdict", "cause", "note", "fix", "cases", "elements", "max_cond_err",
     "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err",
     "nan", "overflow", "underflow", "flushed", "negative", "mask_leak", "sum_err", "argmax_flips", "undefined_rows",
     "nan_not_propagated", "fully_masked", "max_ulp_vsum", "max_normwise", "invariants", "plain_cond_err",
@@ -101,6 +101,10 @@ class Prepared:
         """The shape of the first output (a forward kind's only one)."""
         return self.reference.value.shape
 
+    def output(self, index: int) -> "Prepared | OutputView":
+        """This case seen through one output of the kind (a forward kind's only output is the case itself)."""
+        return self if index == 0 else OutputView(self, index)
+
     @functools.cached_property
     def probes(self) -> invariants.Probes | None:
         """The invariants' transformed inputs (row kinds, cases up to invariants.MAX_ELEMENTS elements)."""
@@ -132,12 +136,33 @@ class Prepared:
         return inputs, unaffected
 
 
+class OutputView:
+    """A prepared case seen through one of its kind's outputs (attention_grad's dk, dv): that output's reference,
+    basis and shape; everything else is the case's."""
+
+    def __init__(self, pc: Prepared, index: int):
+        self.pc, self.index = pc, index
+        self.case, self.fmt, self.case_in_family, self.inputs, self.mask = pc.case, pc.fmt, pc.case_in_family, pc.inputs, pc.mask
+
+    @property
+    def reference(self):
+        return self.pc.references[self.index]
+
+    @property
+    def basis(self):
+        return self.pc.bases[self.index]
+
+    @property
+    def output_shape(self) -> tuple:
+        return self.pc.output_shapes[self.index]
+
+
 @dataclasses.dataclass
 class AuditResult:
     """The results table (one row per candidate x dtype x family), the worst inputs, and the settings."""
 
     table: object  # pandas.DataFrame
-    worst: dict  # (candidate, dtype, family) -> WorstInput (as_json(): exact, hex floats)
+    worst: dict  # (candidate, dtype, family, output) -> WorstInput (as_json(): exact, hex floats)
     settings: dict
     case_records: list = dataclasses.field(default_factory=list)  # one dict per candidate x dtype x case
 
@@ -196,18 +221,20 @@ class _Family:
     """One family's prepared cases for a kind, dtype, suite and seed, and the comparisons' errors on them."""
 
     prepared: list[Prepared]
-    plain: Comparison | None = None  # the plain implementation in the dtype (None: not run yet)
-    best: Comparison | None = None  # best practice
-    others: list | None = None  # the other standard same-dtype algorithms (Comparisons)
+    # Each a list with one Comparison per output of the kind (None: not run yet):
+    plain: list | None = None  # the plain implementation in the dtype
+    best: list | None = None  # best practice
+    others: list | None = None  # the other standard same-dtype algorithms, each a list
 
     @property
     def comparisons(self) -> list[Comparison]:
-        return [c for c in (self.plain, self.best, *(self.others or ())) if c is not None]
+        """Every comparison of every output."""
+        return [c for per_output in (self.plain, self.best, *(self.others or ())) if per_output for c in per_output]
 
-    @property
-    def plain_cond(self) -> float | None:
-        """The largest max_cond_err of the standard same-dtype algorithms: a fail is worse than factor x this."""
-        found = [c.max_cond for c in (self.plain, *(self.others or ())) if c is not None and c.max_cond is not None]
+    def plain_cond(self, output: int) -> float | None:
+        """The largest max_cond_err of the standard same-dtype algorithms on one output: a fail is worse than
+        factor x this."""
+        found = [c[output].max_cond for c in (self.plain, *(self.others or ())) if c and c[output].max_cond is not None]
         return max(found) if found else None
 
 
@@ -264,15 +291,20 @@ def _compare(fam: _Family, kind: str, timeout) -> bool:
     return not any(c.error for c in fam.comparisons)
 
 
-def _comparison(candidate: Candidate, prepared: list[Prepared], timeout) -> Comparison:
+def _comparison(candidate: Candidate, prepared: list[Prepared], timeout) -> list[Comparison]:
+    """The comparison's errors on the family, one Comparison per output of the kind."""
+    outputs = len(kinds.get(candidate.kind).outputs)
     try:
-        tally, *_, parts = _run_family(candidate, prepared, timeout, check_invariants=False)
+        _, _, measured = _run_family(candidate, prepared, timeout, check_invariants=False)
     except (CandidateError, CandidateSkip) as exc:
-        return Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))
-    case_abs = [p.max_abs_err if p.elements else math.nan for p in parts]
-    if not tally.elements:
-        return Comparison(candidate.name, None, None, case_abs)
-    return Comparison(candidate.name, tally.max_cond_err, tally.max_ulp, case_abs)
+        return [Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))] * outputs
+    found = []
+    for m in measured:
+        case_abs = [p.max_abs_err if p.elements else math.nan for p in m.parts]
+        compared = m.tally.elements > 0
+        found.append(Comparison(candidate.name, m.tally.max_cond_err if compared else None,
+                                m.tally.max_ulp if compared else None, case_abs))  # fmt: skip
+    return found
 
 
 def _wanted(name: str, only: set | None) -> bool:
@@ -305,13 +337,24 @@ def _prepare(kind: str, fmt: Format, suite: str, from_files: list, only, seed: i
     return by_family
 
 
+@dataclasses.dataclass
+class Measured:
+    """One output's measures over a family: the tally, whether every output was NaN where something is defined
+    (None when nothing is), one record per case (for the plots) and each case's own tally."""
+
+    tally: Tally
+    all_nan: bool | None
+    per_case: list
+    parts: list
+
+
 def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_invariants: bool = True):
-    """Run one candidate on one family's cases: the tally, the seconds spent in the candidate, notes, whether
-    every output was NaN where something is defined (None when nothing is), one record per case (for the plots)
-    and each case's own tally."""
-    tally, seconds, notes = Tally(), 0.0, set()
-    per_case, parts = [], []
-    all_nan, anything = True, False  # every output NaN, on cases where something is defined
+    """Run one candidate on one family's cases: the seconds spent in the candidate, notes, and one Measured per
+    output of its kind (each output against its own reference)."""
+    kind = kinds.get(candidate.kind)
+    seconds, notes = 0.0, set()
+    measured = [Measured(Tally(), True, [], []) for _ in kind.outputs]
+    anything = [False] * len(kind.outputs)  # something is defined, on some case
     for pc in prepared:
         fmt = pc.fmt
         start = time.perf_counter()
@@ -320,31 +363,34 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
         ys, note = call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout, reuse=True)
         seconds += time.perf_counter() - start
         notes.add(note)
-        # Every output measured against its own reference; a row judges one output (a forward kind's only one).
-        (part,) = (measure(b, y, case_index=pc.case_in_family) for b, y in zip(pc.bases, ys))
-        (y,) = ys
-        defined = ~np.asarray(pc.reference.undefined)
-        if defined.any():
-            anything = True
-            all_nan = all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
-        if check_invariants and pc.probes is not None:
-            part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
-        probe = pc.leak_probe
-        if probe is not None:
-            inputs, unaffected = probe
-            moved, _ = call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
-            a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
-            part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
-        tally.merge(part)
-        parts.append(part)
-        compared = part.elements > 0
-        per_case.append({"case": pc.case.description, "size": int(y.size), "elements": part.elements,
-                         "max_cond_err": part.max_cond_err if compared else math.nan,
-                         "max_ulp": part.max_ulp if compared else math.nan, "mean_ulp": part.mean_ulp if compared else math.nan,
-                         "nonfinite": part.nan + part.overflow, "events": part.nan + part.overflow + part.mask_leak,
-                         **pc.case.params})  # fmt: skip
+        for index, (m, y) in enumerate(zip(measured, ys)):
+            view = pc.output(index)
+            part = measure(view.basis, y, case_index=pc.case_in_family)
+            defined = ~np.asarray(view.reference.undefined)
+            if defined.any():
+                anything[index] = True
+                m.all_nan = m.all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
+            if check_invariants and pc.probes is not None:  # (forward row kinds: one output)
+                part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
+            probe = pc.leak_probe  # (forward attention: one output)
+            if probe is not None:
+                inputs, unaffected = probe
+                moved, _ = call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+                a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
+                part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+            m.tally.merge(part)
+            m.parts.append(part)
+            compared = part.elements > 0
+            m.per_case.append({"case": pc.case.description, "size": int(y.size), "elements": part.elements,
+                               "max_cond_err": part.max_cond_err if compared else math.nan,
+                               "max_ulp": part.max_ulp if compared else math.nan,
+                               "mean_ulp": part.mean_ulp if compared else math.nan,
+                               "nonfinite": part.nan + part.overflow, "events": part.nan + part.overflow + part.mask_leak,
+                               **pc.case.params})  # fmt: skip
+    for m, any_defined in zip(measured, anything):
+        m.all_nan = m.all_nan if any_defined else None
     notes = "; ".join(sorted(n for n in notes if n))
-    return tally, seconds, notes, (all_nan if anything else None), per_case, parts
+    return seconds, notes, measured
 
 
 def audit(
@@ -419,35 +465,45 @@ def audit(
 
 
 def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, worst: dict, case_rows: list) -> list:
-    """One candidate in one dtype on every family: its rows. Adds its worst inputs and per-case records to those
-    given. recipe: (suite, seed, corpus), which regenerate a case."""
+    """One candidate in one dtype on every family: its rows, one per family and output of its kind (the `output`
+    column names it where the kind has several). Adds its worst inputs and per-case records to those given.
+    recipe: (suite, seed, corpus), which regenerate a case."""
+    outputs = kinds.get(candidate.kind).outputs
+    names = outputs if len(outputs) > 1 else ("",)
     mine, nan_everywhere = [], []
     for family, fam in prepared.items():
-        pcs = fam.prepared
-        plain = fam.plain_cond
-        best = fam.best.max_ulp if fam.best else None
-        row = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
-               "cases": len(pcs), "plain_cond_err": plain, "best_ulp": best,
-               "fail_above": policy.fail_above(fmt, plain), "warn_above": policy.warn_above(best)}  # fmt: skip
+        rows = []
+        for index, name in enumerate(names):
+            plain = fam.plain_cond(index)
+            best = fam.best[index].max_ulp if fam.best else None
+            rows.append({"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
+                         "output": name, "cases": len(fam.prepared), "plain_cond_err": plain, "best_ulp": best,
+                         "fail_above": policy.fail_above(fmt, plain), "warn_above": policy.warn_above(best)})  # fmt: skip
         try:
-            tally, seconds, note, all_nan, per_case, parts = _run_family(candidate, pcs, timeout)
+            seconds, note, measured = _run_family(candidate, fam.prepared, timeout)
         except CandidateError as exc:
-            mine.append(row | {"verdict": "error", "cause": "error", "note": str(exc)})
+            mine += [row | {"verdict": "error", "cause": "error", "note": str(exc)} for row in rows]
             continue
         except CandidateSkip as exc:
-            mine.append(row | {"verdict": "skip", "cause": "skip", "note": str(exc)})
+            mine += [row | {"verdict": "skip", "cause": "skip", "note": str(exc)} for row in rows]
             continue
-        if all_nan is not None:
-            nan_everywhere.append(all_nan)
-        case_rows += [{"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family} | c for c in per_case]
-        record = _worst_record(candidate, fmt, fam, tally, recipe, family) if tally.worst is not None else None
-        if record is not None:
-            worst[(candidate.name, fmt.name, family)] = record
-        verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, plain, best)
-        notes = [note] + [f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error] + [text]
-        mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "cause": cause, "fix": fix,
-                                         "note": "; ".join(filter(None, notes)), "fa_ratio": _fa_ratio(parts, fam.plain),
-                                         "worst_scale": record.scale if record and tally.elements else math.nan})  # fmt: skip
+        for index, (row, m) in enumerate(zip(rows, measured)):
+            pcs = [pc.output(index) for pc in fam.prepared]
+            tally = m.tally
+            if m.all_nan is not None:
+                nan_everywhere.append(m.all_nan)
+            case_rows += [{"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family,
+                           "output": row["output"]} | c for c in m.per_case]  # fmt: skip
+            record = _worst_record(candidate, fmt, pcs, tally, recipe, family, row["output"]) if tally.worst is not None else None
+            if record is not None:
+                worst[(candidate.name, fmt.name, family, row["output"])] = record
+            verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], row["best_ulp"])
+            failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
+            notes = [note, *failed, text]
+            plain = fam.plain[index] if fam.plain else None
+            mine.append(row | _row(tally) | {"seconds": seconds, "verdict": verdict, "cause": cause, "fix": fix,
+                                             "note": "; ".join(filter(None, notes)), "fa_ratio": _fa_ratio(m.parts, plain),
+                                             "worst_scale": record.scale if record and tally.elements else math.nan})  # fmt: skip
     if nan_everywhere and all(nan_everywhere):  # (rows skipped are left as they are)
         # NaN on every family: the candidate never returned a number, an error rather than a verdict.
         mine = [r | {"verdict": "error", "cause": "error", "note": "returned NaN everywhere"} if r["verdict"] != "skip" else r
@@ -507,9 +563,9 @@ def _fa_ratio(parts: list[Tally], plain: Comparison | None) -> float:
     return max(ratios, default=math.nan)
 
 
-def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally, recipe, family: str) -> WorstInput:
+def _worst_record(candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str) -> WorstInput:
     cond, case, flat, value = tally.worst
-    pc = fam.prepared[case]
+    pc = pcs[case]
     b = pc.basis
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
     exact = float(b.hi.reshape(-1)[flat]) + (0.0 if b.lo is None else float(b.lo.reshape(-1)[flat]))
@@ -526,7 +582,7 @@ def _worst_record(candidate: Candidate, fmt: Format, fam: _Family, tally: Tally,
     return WorstInput(candidate.name, candidate.source, candidate.kind, fmt.name, family, pc.case.description,
                       pc.case_in_family, position, cond, element_ulp(pc, flat, value), scale, value, rounded, cause,
                       explanation, {"suite": suite, "seed": seed, "family": family, "case_index": pc.case_in_family} | where,
-                      arrays if small else None, candidate.device)  # fmt: skip
+                      arrays if small else None, candidate.device, output)  # fmt: skip
 
 
 def _row(t: Tally) -> dict:

@@ -42,6 +42,7 @@ class WorstInput:
     recipe: dict  # suite, seed, family, case_index, and the case file or corpus folder where there is one
     inputs: dict | None = None  # name -> the whole case's array in the dtype (mask: boolean); None when too big
     device: str | None = None  # where the candidate ran (torch and JAX candidates: "cuda", ...); None: the default
+    output_name: str = ""  # which output of a kind with several (attention_grad's "dq", "dk", "dv"); "": the only one
 
     #: Cases with more values than this keep only the recipe.
     MAX_VALUES = 512
@@ -125,9 +126,11 @@ def replay(record, candidate=None) -> dict:
         if record.get("device") and candidate.framework != "numpy" and candidate.device is None:
             candidate = dataclasses.replace(candidate, device=record["device"])  # where the row ran
     fmt = format_of(record["dtype"])
-    pc = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
-    y, _ = _call.call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, None)
-    tally = measure(pc.basis, y, case_index=pc.case_in_family)
+    whole = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
+    index = kinds.get(record["kind"]).outputs.index(record["output_name"]) if record.get("output_name") else 0
+    ys, _ = _call.call_all(candidate, whole.inputs, whole.mask, whole.output_shapes, fmt.dtype, None)
+    pc = whole.output(index)
+    tally = measure(pc.basis, ys[index], case_index=pc.case_in_family)
     if tally.worst is None:
         return {"cond_err": 0.0, "ulp_err": 0.0, "element": None, "output": None, "reference": None}
     cond, _, flat, value = tally.worst

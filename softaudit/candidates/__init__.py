@@ -13,7 +13,8 @@ rounded once, in the dtype itself otherwise). Each kind names its own (softaudit
 from ..adapters._candidate import Candidate
 from ..adapters._targets import load_target
 from ..kinds import KINDS
-from . import attention, log_softmax, logsumexp, masked_softmax, softmax
+from . import (attention, attention_grad, log_softmax, log_softmax_grad, logsumexp, logsumexp_grad, masked_softmax,
+               masked_softmax_grad, softmax, softmax_grad)
 from .attention import tiled_attention as tiled_attention
 from .softmax import online_softmax as online_softmax
 
@@ -33,7 +34,9 @@ BEST = {k.name: k.best for k in KINDS.values()}
 
 def builtins() -> list[Candidate]:
     """Every built-in candidate, kind by kind, in definition order."""
-    return [c for module in (softmax, log_softmax, logsumexp, masked_softmax, attention) for c in load_target(module.__name__)]
+    modules = (softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad,
+               logsumexp_grad, masked_softmax_grad, attention_grad)  # fmt: skip
+    return [c for module in modules for c in load_target(module.__name__)]
 
 
 def _named(name: str) -> Candidate:

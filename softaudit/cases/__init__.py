@@ -4,7 +4,7 @@ Suites quick (seconds), default (minutes) and full hold the same families at gro
 (`load_case_file`) becomes a family of its own.
 """
 
-from . import _attention, _rows  # noqa: F401  (they register their families)
+from . import _attention, _grad, _rows  # noqa: F401  (they register their families)
 from ._case import FAMILIES as FAMILIES
 from ._case import SIZES as SIZES
 from ._case import SUITES as SUITES

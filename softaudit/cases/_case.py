@@ -63,7 +63,12 @@ class Family:
         """The family's cases for kind and dtype; the same arguments always give the same cases."""
         seed = zlib.crc32(f"{self.name}/{kind}/{fmt.name}/{suite}/{seed}".encode())
         rng = np.random.default_rng(seed)
-        return [Case(kind, self.name, *made[:2], seed, *made[2:]) for made in self.make(kind, fmt, SIZES[suite], rng)]
+        made = self.make(kind, fmt, SIZES[suite], rng)
+        upstream = _kinds.get(kind).upstream
+        if upstream is not None:  # a gradient kind: a Gaussian g where the family gives none
+            add = _kinds.get(kind).part("upstream")
+            made = [(m[0] if "g" in m[0] else m[0] | {"g": add(_kinds.get(kind), m[0], m[1], rng)}, *m[1:]) for m in made]
+        return [Case(kind, self.name, *m[:2], seed, *m[2:]) for m in made]
 
 
 FAMILIES: dict[str, Family] = {}

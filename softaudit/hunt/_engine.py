@@ -20,7 +20,7 @@ from hypothesis.errors import Flaky
 from .. import candidates as builtin
 from .. import invariants, kinds
 from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, call
+from ..adapters._call import CandidateError, call_all
 from ..cases import Case
 from ..policy import Policy
 from ..reference import format_of
@@ -55,28 +55,44 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
     pc = Prepared(case, fmt, 0)
     try:
-        y, _ = call(candidate, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+        ys, _ = call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)
     except CandidateError as exc:
         return "fail", [str(exc)], math.inf, 1
-    tally = measure(pc.basis, y, case_index=0)
     standard, best = comparisons
+    theirs = {}  # a comparison's outputs, called once for every output judged
 
-    def errors(c) -> Tally | None:
-        theirs = measure(pc.basis, call(c, pc.inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)[0], case_index=0)
-        return theirs if theirs.elements else None
+    def outputs_of(c):
+        if c.name not in theirs:
+            theirs[c.name] = call_all(c, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)[0]
+        return theirs[c.name]
 
-    # The comparisons run only where they can change the verdict (the bounds are never below their floors): the
-    # standard algorithms past the defect floor, best practice past min_ulp.
-    plain_cond = best_ulp = None
-    if tally.elements and tally.max_cond_err > policy.fail_above(fmt, None):
-        plain_cond = max((t.max_cond_err for t in map(errors, standard) if t), default=None)
-    if tally.elements and tally.max_ulp > policy.min_ulp:
-        best_ulp = getattr(errors(best), "max_ulp", None)
-    reasons = policy.judge(kind, fmt, tally, plain_cond, best_ulp)
-    broken = {} if pc.probes is None else invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
-    # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
-    events = tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
-    return policy.verdict(reasons), [r.text for r in reasons], tally.max_cond_err, events
+    names = kinds.get(kind).outputs
+    reasons, texts, worst, events = [], [], math.nan, 0
+    for index, y in enumerate(ys):
+        view = pc.output(index)
+        tally = measure(view.basis, y, case_index=0)
+
+        def errors(c) -> Tally | None:
+            found = measure(view.basis, outputs_of(c)[index], case_index=0)
+            return found if found.elements else None
+
+        # The comparisons run only where they can change the verdict (the bounds are never below their floors):
+        # the standard algorithms past the defect floor, best practice past min_ulp.
+        plain_cond = best_ulp = None
+        if tally.elements and tally.max_cond_err > policy.fail_above(fmt, None):
+            plain_cond = max((t.max_cond_err for t in map(errors, standard) if t), default=None)
+        if tally.elements and tally.max_ulp > policy.min_ulp:
+            best_ulp = getattr(errors(best), "max_ulp", None)
+        found = policy.judge(kind, fmt, tally, plain_cond, best_ulp)
+        reasons += found
+        texts += [f"{names[index]}: {r.text}" if len(names) > 1 else r.text for r in found]
+        worst = float(np.fmax(worst, tally.max_cond_err))  # (NaN where no output had anything compared)
+        broken = {}
+        if index == 0 and pc.probes is not None:  # (the invariants: forward row kinds, one output)
+            broken = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
+        # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
+        events += tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
+    return policy.verdict(reasons), texts, worst, events
 
 
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:

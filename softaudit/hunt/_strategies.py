@@ -72,3 +72,23 @@ def attention(draw, kind: str, fmt: Format):
         if draw(st.booleans()):
             mask &= np.tril(np.ones((lq, lk), bool), k=lk - lq)
     return inputs, mask
+
+
+@st.composite
+def gradients(draw, kind: str, fmt: Format):
+    """(inputs in the dtype with an upstream gradient g, mask or None) for the gradient kinds: the forward kind's
+    inputs, and g Gaussian, constant along the row (softmax's exact VJP is then 0), one-hot, or spread over
+    8 decades."""
+    entry = kinds.get(kind)
+    inputs, mask = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    g = entry.part("upstream")(entry, inputs, mask, rng)
+    style = draw(st.sampled_from(["gaussian", "constant", "onehot", "wide"]))
+    if style == "constant":
+        g = np.full(g.shape, draw(st.floats(-100, 100, allow_subnormal=False)))
+    elif style == "onehot" and g.ndim:
+        g = (np.arange(g.shape[-1]) == rng.integers(0, g.shape[-1])).astype(np.float64) * np.ones(g.shape)
+    elif style == "wide":
+        g = g * 10.0 ** rng.uniform(-4, 4, g.shape)
+    with np.errstate(over="ignore"):
+        return inputs | {"g": round_to(g, fmt.dtype)}, mask

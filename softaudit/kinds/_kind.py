@@ -68,6 +68,9 @@ class Kind:
     leak: str = "masked entries get probability"
     #: rule -> this kind's fix, where it differs from the common one (softaudit/causes.py).
     fixes: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    #: Gradient kinds: "module:function" (kind, arrays, mask, rng) -> the upstream gradient g a family's case
+    #: gets when the family does not give one (None: a forward kind).
+    upstream: str | None = None
 
     @property
     def inputs(self) -> tuple[str, ...]:

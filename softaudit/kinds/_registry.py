@@ -85,8 +85,71 @@ ATTENTION = Kind(
     },
 )  # fmt: skip
 
+# The gradient kinds: vector-Jacobian products for an upstream gradient g (docs/metrics.md, docs/reference.md).
+_GRADS = "softaudit.kinds._grads"
+_ROW_GRAD = dict(reference=f"{_GRADS}:row_reference", conditioning=f"{_GRADS}:row_conditioning",
+                 element_inputs=f"{_GRADS}:row_element_inputs", diagnose="softaudit.causes:diagnose_row",
+                 strategy="softaudit.hunt._strategies:gradients", upstream=f"{_GRADS}:row_upstream", reduction=("x", -1), row_wise=True, reduces=False,
+                 logarithmic=False, causes=("subnormal",), scale_terms="the terms of g - <g, p>")  # fmt: skip
+#: Upstream gradients with a known structure, on Gaussian logits (softaudit/cases/_grad.py).
+_UPSTREAM_FAMILIES = ("g_onehot", "g_cross_entropy", "g_constant", "g_wide")
+
+SOFTMAX_GRAD = Kind(
+    "softmax_grad", "f(x, g, axis=-1) -> dx", arguments=("x", "g"), keywords=("axis",), outputs=("dx",),
+    plain="softmax_grad.in_dtype", standard=("softmax_grad.in_dtype", "softmax_grad.from_logp"),
+    best="softmax_grad.f32acc",
+    best_practice="p, <g, p> and p (g - <g, p>) in float32, round once (softmax_grad.f32acc)",
+    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES, measures=("sum_zero",), **_ROW_GRAD,
+)  # fmt: skip
+
+LOG_SOFTMAX_GRAD = Kind(
+    "log_softmax_grad", "f(x, g, axis=-1) -> dx", arguments=("x", "g"), keywords=("axis",), outputs=("dx",),
+    plain="log_softmax_grad.in_dtype", standard=("log_softmax_grad.in_dtype",), best="log_softmax_grad.f32acc",
+    best_practice="p and g - p sum(g) in float32, round once (log_softmax_grad.f32acc)",
+    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES, **_ROW_GRAD,
+)  # fmt: skip
+
+LOGSUMEXP_GRAD = Kind(
+    "logsumexp_grad", "f(x, g, axis=-1) -> dx (g: x's shape without the axis)", arguments=("x", "g"),
+    keywords=("axis",), outputs=("dx",), plain="logsumexp_grad.exp_minus_lse",
+    standard=("logsumexp_grad.exp_minus_lse", "logsumexp_grad.softmax_in_dtype"), best="logsumexp_grad.f32acc",
+    best_practice="p g with p in float32, round once (logsumexp_grad.f32acc)",
+    families=_ROW_FAMILIES + _UNDEFINED, **_ROW_GRAD,
+)  # fmt: skip
+
+MASKED_SOFTMAX_GRAD = Kind(
+    "masked_softmax_grad", "f(x, mask, g, axis=-1) -> dx", arguments=("x", "mask", "g"), keywords=("axis",),
+    outputs=("dx",), plain="masked_softmax_grad.where_in_dtype", standard=("masked_softmax_grad.where_in_dtype",),
+    best="masked_softmax_grad.where",
+    best_practice="where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)",
+    families=_ROW_FAMILIES + _MASKED_FAMILIES + _UPSTREAM_FAMILIES, measures=("sum_zero",),
+    leak="masked entries get a gradient",
+    fixes={"nan": "give rows with nothing kept a zero gradient: where over the kept entries, not a -inf fill",
+           "mask_leak": "multiply the gradient by the mask (or use where): a masked entry's gradient is exactly 0"},
+    **_ROW_GRAD,
+)  # fmt: skip
+
+_ATTENTION_GRAD_BEST = "P, dP, D and dS in float32, each gradient rounded once (attention_grad.upcast)"
+ATTENTION_GRAD = Kind(
+    "attention_grad", "f(q, k, v, g, mask=None) -> (dq, dk, dv)", arguments=("q", "k", "v", "g"), keywords=("mask",),
+    outputs=("dq", "dk", "dv"), plain="attention_grad.naive", standard=("attention_grad.naive", "attention_grad.flash2_b64"),
+    best="attention_grad.upcast", best_practice=_ATTENTION_GRAD_BEST,
+    families=_ATTENTION_FAMILIES + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000",
+                                    "attn_d256_causal"),
+    reference=f"{_GRADS}:attention_reference", conditioning=f"{_GRADS}:attention_conditioning",
+    element_inputs=f"{_GRADS}:attention_element_inputs", diagnose="softaudit.causes:diagnose_scores",
+    strategy="softaudit.hunt._strategies:gradients",
+    upstream=f"{_GRADS}:attention_upstream", reduction=("k", -2), row_wise=False, reduces=False, logarithmic=False,
+    causes=("subnormal",), scale_terms="the terms of dP - D and their share of the scores",
+    leak="keys no query may attend get a gradient",
+    fixes={"nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
+           "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",
+           "below_best": f"keep P, dP and D in float32; best practice: {_ATTENTION_GRAD_BEST}"},
+)  # fmt: skip
+
 #: Every kind by name, in the order the audit runs them.
-KINDS: dict[str, Kind] = {k.name: k for k in (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP, MASKED_SOFTMAX, ATTENTION)}
+KINDS: dict[str, Kind] = {k.name: k for k in (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP, MASKED_SOFTMAX, ATTENTION, SOFTMAX_GRAD,
+                                             LOG_SOFTMAX_GRAD, LOGSUMEXP_GRAD, MASKED_SOFTMAX_GRAD, ATTENTION_GRAD)}
 
 
 def get(name) -> Kind:

@@ -13,8 +13,10 @@ ORDER = ("error", "fail", "warn", "skip", "pass")
 
 
 def row_key(row) -> str:
-    """A row's name in baselines, annotations and junit: 'candidate | dtype | family'."""
-    return f"{row['candidate']} | {row['dtype']} | {row['family']}"
+    """A row's name in baselines, annotations and junit: 'candidate | dtype | family', and ' | output' for a kind
+    with several outputs."""
+    output = row.get("output") or ""
+    return f"{row['candidate']} | {row['dtype']} | {row['family']}" + (f" | {output}" if output else "")
 
 
 def counts_line(table) -> str:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ._files import write_atomic
 
-WORST_COLUMNS = ("candidate", "target", "kind", "dtype", "family", "case", "case_index", "element", "cond_err", "ulp_err",
+WORST_COLUMNS = ("candidate", "target", "kind", "dtype", "family", "output_name", "case", "case_index", "element", "cond_err", "ulp_err",
                  "scale", "output", "reference", "cause", "explanation", "replay", "recipe", "inputs")  # fmt: skip
 
 

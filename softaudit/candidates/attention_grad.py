@@ -1,0 +1,163 @@
+"""Built-in attention backward candidates: (dq, dk, dv) for o = softmax(c q k^T, masked) v, c = 1/sqrt(d).
+
+With g = dO: dV = P^T dO, dP = dO V^T, D = rowsum(dP * P) (= rowsum(dO * O)), dS = P * (dP - D), dQ = c dS K,
+dK = c dS^T Q. A query row with no key to attend has output 0 (the forward built-ins' `upcast` and `tiled`), so its
+exact gradient is 0 and it adds nothing to dK and dV. Batch axes broadcast as in the forward; a gradient is summed
+over the axes its input was broadcast along.
+
+"In the dtype" as in `attention`: elementwise work rounded to the dtype, matrix products accumulated in float32
+(float64 for float64) and rounded once to the dtype (`_ops.matmul`). 
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters._candidate import candidate
+from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
+from .attention import tiled_attention, tiled_b64
+
+
+
+def _t(a):
+    return np.swapaxes(a, -1, -2)
+
+
+def _unbroadcast(grad, shape):
+    """grad summed (pairwise, in grad's dtype) over the axes along which an input of `shape` was broadcast."""
+    extra = grad.ndim - len(shape)
+    axes = list(range(extra)) + [extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1]
+    if not axes:
+        return grad
+    moved = np.moveaxis(grad, axes, list(range(-len(axes), 0)))
+    return dtype_sum(moved.reshape(moved.shape[: -len(axes)] + (-1,))).reshape(shape)
+
+
+def _keep(mask, shape):
+    return np.ones(shape, bool) if mask is None else np.broadcast_to(mask, shape)
+
+
+def _backward(q, k, v, g, p, dp, d, c):
+    """dq, dk, dv from P, dP = dO V^T and D, in p's dtype (its products as `matmul` forms them for that dtype),
+    each summed over the axes its input was broadcast along."""
+    w = p.dtype
+    ds = p * (dp - d)
+    grads = (matmul(ds, k, w) * c, matmul(_t(ds), q, w) * c, matmul(_t(p), g, w))
+    return tuple(_unbroadcast(grad, a.shape) for grad, a in zip(grads, (q, k, v)))
+
+
+@candidate(kind="attention_grad", name="attention_grad.naive")
+def naive(q, k, v, g, mask=None):
+    """Attention backward in the dtype, masked scores set to -inf, P and every intermediate rounded to the dtype.
+    Weakness: P, dP, D and dS carry the dtype's rounding (D's pairwise sum about log2(Lk) ulps), and a fully masked
+    query row is NaN in P, which spreads through P^T dO and dS^T Q to every entry of dK and dV."""
+    dtype = q.dtype
+    g = g.astype(dtype)
+    with np.errstate(all="ignore"):
+        c = const(1 / np.sqrt(q.shape[-1]), dtype)
+        s = matmul(q, _t(k), dtype) * c
+        if mask is not None:
+            s = np.where(mask, s, const(-np.inf, dtype))
+        e = exp(s - row_max(s))
+        p = e / dtype_sum(e)
+        dp = matmul(g, _t(v), dtype)
+        return _backward(q, k, v, g, p, dp, dtype_sum(dp * p), c)
+
+
+@candidate(kind="attention_grad", name="attention_grad.upcast")
+def upcast(q, k, v, g, mask=None):
+    """Best practice: the backward in float32 for 16-bit inputs, masked keys excluded with where, zeros for a fully
+    masked query row, each gradient rounded once. Weakness: none known."""
+    w = work_dtype(q.dtype)
+    q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g))
+    with np.errstate(all="ignore"):
+        c = 1 / np.sqrt(w.type(q.shape[-1]))
+        s = matmul(q32, _t(k32), w) * c
+        keep = _keep(mask, s.shape)
+        m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
+        e = np.where(keep, exp(s - np.where(np.isfinite(m), m, 0)), 0)
+        total = dtype_sum(e)
+        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+        dp = matmul(g32, _t(v32), w)
+        grads = _backward(q32, k32, v32, g32, p, dp, dtype_sum(dp * p), c)
+        return tuple(grad.astype(q.dtype) for grad in grads)
+
+
+def _saved_lse(q, k, mask, block):
+    """The log-sum-exp of each row of scores that FlashAttention 2's forward saves: a running max and rescaled sum
+    in float32 over key blocks, lse = m + log(l); +inf for a row with no key (so that P = exp(s - lse) is 0)."""
+    w = work_dtype(q.dtype)
+    q32, k32 = q.astype(w), k.astype(w)
+    shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    keep = _keep(mask, shape)
+    m = np.full(shape[:-1] + (1,), -np.inf, w)
+    total = np.zeros(shape[:-1] + (1,), w)
+    for start in range(0, k.shape[-2], block):
+        s = matmul(q32, _t(k32[..., start : start + block, :]), w) / np.sqrt(w.type(q.shape[-1]))
+        s = np.where(keep[..., start : start + block], s, -np.inf)
+        new_m = np.maximum(m, row_max(s))
+        safe_m = np.where(np.isfinite(new_m), new_m, 0)
+        total = total * exp(np.where(np.isfinite(m), m, safe_m) - safe_m) + dtype_sum(exp(s - safe_m))
+        m = new_m
+    return np.where(total > 0, m + log(np.where(total > 0, total, 1)), np.inf)
+
+
+#: The forward FlashAttention-style built-ins by block size, made once (a candidate is marked where it is made).
+_TILED = {64: tiled_b64}
+
+
+def _tiled(block: int):
+    if block not in _TILED:
+        _TILED[block] = tiled_attention(block)
+    return _TILED[block]
+
+
+def flash2_delta(q, k, v, g, mask=None, block: int = 64):
+    """D = rowsum(dO * O) as FlashAttention 2's backward computes it (its preprocessing kernel): O the forward's
+    output as FA2 stores it (P rounded to the dtype before P V, O rounded to the dtype), dO and O upcast to
+    float32, the sum in float32. Returns float32 (float64 for float64), with the row axis kept (length 1)."""
+    w = work_dtype(q.dtype)
+    o = _tiled(block)(q, k, v, mask)
+    return dtype_sum(g.astype(q.dtype).astype(w) * o.astype(w))
+
+
+def flash2_backward(block: int = 64):
+    """FlashAttention 2's backward (Dao 2023, Algorithm 2) over key blocks of `block`."""
+
+    def flash2(q, k, v, g, mask=None):
+        """FlashAttention-2 style backward, key blocks of {block}: P recomputed in float32 from the saved
+        log-sum-exp, D = rowsum(dO * O) with O rounded to the dtype as FA2 stores it, P and dS rounded to the dtype
+        before the tensor-core products P^T dO, dS K and dS^T Q (accumulated in float32), the scale applied in
+        float32 at the end. Weakness: D comes from the rounded O, not from P and dP, so it does not match the P it
+        is subtracted against: dS = P (dP - D) carries D's rounding error in every entry of the row (biased in
+        bfloat16 on similar low-rank q, k: Qiu & Yao 2025); P and dS in the dtype add an ulp per entry."""
+        w, dtype = work_dtype(q.dtype), q.dtype
+        q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
+        with np.errstate(all="ignore"):
+            c = 1 / np.sqrt(w.type(q.shape[-1]))
+            lse = _saved_lse(q, k, mask, block)
+            d = flash2_delta(q, k, v, g, mask, block)
+            lk = k.shape[-2]
+            keep = _keep(mask, lse.shape[:-1] + (lk,))
+            dq = np.zeros(np.broadcast_shapes(q32.shape, lse.shape[:-1] + (q.shape[-1],)), w)
+            dks, dvs = [], []
+            for start in range(0, lk, block):
+                kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
+                s = matmul(q32, _t(kb), w) * c
+                p = np.where(keep[..., start : start + block], exp(s - lse), 0)
+                p_low = p.astype(dtype)
+                dvs.append(matmul(_t(p_low), g32, w))
+                ds = (p * (matmul(g32, _t(vb), w) - d)).astype(dtype)
+                dq = dq + matmul(ds, kb, w)
+                dks.append(matmul(_t(ds), q32, w))
+            dk = np.concatenate(dks, axis=-2) * c if dks else np.zeros(k.shape, w)
+            dv = np.concatenate(dvs, axis=-2) if dvs else np.zeros(v.shape, w)
+            grads = ((dq * c, q), (dk, k), (dv, v))
+            return tuple(_unbroadcast(grad, a.shape).astype(dtype) for grad, a in grads)
+
+    flash2.__doc__ = flash2.__doc__.format(block=block)
+    flash2.__name__ = flash2.__qualname__ = f"flash2_b{block}"
+    return candidate(flash2, kind="attention_grad", name=f"attention_grad.flash2_b{block}")
+
+
+flash2_b64 = flash2_backward(64)

@@ -1,0 +1,98 @@
+"""The gradient kinds' parts of the loop: vector-Jacobian products for an upstream gradient g.
+
+Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
+output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None; three outputs (dq, dk, dv).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import conditioning as _conditioning
+from .. import reference
+
+#: The conditioning scale of each row gradient kind (masked softmax's VJP is softmax's over the kept entries).
+_ROW_SCALES = {"softmax_grad": _conditioning.softmax_grad, "masked_softmax_grad": _conditioning.softmax_grad,
+               "log_softmax_grad": _conditioning.log_softmax_grad, "logsumexp_grad": _conditioning.logsumexp_grad}  # fmt: skip
+#: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
+_G_PER_ROW = ("logsumexp_grad",)
+
+
+def _exact(ref) -> np.ndarray:
+    return ref.hi if not ref.lo.any() else ref.hi + ref.lo
+
+
+def row_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
+    """A standard Gaussian g of the forward output's shape."""
+    x = arrays["x"]
+    return rng.standard_normal(x.shape[:-1] if kind.name in _G_PER_ROW else x.shape)
+
+
+def row_reference(kind, inputs: dict, mask, dtype) -> tuple:
+    return (reference.evaluate_grad(kind.name, inputs["x"], inputs["g"], mask, dtype=dtype),)
+
+
+def row_conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
+    """Undefined rows (a NaN or +inf kept logit, a g that is not finite), rows that must give NaN, the scale, and
+    for masked_softmax_grad the masked entries (their gradient is exactly 0; a fully masked row's is 0 too, so it
+    is compared like any other)."""
+    (ref,) = references
+    x, g = inputs["x"].astype(np.float64), inputs["g"].astype(np.float64)
+    kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
+    g_rows = ~np.isfinite(g) if kind.name in _G_PER_ROW else (~np.isfinite(g) & kept).any(axis=-1)
+    kept_nan = (np.isnan(x) & kept).any(axis=-1) | g_rows
+    scale = _ROW_SCALES[kind.name](x, mask, g, _exact(ref))
+    extra = {"undefined": ref.undefined, "kept_nan_rows": kept_nan, "scale": scale}
+    return (extra | {"masked": ~kept} if kind.masked else extra,)
+
+
+def row_element_inputs(kind, pc, position: tuple, output: int = 0) -> tuple[dict, np.ndarray | None]:
+    """The row (its x, g and mask) behind one element of dx."""
+    row = position[:-1]
+    x, g = pc.inputs["x"], pc.inputs["g"]
+    mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
+    return {"x": x[row], "g": g[row]}, mask
+
+
+def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
+    """A standard Gaussian dO of the output's shape (..., Lq, dv)."""
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]
+    batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    return rng.standard_normal(batch + (q.shape[-2], v.shape[-1]))
+
+
+def attention_reference(kind, inputs: dict, mask, dtype) -> tuple:
+    return tuple(reference.evaluate_attention_grad(*(inputs[n] for n in ("q", "k", "v", "g")), mask, dtype=dtype))
+
+
+def attention_conditioning(kind, inputs: dict, mask, references) -> tuple[dict, dict, dict]:
+    """Per output: its undefined rows (from the reference), the scale, and for dk and dv the keys no query may
+    attend (their gradients are exactly 0: anything else is a leak)."""
+    q, k, v, g = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "g"))
+    scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
+    keep = np.broadcast_to(True if mask is None else mask, scores_shape)
+    scales = _conditioning.attention_grad(q, k, v, g, keep, [_exact(r) for r in references], 1 / np.sqrt(q.shape[-1]))
+    out = []
+    for name, ref, scale in zip(kind.outputs, references, scales):
+        extra = {"undefined": ref.undefined, "scale": scale}
+        if name != "dq" and mask is not None:
+            extra["masked"] = _unattended(keep, ref.value.shape)
+        out.append(extra)
+    return tuple(out)
+
+
+def _unattended(keep: np.ndarray, shape: tuple) -> np.ndarray:
+    """For a gradient of k's or v's `shape`: the keys no query may attend, in every batch entry k was broadcast
+    along."""
+    free = ~keep.any(axis=-2)  # (..., Lk) in the broadcast batch shape
+    extra = free.ndim - (len(shape) - 1)
+    free = free.all(axis=tuple(range(extra))) if extra > 0 else free
+    axes = tuple(i for i, n in enumerate(shape[:-2]) if n == 1 and free.shape[i] != 1)
+    free = free.all(axis=axes, keepdims=True) if axes else free
+    return np.broadcast_to(free[..., None], shape)
+
+
+def attention_element_inputs(kind, pc, position: tuple, output: int = 0) -> tuple[dict, np.ndarray | None]:
+    """The inputs behind one element of dq, dk or dv: the whole case (an element of dk or dv depends on every
+    query, and one of dq on every key)."""
+    return {n: pc.inputs[n] for n in ("q", "k", "v", "g")}, pc.mask
