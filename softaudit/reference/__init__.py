@@ -18,6 +18,7 @@ from ._attention import prepare, round_attention
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
+from ._grad_rows import round_rows as round_grad_rows
 from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
 from ._formats import format_of as format_of
@@ -30,15 +31,21 @@ __all__ = [
     "Result",
     "TIER_NAMES",
     "attention",
+    "attention_grad",
     "attention_undefined_rows",
     "evaluate",
     "evaluate_attention",
+    "evaluate_grad",
     "format_of",
     "log_softmax",
+    "log_softmax_grad",
     "logsumexp",
+    "logsumexp_grad",
     "masked_softmax",
+    "masked_softmax_grad",
     "round_to",
     "softmax",
+    "softmax_grad",
     "undefined_rows",
 ]
 
@@ -76,6 +83,70 @@ def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="a
     """
     problem = prepare(q, k, v, mask, scale_value(scale))
     return round_attention(problem, target(dtype, prec), _method(method), detail=False, device=device).value
+
+
+def softmax_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """The vector-Jacobian product of softmax: p_i (g_i - <g, p>) along `axis`; exactly +0 where p_i = 0."""
+    return _evaluate_grad("softmax_grad", x, None, g, axis, dtype, prec, method, detail=False)
+
+
+def log_softmax_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """The vector-Jacobian product of log-softmax: g_i - p_i sum_k g_k along `axis`; +0 on -inf entries."""
+    return _evaluate_grad("log_softmax_grad", x, None, g, axis, dtype, prec, method, detail=False)
+
+
+def logsumexp_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """The vector-Jacobian product of log-sum-exp: p_i g, g of x's shape without `axis`."""
+    return _evaluate_grad("logsumexp_grad", x, None, g, axis, dtype, prec, method, detail=False)
+
+
+def masked_softmax_grad(x, mask, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
+    """softmax_grad over the entries where `mask` is True; masked entries, and fully masked rows, get exactly +0."""
+    if mask is None:
+        raise TypeError("masked_softmax_grad needs a mask")
+    return _evaluate_grad("masked_softmax_grad", x, mask, g, axis, dtype, prec, method, detail=False)
+
+
+def evaluate_grad(kind, x, g, mask=None, axis=-1, *, dtype=None, prec=113, method="auto") -> Result:
+    """The full `Result` of a row gradient kind (softmax_grad, log_softmax_grad, logsumexp_grad,
+    masked_softmax_grad); `undefined` per row."""
+    return _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail=True)
+
+
+_GRAD_KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_softmax_grad")
+
+
+def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
+    """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN) when a kept x
+    is NaN or +inf, or a kept g is not finite."""
+    if kind not in _GRAD_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(_GRAD_KINDS)}, got {kind!r}")
+    fmt = target(dtype, prec)
+    method = _method(method)
+    x2, removed2, moved_shape, ax = _as_rows(x, mask, axis)
+    g = float_array(g, "g", min_ndim=0)
+    base = "softmax_grad" if kind == "masked_softmax_grad" else kind
+    if base == "logsumexp_grad":
+        if g.shape != moved_shape[:-1]:
+            raise ValueError(f"g must have x's shape without the axis, {moved_shape[:-1]}, got {g.shape}")
+        g2 = g.reshape(-1)
+        bad_g = ~np.isfinite(g2) & (~removed2).any(axis=1)
+    else:
+        if g.shape != np.shape(x):
+            raise ValueError(f"g must have x's shape {np.shape(x)}, got {g.shape}")
+        g2 = np.moveaxis(g, ax, -1).reshape(x2.shape)
+        bad_g = (~np.isfinite(g2) & ~removed2).any(axis=1)
+    with np.errstate(invalid="ignore"):
+        undefined = (((np.isnan(x2) | (x2 == np.inf)) & ~removed2).any(axis=1)) | bad_g
+    out = round_grad_rows(base, x2, g2, removed2, undefined, fmt, method, detail)
+
+    def restore(a):
+        return np.moveaxis(a.reshape(moved_shape), -1, ax)
+
+    if not detail:
+        return restore(out.array())
+    parts = (out.array(), out.hi, out.lo, out.err, out.tier)
+    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]))
 
 
 def round_to(values, dtype) -> np.ndarray:

@@ -1,0 +1,299 @@
+"""Tier C of the gradients: exact forms of softmax weights, rounded at rising precision (Ziv), exact zeros found first.
+
+Every gradient element is a sum of terms w * F, w an exact rational weight and F one of two forms of a row of
+softmax weights p_j = e**(c t_j) / s over kept entries with exact rational keys t_j <= 0 (max 0):
+
+* mean(a) = sum_j p_j a_j                          (logsumexp_grad, log_softmax_grad, dV)
+* cov(a, b) = sum_j p_j a_j (b_j - sum_l p_l b_l)  (softmax_grad, dS, dQ, dK)
+
+with exact rational a, b. A form is N / s**k (k = 1, 2), N a sum of exponentials with rational coefficients. Keeping
+only the top key group (t = 0, n0 entries) gives the rational base N0 / n0**k; the rest is the correction
+corr = M / (n0**k s**k), M = n0**k N - N0 s**k, a sum over keys < 0 that is formed with its coefficients grouped by
+exponent, exactly, so that it keeps its relative accuracy however small it is (e**-500000 next to a base on a
+rounding boundary is decided by its sign, as the forward's `decide_sum` does).
+
+Exactness (Lindemann-Weierstrass: e**a for distinct algebraic a are linearly independent over the algebraic numbers):
+a form is zero iff every grouped coefficient of N is zero, and rational iff every grouped coefficient of M is zero.
+Both are decided in rational arithmetic before or during refinement, so the loop ends on exact zeros and on rational
+values sitting on rounding boundaries. Otherwise the value is irrational and refining decides it.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from mpmath import libmp
+
+from ._exact import Entry, _rational, _refine, decide, decide_sum
+from ._formats import Format
+
+_UP = libmp.round_up
+#: Expanding a dense cov form costs (number of key groups)**2 rational operations: below this it is done at once,
+#: above it only when refinement passes _EXPAND_AT bits (the value is then within 2**-_EXPAND_AT of a boundary).
+_CHEAP = 1 << 14
+_EXPAND_AT = 600
+
+
+def _mpf(x: Fraction, prec: int = 0) -> tuple:
+    """A rational as a libmp value: exact when dyadic (prec 0 is only for dyadic values)."""
+    if prec == 0:
+        return libmp.from_man_exp(x.numerator, -(x.denominator.bit_length() - 1))
+    return libmp.from_rational(x.numerator, x.denominator, prec)
+
+
+def _dyadic(x: Fraction) -> bool:
+    return x.denominator & (x.denominator - 1) == 0
+
+
+class Scale:
+    """A positive real c multiplying exponents or results: rational (a given scale, 1 for rows) or 1/sqrt(d)."""
+
+    def __init__(self, rational: Fraction | None = None, d: int | None = None):
+        if rational is None:
+            root = math.isqrt(d)
+            rational = Fraction(1, root) if root * root == d else None
+        self.rational = rational
+        self.d = d
+
+    def times(self, key: Fraction, wp: int) -> tuple[tuple, bool]:
+        """c * key at precision wp, and whether it is exact (else within 2**(1 - wp) relative)."""
+        if self.rational is not None:
+            value = self.rational * key
+            if _dyadic(value):
+                return _mpf(value), True
+            return _mpf(value, wp), False
+        c = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(self.d), wp + 12), wp + 12)
+        return libmp.mpf_mul(c, _mpf(key), wp), False
+
+    def value(self, wp: int) -> tuple:
+        if self.rational is not None:
+            return _mpf(self.rational) if _dyadic(self.rational) else _mpf(self.rational, wp)
+        return libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(self.d), wp + 12), wp)
+
+
+ONE = Scale(Fraction(1))
+
+
+def _group(keys: list[Fraction], values: list[Fraction]) -> dict[Fraction, Fraction]:
+    """sum_j values_j e**(c keys_j) as {key: coefficient}, zero coefficients dropped."""
+    out: dict[Fraction, Fraction] = {}
+    for k, v in zip(keys, values):
+        if v:
+            out[k] = out.get(k, 0) + v
+    return {k: v for k, v in out.items() if v}
+
+
+def _times(p: dict, q: dict) -> dict:
+    out: dict[Fraction, Fraction] = {}
+    for k1, v1 in p.items():
+        for k2, v2 in q.items():
+            out[k1 + k2] = out.get(k1 + k2, 0) + v1 * v2
+    return out
+
+
+def _combine(a: Fraction, p: dict, b: Fraction, q: dict) -> dict:
+    """a p + b q, zero coefficients dropped."""
+    out = {k: a * v for k, v in p.items()}
+    for k, v in q.items():
+        out[k] = out.get(k, 0) + b * v
+    return {k: v for k, v in out.items() if v}
+
+
+class Weights:
+    """The softmax weights of one row: exact keys t_j <= 0 with max 0, exponents c t_j (c > 0)."""
+
+    def __init__(self, keys: list[Fraction], scale: Scale = ONE):
+        self.keys = keys
+        self.scale = scale
+        self.counts = _group(keys, [Fraction(1)] * len(keys))  # s as {key: count}
+        self.n0 = self.counts[Fraction(0)]
+        self._exps: dict[int, tuple[dict, tuple]] = {}
+
+    def exps(self, wp: int, keys=None) -> tuple[dict, tuple] | None:
+        """{key: e**(c key)} at wp for the row's keys (or the given ones) and eta, a bound of their relative
+        error; None when eta would exceed 2**-20 (refine)."""
+        if keys is None and wp in self._exps:
+            return self._exps[wp]
+        keys = self.counts if keys is None else keys
+        out, top_mag, inexact = {}, -wp, False
+        for key in keys:
+            t, exact = self.scale.times(key, wp)
+            inexact |= not exact
+            if t != libmp.fzero:
+                top_mag = max(top_mag, t[2] + t[3])
+            out[key] = t
+        # mpmath's exp is within 4 ulp; an inexact exponent (relative error 2**(1 - wp)) adds |t| 2**(1 - wp) 1.01.
+        if inexact and top_mag + 22 > wp:
+            return None
+        eta = libmp.from_man_exp(1, 2 - wp)
+        if inexact:
+            eta = libmp.mpf_add(eta, libmp.from_man_exp(3, top_mag + 1 - wp), 30, _UP)
+        result = {key: libmp.mpf_exp(t, wp) for key, t in out.items()}, eta
+        if keys is self.counts:
+            self._exps[wp] = result
+        return result
+
+
+def _evaluate(poly: dict, exps: dict, eta: tuple, wp: int) -> tuple[tuple, tuple]:
+    """sum coef e**(c key) and a bound of its error: eta on each exponential and 2**(1 - wp) for the sum."""
+    terms = [libmp.mpf_mul(_mpf(v), exps[k], 0) for k, v in poly.items()]
+    size = libmp.mpf_sum(terms, 30, _UP, absolute=True)
+    value = libmp.mpf_sum(terms, wp)
+    rel = libmp.mpf_add(libmp.mpf_mul(eta, libmp.from_float(1.01), 30, _UP), libmp.from_man_exp(1, 1 - wp), 30, _UP)
+    return value, libmp.mpf_mul(size, rel, 30, _UP)
+
+
+class Form:
+    """mean(a) (b None) or cov(a, b) over a row's weights, with a factor: an exact rational a, b per kept entry."""
+
+    def __init__(self, w: Weights, a: list[Fraction], b: list[Fraction] | None = None, b_group: dict | None = None):
+        """b_group: b already grouped (_group(w.keys, b)), shared by the forms of one row."""
+        self.w = w
+        self.k = 1 if b is None else 2
+        keys = w.keys
+        if b is None:
+            self.numerator = _group(keys, a)
+            self._n_parts = None
+        else:
+            sab = _group(keys, [x * y for x, y in zip(a, b)])
+            sa, sb = _group(keys, a), (_group(keys, b) if b_group is None else b_group)
+            self._n_parts = (sab, sa, sb)
+            self.numerator = None  # N = sab * s - sa * sb, expanded on demand
+        n0 = Fraction(w.n0)
+        self.d0 = n0**self.k
+        self.n0_value = self._top(self.k)
+        self.base = self.n0_value / self.d0
+        self.correction: dict | None = None  # M, once expanded
+        cost = 0 if b is None else len(self._n_parts[0]) * len(w.counts) + len(self._n_parts[1]) * len(self._n_parts[2])
+        if cost <= _CHEAP:
+            self.expand()
+
+    def _top(self, k) -> Fraction:
+        zero = Fraction(0)
+        if k == 1:
+            return self.numerator.get(zero, Fraction(0))
+        sab, sa, sb = self._n_parts
+        return sab.get(zero, 0) * self.w.n0 - sa.get(zero, 0) * sb.get(zero, 0)
+
+    def expand(self):
+        """The grouped numerator N and correction numerator M = n0**k N - N0 s**k."""
+        if self.correction is not None:
+            return
+        if self.numerator is None:
+            sab, sa, sb = self._n_parts
+            self.numerator = _combine(Fraction(1), _times(sab, self.w.counts), Fraction(-1), _times(sa, sb))
+        s_k = self.w.counts if self.k == 1 else _times(self.w.counts, self.w.counts)
+        self.correction = _combine(self.d0, self.numerator, -self.n0_value, s_k)
+        self.correction.pop(Fraction(0), None)  # cancels exactly
+
+    def is_zero(self) -> bool:
+        """The exact value is 0: every grouped coefficient of N is 0 (Lindemann-Weierstrass)."""
+        if self.n0_value:
+            return False
+        if self.numerator is None and self._second_coefficient():
+            return False  # a certificate without expanding: see _second_coefficient
+        self.expand()
+        return not self.numerator
+
+    def _second_coefficient(self) -> Fraction:
+        """The coefficient of N at the second-largest key t1 (only the pairs (0, t1) and (t1, 0) sum to it)."""
+        keys = sorted(self.w.counts, reverse=True)
+        if len(keys) < 2:
+            return Fraction(0)
+        t1, zero = keys[1], Fraction(0)
+        sab, sa, sb = self._n_parts
+        n = self.w.counts
+        return (sab.get(zero, 0) * n[t1] + sab.get(t1, 0) * n[zero] - sa.get(zero, 0) * sb.get(t1, 0)
+                - sa.get(t1, 0) * sb.get(zero, 0))  # fmt: skip
+
+    def corr(self, wp: int) -> tuple[tuple, tuple] | None:
+        """The value minus base at wp, with an error bound; None to refine."""
+        found = self.w.exps(wp)
+        if found is None:
+            return None
+        exps, eta = found
+        s, s_err = _evaluate(self.w.counts, exps, eta, wp)
+        if self.correction is not None:
+            if not self.correction:
+                return libmp.fzero, libmp.fzero
+            m_exps = self.w.exps(wp, self.correction) if self.k == 2 else (exps, eta)
+            if m_exps is None:
+                return None
+            m, m_err = _evaluate(self.correction, *m_exps, wp)
+            den = libmp.mpf_mul(_mpf(self.d0), libmp.mpf_pow_int(s, self.k, wp), wp)
+            rel_den = libmp.mpf_add(libmp.mpf_mul(libmp.from_int(self.k), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
+                                    libmp.from_man_exp(1, 2 - wp), 30, _UP)  # fmt: skip
+            value = libmp.mpf_div(m, den, wp)
+        else:  # cov not yet expanded: N = Sab s - Sa Sb directly, minus the base
+            sab, sa, sb = (_evaluate(p, exps, eta, wp) for p in self._n_parts)
+            m = libmp.mpf_sub(libmp.mpf_mul(sab[0], s[0], wp), libmp.mpf_mul(sa[0], sb[0], wp), wp)
+            sizes = [_evaluate({k: abs(v) for k, v in p.items()}, exps, eta, wp)[0] for p in self._n_parts]
+            # |Sx - Sx^| <= eta' |Sx|_abs for each sum, so |N - N^| <= 2.01 eta' (|Sab| s + |Sa| |Sb|) + roundings.
+            rel = libmp.mpf_add(libmp.mpf_div(s_err, s, 30, _UP), libmp.from_man_exp(1, 3 - wp), 30, _UP)
+            big = libmp.mpf_add(libmp.mpf_mul(sizes[0], s, 30, _UP), libmp.mpf_mul(sizes[1], sizes[2], 30, _UP), 30, _UP)
+            m_err = libmp.mpf_mul(libmp.mpf_mul(big, rel, 30, _UP), libmp.from_float(2.02), 30, _UP)
+            den = libmp.mpf_mul(s, s, wp)
+            rel_den = libmp.mpf_add(libmp.mpf_mul(libmp.from_int(2), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
+                                    libmp.from_man_exp(1, 2 - wp), 30, _UP)  # fmt: skip
+            value = libmp.mpf_sub(libmp.mpf_div(m, den, wp), _mpf(self.base, wp), wp)
+            base_err = libmp.mpf_mul(_mpf(abs(self.base), wp), libmp.from_man_exp(1, 1 - wp), 30, _UP)
+            m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)
+        # (m +- m_err) / (den (1 +- rel_den)): error <= (m_err + |m| rel_den) / den * 1.01, plus the division's rounding
+        err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), rel_den, 30, _UP), 30, _UP)
+        err = libmp.mpf_mul(libmp.mpf_div(err, den, 30, _UP), libmp.from_float(1.01), 30, _UP)
+        err = libmp.mpf_add(err, libmp.mpf_mul(libmp.mpf_abs(value), libmp.from_man_exp(1, 2 - wp), 30, _UP), 30, _UP)
+        if self.correction is None:
+            err = libmp.mpf_add(err, base_err, 30, _UP)
+        return value, err
+
+
+_ZERO_ENTRY = ((libmp.fzero, False), libmp.fzero, libmp.fzero)
+
+
+def decide_terms(terms: list[tuple[Fraction, Form]], factor: Scale, fmt: Format) -> Entry:
+    """The correct rounding of factor * sum w F over terms (w, F).
+
+    Exact zeros first (every term's weight or form is 0): +0. Then refinement; a form whose base may sit on a
+    boundary is expanded once refinement passes _EXPAND_AT bits, so that its correction is exact in structure.
+    """
+    terms = [(w, f) for w, f in terms if w and not f.is_zero()]
+    if not terms:
+        return _ZERO_ENTRY
+    base = sum((w * f.base for w, f in terms), Fraction(0))
+    wp = fmt.precision + 32
+    while True:
+        if wp > _EXPAND_AT:
+            for _, f in terms:
+                f.expand()
+        if all(f.correction == {} for _, f in terms):  # the value is the rational base (times c)
+            if factor.rational is not None:
+                return _rational(factor.rational * base, fmt)
+            # irrational c times a nonzero rational (base != 0 here: a zero form was dropped): plain refinement
+        parts = [f.corr(wp) for _, f in terms]
+        if any(p is None for p in parts):
+            wp = _refine(wp)
+            continue
+        corr = libmp.mpf_sum([libmp.mpf_mul(_mpf(w), v, 0) for (w, _), (v, _) in zip(terms, parts)], wp)
+        err = libmp.mpf_sum([libmp.mpf_mul(_mpf(abs(w)), e, 30, _UP) for (w, _), (_, e) in zip(terms, parts)], 30, _UP)
+        err = libmp.mpf_add(err, libmp.mpf_mul(libmp.mpf_abs(corr), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)
+        if factor.rational is not None:
+            c = factor.rational
+            cc = _mpf(c) if _dyadic(c) else _mpf(c, wp + 8)
+            scaled = libmp.mpf_mul(cc, corr, wp)
+            # c as rounded (2**(-wp - 7)) and the product rounded (2**-wp): 2**(1 - wp) |c corr| covers both
+            bound = libmp.mpf_add(libmp.mpf_mul(libmp.mpf_abs(cc), err, 30, _UP),
+                                  libmp.mpf_mul(libmp.mpf_abs(scaled), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)  # fmt: skip
+            found = decide_sum(c * base, scaled, libmp.mpf_mul(bound, libmp.from_float(1.01), 30, _UP), 0, fmt)
+        else:
+            total = libmp.mpf_add(_mpf(base, wp + 8), corr, wp + 8)
+            c = factor.value(wp + 8)
+            value = libmp.mpf_mul(c, total, wp)
+            # c within 2**(-wp - 7), base within 2**(-wp - 7), products and sum rounded: 2**(3 - wp) |value| covers them
+            bound = libmp.mpf_add(libmp.mpf_mul(c, err, 30, _UP),
+                                  libmp.mpf_mul(libmp.mpf_abs(value), libmp.from_man_exp(1, 3 - wp), 30, _UP), 30, _UP)  # fmt: skip
+            found = decide(value, bound, 0, fmt)
+            found = None if found is None else (found, value, bound)
+        if found is not None:
+            return found
+        wp = _refine(wp)

@@ -1,0 +1,126 @@
+"""Vector-Jacobian products of the row kinds, correctly rounded: softmax_grad, log_softmax_grad, logsumexp_grad.
+
+Rows arrive as 2-D float64 arrays x and g (g one value per row for logsumexp) with a mask of removed entries (-inf
+or masked out). With p the softmax of the kept entries:
+
+* softmax_grad:     dx_i = p_i (g_i - <g, p>)  = sum_k p_i p_k (g_i - g_k)
+* log_softmax_grad: dx_i = g_i - p_i sum_k g_k
+* logsumexp_grad:   dx_i = p_i g
+
+Removed entries get exactly +0, and g there is never read. Tier A (float64, targets of at most 24 bits) computes each
+element with a proven bound (docs/reference.md, "Gradients"), `decide_arrays` keeps what it can round, and tier C
+(_grad_exact) takes the rest. softmax_grad centres g on one of its own kept values before anything else, which
+makes every difference exact in structure: a constant g gives exactly 0 with a zero bound.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from . import _dd, _grad_exact, _rows
+from ._dd import TINY, U
+from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_target
+from ._exact import _fraction
+from ._formats import Format, decide_arrays, exact_mpf
+from ._rows import Approx
+
+KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
+_SECOND_ORDER = 1 + 2.0**-30  # every first-order relative term below is under 2**-40 (docs/reference.md)
+
+
+def _softmax_a(x, removed):
+    """Tier A's softmax of the rows: p and its absolute error bound, 0 (exactly) on removed entries."""
+    p = _rows.tier_a("softmax", x, removed)
+    return np.where(removed, 0.0, p.hi), np.where(removed, 0.0, p.err)
+
+
+def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Approx:
+    """float64, for targets of at most 24 bits; every row has a kept entry, no NaN or inf among kept x and g."""
+    p, p_err = _softmax_a(x, removed)
+    n = x.shape[1]
+    if kind == "logsumexp_grad":
+        dx = p * g[:, None]
+        err = (p_err * np.abs(g)[:, None] + U * np.abs(dx)) * _SECOND_ORDER + np.where(dx != 0, TINY, 0.0)
+        return Approx(dx, None, err, np.sign(g)[:, None])
+    g = np.where(removed, 0.0, g)
+    if kind == "log_softmax_grad":
+        total = _dd.pairwise_sum(g)[0]
+        size = _dd.pairwise_sum(np.abs(g))[0]
+        total_err = _dd.gamma(_dd.depth(n)) * size * (1 + 2 * _dd.gamma(_dd.depth(n)))
+        q = p * total[:, None]
+        q_err = p_err * np.abs(total)[:, None] + (p + p_err) * total_err[:, None] + U * np.abs(q)
+        dx = g - q
+        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + np.where(q != 0, TINY, 0.0)
+        return Approx(dx, None, err, 0.0)
+    # softmax_grad: h = g - c with c a kept g near <g, p>; dx = p (h - r), r = sum p h (c cancels exactly).
+    rows = np.arange(len(x))
+    guess = (p * g).sum(axis=1)
+    centre = g[rows, np.where(removed, np.inf, np.abs(g - guess[:, None])).argmin(axis=1)]
+    h = np.where(removed, 0.0, g - centre[:, None])  # within u|h| of g - centre (0 when g equals the centre)
+    ah = np.abs(h)
+    gamma = _dd.gamma(_dd.depth(n) + 1)
+    r = _dd.pairwise_sum(p * h)[0]
+    weighted = _dd.pairwise_sum(p * ah)[0]
+    p_part = _dd.pairwise_sum(p_err * ah)[0]
+    # |r^ - sum p_k h_k| <= (gamma + u) sum (p^ + p_err) |h^| + sum p_err |h^| + 2**-1074 per nonzero product
+    r_err = ((gamma + U) * (weighted + p_part) + p_part) * (1 + 2 * gamma) + (h != 0).sum(axis=1) * TINY
+    d = h - r[:, None]
+    dx = p * d
+    d_err = U * ah + r_err[:, None] + U * np.abs(d)
+    err = ((p + p_err) * d_err + p_err * np.abs(d) + U * np.abs(dx)) * _SECOND_ORDER + np.where(d != 0, TINY, 0.0)
+    return Approx(dx, None, err, 0.0)
+
+
+def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
+    """Correctly rounded `kind` of each 2-D row (g: (rows,) for logsumexp_grad, else x's shape)."""
+    rows_total, n = x.shape
+    out = _Collector((rows_total, n), fmt, detail)
+    out.fill(np.broadcast_to(undefined[:, None], x.shape), np.nan)
+    out.fill(~undefined[:, None] & removed, 0.0)
+    pending = ~undefined[:, None] & ~removed
+    if method == "auto" and fast_target(fmt) and tier_a_target(fmt) and fast_input(x) and fast_input(g):
+        rows = np.flatnonzero(pending.any(axis=1))
+        for index in row_blocks(rows, n):
+            with np.errstate(all="ignore"):
+                approx = tier_a(kind, x[index].astype(np.float64), g[index].astype(np.float64), removed[index])
+                rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+            decided &= pending[index]
+            out.put_block(index, rounded, approx, decided, 1)
+            pending[index] &= ~decided
+    for r in np.flatnonzero(pending.any(axis=1)):
+        keep = np.flatnonzero(~removed[r])
+        cols = np.flatnonzero(pending[r])
+        for col, entry in zip(cols, exact_row(kind, x[r, keep], g[r] if kind == "logsumexp_grad" else g[r, keep],
+                                              list(np.searchsorted(keep, cols)), fmt)):  # fmt: skip
+            out.put_exact((r, col), *entry)
+    return out
+
+
+def _fractions(values) -> list[Fraction]:
+    return [_fraction(exact_mpf(v)) for v in values]
+
+
+def exact_row(kind: str, x, g, want: list[int], fmt: Format) -> list[_grad_exact.Entry]:
+    """Tier C for the kept entries of one row, at the positions `want` of the kept entries."""
+    xs = _fractions(x)
+    top = max(xs)
+    w = _grad_exact.Weights([v - top for v in xs])
+    n = len(xs)
+    one = _grad_exact.ONE
+    if kind == "logsumexp_grad":
+        weight = _fractions([g])[0]
+        onehot = lambda i: [Fraction(int(j == i)) for j in range(n)]  # noqa: E731
+        return [_grad_exact.decide_terms([(weight, _grad_exact.Form(w, onehot(i)))], one, fmt) for i in want]
+    gs = _fractions(g)
+    if kind == "log_softmax_grad":
+        total = sum(gs, Fraction(0))
+        return [_grad_exact.decide_terms([(Fraction(1), _grad_exact.Form(w, [gs[i] - total * (j == i) for j in range(n)]))],
+                                         one, fmt) for i in want]  # fmt: skip
+    grouped = _grad_exact._group(w.keys, gs)
+    out = []
+    for i in want:
+        onehot = [Fraction(int(j == i)) for j in range(n)]
+        out.append(_grad_exact.decide_terms([(Fraction(1), _grad_exact.Form(w, onehot, gs, grouped))], one, fmt))
+    return out
