@@ -387,8 +387,8 @@ def test_the_spy_sees_an_audit(spy):
     "args, config, error",
     [
         (["--kind", "attention"], "", "Error: spy.py has no attention candidate; its kinds: softmax"),
-        (["--kind", "sofmax"], "", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention"),
-        ([], "kind = 'sofmax'", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention"),
+        (["--kind", "sofmax"], "", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad"),
+        ([], "kind = 'sofmax'", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad"),
         (["--device", "tpu"], "", "Error: unknown device 'tpu'; known: cpu, cuda, cuda:N, gpu"),
         ([], "device = 'cuda:x'", "Error: unknown device 'cuda:x'; known: cpu, cuda, cuda:N, gpu"),
     ],

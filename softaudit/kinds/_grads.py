@@ -42,7 +42,10 @@ def row_conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     g_rows = ~np.isfinite(g) if kind.name in _G_PER_ROW else (~np.isfinite(g) & kept).any(axis=-1)
     kept_nan = (np.isnan(x) & kept).any(axis=-1) | g_rows
     scale = _ROW_SCALES[kind.name](x, mask, g, _exact(ref))
-    extra = {"undefined": ref.undefined, "kept_nan_rows": kept_nan, "scale": scale}
+    # A row whose kept logits are all -inf has no softmax, so no gradient either (the reference gives 0 there, as
+    # for a row the mask keeps nothing of, which is defined: its gradient is exactly 0).
+    no_softmax = reference.undefined_rows(x, mask) & (True if mask is None else np.broadcast_to(mask, x.shape).any(axis=-1))
+    extra = {"undefined": ref.undefined | no_softmax, "kept_nan_rows": kept_nan, "scale": scale}
     return (extra | {"masked": ~kept} if kind.masked else extra,)
 
 
