@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from softaudit import reference as R
 
-from .oracle import grad_row, near_boundary, round_to, rounded, rounded_grad_rows
+from .oracle import attention_grad_exact, grad_row, near_boundary, round_to, rounded, rounded_grad_rows
 
 DTYPES = ["float16", "bfloat16", "float32", "float64"]
 ROW_KINDS = ["softmax_grad", "log_softmax_grad", "logsumexp_grad"]
@@ -246,3 +246,103 @@ def test_correctly_rounded_results_are_within_half_an_ulp_of_the_oracle():
                 ulp = mpmath.ldexp(1, max(int(mpmath.floor(mpmath.log(abs(e), 2))), R.format_of(dtype).emin) - p + 1)
                 assert abs(mpmath.mpf(v) - e) <= ulp / 2
     assert math.isfinite(rounded(lambda prec: [mpmath.mpf(1)], "float16")[0])
+
+
+def _rounded_attention_grad(q, k, v, g, keep, scale, dtype):
+    """The oracle's (dq, dk, dv) rounded to dtype: twice the precision, ten times where twice cannot tell."""
+    prec = 2 * R.format_of(dtype).precision + 20
+    exact = attention_grad_exact(q, k, v, g, keep, scale, prec)
+    if any(near_boundary(x, dtype, prec) for part in exact for row in part for x in row):
+        exact = attention_grad_exact(q, k, v, g, keep, scale, 10 * prec)
+    return [np.array([[round_to(x, dtype) for x in row] for row in part]) for part in exact]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    dtype=st.sampled_from(DTYPES),
+    d=st.integers(1, 6),
+    lq=st.integers(1, 4),
+    lk=st.integers(1, 5),
+    dv=st.integers(1, 3),
+    magnitude=st.floats(-2, 1.5),
+    masked=st.booleans(),
+    scale=st.sampled_from([None, None, 0.5, -0.25, 0.0]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_attention_grad_matches_plain_mpmath(dtype, d, lq, lk, dv, magnitude, masked, scale, seed):
+    rng = np.random.default_rng(seed)
+    q, k, v, g = ((rng.standard_normal(s) * 10.0**magnitude).astype(dtype_of(dtype))
+                  for s in ((lq, d), (lk, d), (lk, dv), (lq, dv)))  # fmt: skip
+    keep = rng.random((lq, lk)) < 0.6 if masked else np.ones((lq, lk), bool)
+    got = R.attention_grad(q, k, v, g, keep, scale=scale, dtype=dtype)
+    for part, want in zip(got, _rounded_attention_grad(q, k, v, g, keep, scale, dtype)):
+        np.testing.assert_array_equal(bits(part), bits(want))
+    if lq * lk <= 8:
+        slow = R.attention_grad(q, k, v, g, keep, scale=scale, dtype=dtype, method="mpmath")
+        for a, b in zip(got, slow):
+            np.testing.assert_array_equal(bits(a), bits(b))
+
+
+def test_attention_grad_matches_finite_differences_of_the_exact_forward():
+    rng = np.random.default_rng(11)
+    q, k, v, g = (rng.standard_normal(s) for s in ((2, 3), (3, 3), (3, 2), (2, 2)))
+    got = R.attention_grad(q, k, v, g, dtype="float32")
+    step = mpmath.mpf(2) ** -120
+
+    def loss(Q, K, V):
+        with mpmath.workprec(400):
+            total = mpmath.mpf(0)
+            for i in range(2):
+                s = [mpmath.fsum(Q[i][a] * K[j][a] for a in range(3)) / mpmath.sqrt(3) for j in range(3)]
+                m = max(s)
+                e = [mpmath.exp(x - m) for x in s]
+                out = [mpmath.fsum(e[j] * V[j][c] for j in range(3)) / mpmath.fsum(e) for c in range(2)]
+                total += mpmath.fsum(mpmath.mpf(float(g[i][c])) * out[c] for c in range(2))
+            return total
+
+    with mpmath.workprec(400):
+        base = [[[mpmath.mpf(float(x)) for x in row] for row in a] for a in (q, k, v)]
+        for which, part in enumerate(got):
+            for i, j in np.ndindex(part.shape):
+                plus = [[list(r) for r in a] for a in base]
+                minus = [[list(r) for r in a] for a in base]
+                plus[which][i][j] += step
+                minus[which][i][j] -= step
+                fd = (loss(*plus) - loss(*minus)) / (2 * step)
+                if not near_boundary(fd, "float32", 200):
+                    assert part[i, j] == round_to(fd, "float32"), (which, i, j)
+
+
+def test_keys_nobody_attends_and_queries_that_attend_nothing_give_exact_zeros():
+    rng = np.random.default_rng(2)
+    q, k, v, g = (rng.standard_normal(s) for s in ((3, 4), (4, 4), (4, 2), (3, 2)))
+    keep = np.ones((3, 4), bool)
+    keep[:, 1] = False  # key 1: nobody attends
+    keep[2] = False  # query 2: attends nothing
+    for dtype in DTYPES:
+        for method in ("auto", "mpmath"):
+            dq, dk, dv = (a.astype(np.float64) for a in R.attention_grad(q, k, v, g, keep, dtype=dtype, method=method))
+            for zero in (dq[2], dk[1], dv[1]):
+                assert (zero == 0).all() and not np.signbit(zero).any()
+            assert (dq[:2] != 0).all() and (dv[[0, 2, 3]] != 0).all()
+
+
+def test_attention_grad_of_equal_values_is_exactly_zero_for_q_and_k():
+    """Every value row equal: dP is constant along each row, so dS = 0 and dq = dk = 0 exactly; dv is P^T g."""
+    rng = np.random.default_rng(4)
+    q, k, g = (rng.standard_normal(s) for s in ((3, 4), (5, 4), (3, 2)))
+    v = np.tile(rng.standard_normal((1, 2)), (5, 1))
+    for dtype in ("float16", "float32", "float64"):
+        dq, dk, dv = (a.astype(np.float64) for a in R.attention_grad(q, k, v, g, dtype=dtype))
+        assert (dq == 0).all() and (dk == 0).all() and not np.signbit(dq).any() and not np.signbit(dk).any()
+        want = _rounded_attention_grad(q, k, v, g, np.ones((3, 5), bool), None, dtype)[2]
+        np.testing.assert_array_equal(bits(dv), bits(want))
+
+
+def test_attention_grad_undefined_queries_and_bad_arguments():
+    q, k, v, g = np.ones((2, 2)), np.ones((3, 2)), np.ones((3, 2)), np.ones((2, 2))
+    g[1, 0] = np.nan
+    dq, dk, dv = R.attention_grad(q, k, v, g, dtype="float32")
+    assert np.isnan(dq[1]).all() and not np.isnan(dq[0]).any() and np.isnan(dk).all() and np.isnan(dv).all()
+    with pytest.raises(ValueError, match="g must have"):
+        R.attention_grad(q, k, v, g[:1], dtype="float32")
