@@ -18,6 +18,7 @@ from ._attention import prepare, round_attention
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
+from ._grad_attention import attention_grad as _attention_grad
 from ._grad_rows import round_rows as round_grad_rows
 from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
@@ -147,6 +148,16 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
         return restore(out.array())
     parts = (out.array(), out.hi, out.lo, out.err, out.tier)
     return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]))
+
+
+def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
+    """(dq, dk, dv): the vector-Jacobian product of `attention` for the upstream gradient g (the output's shape).
+
+    Scale and mask as for `attention`; q, k and v share one batch shape. A query that may attend no key gets dq = 0
+    and adds nothing; a key no query may attend gets dk = dv = 0. A query with a NaN or infinity in q, g, or a key
+    or value it attends makes its dq and the dk, dv of the keys it attends NaN.
+    """
+    return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method))
 
 
 def round_to(values, dtype) -> np.ndarray:

@@ -75,7 +75,7 @@ class Scale:
 ONE = Scale(Fraction(1))
 
 
-def _group(keys: list[Fraction], values: list[Fraction]) -> dict[Fraction, Fraction]:
+def group(keys: list[Fraction], values: list[Fraction]) -> dict[Fraction, Fraction]:
     """sum_j values_j e**(c keys_j) as {key: coefficient}, zero coefficients dropped."""
     out: dict[Fraction, Fraction] = {}
     for k, v in zip(keys, values):
@@ -92,7 +92,7 @@ def _times(p: dict, q: dict) -> dict:
     return out
 
 
-def _combine(a: Fraction, p: dict, b: Fraction, q: dict) -> dict:
+def combine(a: Fraction, p: dict, b: Fraction, q: dict) -> dict:
     """a p + b q, zero coefficients dropped."""
     out = {k: a * v for k, v in p.items()}
     for k, v in q.items():
@@ -106,7 +106,7 @@ class Weights:
     def __init__(self, keys: list[Fraction], scale: Scale = ONE):
         self.keys = keys
         self.scale = scale
-        self.counts = _group(keys, [Fraction(1)] * len(keys))  # s as {key: count}
+        self.counts = group(keys, [Fraction(1)] * len(keys))  # s as {key: count}
         self.n0 = self.counts[Fraction(0)]
         self._exps: dict[int, tuple[dict, tuple]] = {}
 
@@ -145,27 +145,21 @@ def _evaluate(poly: dict, exps: dict, eta: tuple, wp: int) -> tuple[tuple, tuple
 
 
 class Form:
-    """mean(a) (b None) or cov(a, b) over a row's weights, with a factor: an exact rational a, b per kept entry."""
+    """mean(a) or cov(a, b) over a row's weights, from sums grouped by key (`group`): mean takes
+    N = sum e a, cov the three sums Sab = sum e a b, Sa = sum e a, Sb = sum e b (N = Sab s - Sa Sb)."""
 
-    def __init__(self, w: Weights, a: list[Fraction], b: list[Fraction] | None = None, b_group: dict | None = None):
-        """b_group: b already grouped (_group(w.keys, b)), shared by the forms of one row."""
+    def __init__(self, w: Weights, mean: dict | None = None, cov: tuple[dict, dict, dict] | None = None):
         self.w = w
-        self.k = 1 if b is None else 2
-        keys = w.keys
-        if b is None:
-            self.numerator = _group(keys, a)
-            self._n_parts = None
-        else:
-            sab = _group(keys, [x * y for x, y in zip(a, b)])
-            sa, sb = _group(keys, a), (_group(keys, b) if b_group is None else b_group)
-            self._n_parts = (sab, sa, sb)
-            self.numerator = None  # N = sab * s - sa * sb, expanded on demand
+        self.k = 1 if cov is None else 2
+        self.numerator = mean  # for cov: expanded on demand
+        self._n_parts = cov
         n0 = Fraction(w.n0)
         self.d0 = n0**self.k
         self.n0_value = self._top(self.k)
         self.base = self.n0_value / self.d0
         self.correction: dict | None = None  # M, once expanded
-        cost = 0 if b is None else len(self._n_parts[0]) * len(w.counts) + len(self._n_parts[1]) * len(self._n_parts[2])
+        self.rho2 = Fraction(0)
+        cost = 0 if cov is None else len(self._n_parts[0]) * len(w.counts) + len(self._n_parts[1]) * len(self._n_parts[2])
         if cost <= _CHEAP:
             self.expand()
 
@@ -176,16 +170,32 @@ class Form:
         sab, sa, sb = self._n_parts
         return sab.get(zero, 0) * self.w.n0 - sa.get(zero, 0) * sb.get(zero, 0)
 
-    def expand(self):
-        """The grouped numerator N and correction numerator M = n0**k N - N0 s**k."""
-        if self.correction is not None:
-            return
-        if self.numerator is None:
-            sab, sa, sb = self._n_parts
-            self.numerator = _combine(Fraction(1), _times(sab, self.w.counts), Fraction(-1), _times(sa, sb))
-        s_k = self.w.counts if self.k == 1 else _times(self.w.counts, self.w.counts)
-        self.correction = _combine(self.d0, self.numerator, -self.n0_value, s_k)
-        self.correction.pop(Fraction(0), None)  # cancels exactly
+    def expand(self, full: bool = False):
+        """The correction numerator M = n0**k N - N0 s**k with its coefficients grouped by exponent.
+
+        For cov, s**2 = n0**2 + 2 n0 rho + rho**2 (rho: the keys below 0): the part linear in rho is grouped at once,
+        and -N0 rho**2 (one sign, so it keeps its relative accuracy) is left to evaluate as a square unless `full`
+        (len(rho)**2 operations), which only refinement past _EXPAND_AT bits asks for: it is needed only where a
+        grouped coefficient cancels one of rho**2 exactly.
+        """
+        if self.correction is None:
+            if self.numerator is None:
+                sab, sa, sb = self._n_parts
+                self.numerator = combine(Fraction(1), _times(sab, self.w.counts), Fraction(-1), _times(sa, sb))
+            n0, top = self.w.n0, self.n0_value
+            rho = {k: v for k, v in self.w.counts.items() if k}
+            s_part = combine(Fraction(n0**self.k), {Fraction(0): Fraction(1)}, Fraction(self.k * n0 ** (self.k - 1)), rho)
+            self.correction = combine(self.d0, self.numerator, -top, s_part)
+            self.correction.pop(Fraction(0), None)  # cancels exactly
+            self.rho2 = -top if self.k == 2 and rho else Fraction(0)
+        if full and self.rho2:
+            rho = {k: v for k, v in self.w.counts.items() if k}
+            self.correction = combine(Fraction(1), self.correction, self.rho2, _times(rho, rho))
+            self.rho2 = Fraction(0)
+
+    def exact(self) -> bool:
+        """Expanded, and the correction is exactly 0: the value is the rational base."""
+        return self.correction == {} and not self.rho2
 
     def is_zero(self) -> bool:
         """The exact value is 0: every grouped coefficient of N is 0 (Lindemann-Weierstrass)."""
@@ -215,12 +225,20 @@ class Form:
         exps, eta = found
         s, s_err = _evaluate(self.w.counts, exps, eta, wp)
         if self.correction is not None:
-            if not self.correction:
+            if self.exact():
                 return libmp.fzero, libmp.fzero
-            m_exps = self.w.exps(wp, self.correction) if self.k == 2 else (exps, eta)
+            inside = all(k in exps for k in self.correction)
+            m_exps = (exps, eta) if inside else self.w.exps(wp, self.correction)
             if m_exps is None:
                 return None
             m, m_err = _evaluate(self.correction, *m_exps, wp)
+            if self.rho2:  # + rho2 rho**2, rho within rel of itself: 2.01 rel relative
+                rho, rho_err = _evaluate({k: v for k, v in self.w.counts.items() if k}, exps, eta, wp)
+                square = libmp.mpf_mul(_mpf(self.rho2), libmp.mpf_mul(rho, rho, wp), wp)
+                rel = libmp.mpf_add(libmp.mpf_div(rho_err, rho, 30, _UP), libmp.from_man_exp(1, 2 - wp), 30, _UP)
+                m = libmp.mpf_add(m, square, wp)
+                m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(square), libmp.mpf_mul(rel, libmp.from_float(2.02), 30, _UP), 30, _UP), 30, _UP)
+                m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)
             den = libmp.mpf_mul(_mpf(self.d0), libmp.mpf_pow_int(s, self.k, wp), wp)
             rel_den = libmp.mpf_add(libmp.mpf_mul(libmp.from_int(self.k), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
                                     libmp.from_man_exp(1, 2 - wp), 30, _UP)  # fmt: skip
@@ -265,8 +283,8 @@ def decide_terms(terms: list[tuple[Fraction, Form]], factor: Scale, fmt: Format)
     while True:
         if wp > _EXPAND_AT:
             for _, f in terms:
-                f.expand()
-        if all(f.correction == {} for _, f in terms):  # the value is the rational base (times c)
+                f.expand(full=True)
+        if all(f.correction is not None and f.exact() for _, f in terms):  # the value is the rational base (times c)
             if factor.rational is not None:
                 return _rational(factor.rational * base, fmt)
             # irrational c times a nonzero rational (base != 0 here: a zero form was dropped): plain refinement

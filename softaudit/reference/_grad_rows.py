@@ -23,6 +23,7 @@ from . import _dd, _grad_exact, _rows
 from ._dd import TINY, U
 from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
+from ._grad_exact import Form
 from ._formats import Format, decide_arrays, exact_mpf
 from ._rows import Approx
 
@@ -73,6 +74,48 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     return Approx(dx, None, err, 0.0)
 
 
+def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Approx:
+    """Double-double, for float64 targets and what tier A left: the same formulas, every step in double-double with
+    relative error DD_OP_REL, on the forward's tier B softmax (docs/reference.md, "Gradients")."""
+    fwd = _rows.tier_b("softmax", x, removed)
+    ph, pl = np.where(removed, 0.0, fwd.hi), np.where(removed, 0.0, fwd.lo)
+    p_err = np.where(removed, 0.0, fwd.err)
+    n, rel = x.shape[1], _dd.DD_OP_REL
+    if kind == "logsumexp_grad":
+        gb = np.broadcast_to(g[:, None], ph.shape)
+        dh, dl = _dd.mul_d(ph, pl, gb)
+        err = (p_err * np.abs(gb) + 2 * rel * np.abs(dh)) * _SECOND_ORDER + np.where(dh != 0, 4 * TINY, 0.0)
+        return Approx(dh, dl, err, np.sign(g)[:, None])
+    g = np.where(removed, 0.0, g)
+    depth = _dd.depth(n, 2) + 1
+    if kind == "log_softmax_grad":
+        th, tl = _dd.pairwise_sum(g, np.zeros_like(g))
+        t_err = depth * rel * _dd.pairwise_sum(np.abs(g))[0] * (1 + 2 * _dd.gamma(_dd.depth(n)))
+        qh, ql = _dd.mul(ph, pl, th[:, None], tl[:, None])
+        dh, dl = _dd.add(g, np.zeros_like(g), -qh, -ql)
+        q_err = p_err * np.abs(th)[:, None] + (np.abs(ph) + p_err) * t_err[:, None] + 2 * rel * np.abs(qh)
+        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + np.where(qh != 0, 8 * TINY, 0.0)
+        return Approx(dh, dl, err, 0.0)
+    rows = np.arange(len(x))
+    guess = (ph * g).sum(axis=1)
+    centre = g[rows, np.where(removed, np.inf, np.abs(g - guess[:, None])).argmin(axis=1)]
+    hh, hl = _dd.two_sum(g, -centre[:, None])  # exact
+    hh, hl = np.where(removed, 0.0, hh), np.where(removed, 0.0, hl)
+    ah = np.abs(hh) * (1 + 2 * U)  # >= |h|
+    mh, ml = _dd.mul(ph, pl, hh, hl)
+    rh, rl = _dd.pairwise_sum(mh, ml)
+    weighted = _dd.pairwise_sum((np.abs(ph) + p_err) * ah)[0] * (1 + 2 * _dd.gamma(_dd.depth(n)))
+    p_part = _dd.pairwise_sum(p_err * ah)[0] * (1 + 2 * _dd.gamma(_dd.depth(n)))
+    nonzero = (hh != 0).sum(axis=1)
+    r_err = (depth + 1) * rel * weighted + p_part + nonzero * 4 * TINY
+    dh, dl = _dd.add(hh, hl, -rh[:, None], -rl[:, None])
+    xh, xl = _dd.mul(ph, pl, dh, dl)
+    d_err = r_err[:, None] + 2 * rel * np.abs(dh)
+    err = ((np.abs(ph) + p_err) * d_err + p_err * np.abs(dh) * (1 + 2 * U) + 2 * rel * np.abs(xh)) * _SECOND_ORDER
+    err += np.where(dh != 0, 4 * TINY, 0.0)
+    return Approx(xh, xl, err, 0.0)
+
+
 def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
     """Correctly rounded `kind` of each 2-D row (g: (rows,) for logsumexp_grad, else x's shape)."""
     rows_total, n = x.shape
@@ -80,15 +123,17 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
     out.fill(np.broadcast_to(undefined[:, None], x.shape), np.nan)
     out.fill(~undefined[:, None] & removed, 0.0)
     pending = ~undefined[:, None] & ~removed
-    if method == "auto" and fast_target(fmt) and tier_a_target(fmt) and fast_input(x) and fast_input(g):
-        rows = np.flatnonzero(pending.any(axis=1))
-        for index in row_blocks(rows, n):
-            with np.errstate(all="ignore"):
-                approx = tier_a(kind, x[index].astype(np.float64), g[index].astype(np.float64), removed[index])
-                rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
-            decided &= pending[index]
-            out.put_block(index, rounded, approx, decided, 1)
-            pending[index] &= ~decided
+    if method == "auto" and fast_target(fmt) and fast_input(x) and fast_input(g):
+        tiers = ((1, tier_a), (2, tier_b)) if tier_a_target(fmt) else ((2, tier_b),)
+        for tier, run in tiers:
+            rows = np.flatnonzero(pending.any(axis=1))
+            for index in row_blocks(rows, n):
+                with np.errstate(all="ignore"):
+                    approx = run(kind, x[index].astype(np.float64), g[index].astype(np.float64), removed[index])
+                    rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                decided &= pending[index]
+                out.put_block(index, rounded, approx, decided, tier)
+                pending[index] &= ~decided
     for r in np.flatnonzero(pending.any(axis=1)):
         keep = np.flatnonzero(~removed[r])
         cols = np.flatnonzero(pending[r])
@@ -107,20 +152,15 @@ def exact_row(kind: str, x, g, want: list[int], fmt: Format) -> list[_grad_exact
     xs = _fractions(x)
     top = max(xs)
     w = _grad_exact.Weights([v - top for v in xs])
-    n = len(xs)
-    one = _grad_exact.ONE
+    one, unit = _grad_exact.ONE, Fraction(1)
     if kind == "logsumexp_grad":
         weight = _fractions([g])[0]
-        onehot = lambda i: [Fraction(int(j == i)) for j in range(n)]  # noqa: E731
-        return [_grad_exact.decide_terms([(weight, _grad_exact.Form(w, onehot(i)))], one, fmt) for i in want]
+        return [_grad_exact.decide_terms([(weight, Form(w, mean={w.keys[i]: unit}))], one, fmt) for i in want]
     gs = _fractions(g)
-    if kind == "log_softmax_grad":
+    if kind == "log_softmax_grad":  # a_j = g_i - [j = i] sum g
         total = sum(gs, Fraction(0))
-        return [_grad_exact.decide_terms([(Fraction(1), _grad_exact.Form(w, [gs[i] - total * (j == i) for j in range(n)]))],
-                                         one, fmt) for i in want]  # fmt: skip
-    grouped = _grad_exact._group(w.keys, gs)
-    out = []
-    for i in want:
-        onehot = [Fraction(int(j == i)) for j in range(n)]
-        out.append(_grad_exact.decide_terms([(Fraction(1), _grad_exact.Form(w, onehot, gs, grouped))], one, fmt))
-    return out
+        forms = (Form(w, mean=_grad_exact.combine(gs[i], w.counts, -total, {w.keys[i]: unit})) for i in want)
+        return [_grad_exact.decide_terms([(unit, f)], one, fmt) for f in forms]
+    grouped = _grad_exact.group(w.keys, gs)  # softmax_grad: cov(onehot_i, g)
+    forms = (Form(w, cov=({w.keys[i]: gs[i]} if gs[i] else {}, {w.keys[i]: unit}, grouped)) for i in want)
+    return [_grad_exact.decide_terms([(unit, f)], one, fmt) for f in forms]

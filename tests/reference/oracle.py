@@ -138,3 +138,74 @@ def rounded_rows(kind, x, dtype, mask=None):
         else:
             out.append(rounded(lambda prec: row_kind(kind, row, keep, prec), dtype))
     return np.array(out, dtype=np.float64)
+
+
+def _softmax_values(xs):
+    """The softmax of mpf values at the working precision, with max subtracted exactly."""
+    m = max(xs)
+    es = [mpmath.exp(mpmath.fsub(x, m, exact=True)) for x in xs]
+    total = mpmath.fsum(es)
+    return [e / total for e in es]
+
+
+def grad_row(kind, row, g, keep, prec):
+    """The plain vector-Jacobian product of one row at `prec` bits (a list; g a list, or one value for
+    logsumexp_grad). softmax_grad uses the sum of exact differences p_i sum_k p_k (g_i - g_k), so a constant g gives 0.
+    Removed entries (masked or -inf) give 0; a row with no kept entry gives zeros."""
+    row = [float(v) for v in np.asarray(row).astype(np.float64)]
+    keep = [True] * len(row) if keep is None else list(keep)
+    kept = [j for j, v in enumerate(row) if keep[j] and v != -math.inf]
+    out = [mpmath.mpf(0)] * len(row)
+    if not kept:
+        return out
+    with mpmath.workprec(prec):
+        p = _softmax_values([mpmath.mpf(row[j]) for j in kept])
+        if kind == "logsumexp_grad":
+            gv = mpmath.mpf(float(g))
+            for j, pj in zip(kept, p):
+                out[j] = pj * gv
+            return out
+        gs = [mpmath.mpf(float(g[j])) for j in kept]
+        if kind == "log_softmax_grad":
+            total = mpmath.fsum(gs)
+            for j, pj, gj in zip(kept, p, gs):
+                out[j] = gj - pj * total
+            return out
+        for j, pj, gj in zip(kept, p, gs):
+            out[j] = pj * mpmath.fsum(pk * mpmath.fsub(gj, gk, exact=True) for pk, gk in zip(p, gs))
+        return out
+
+
+def rounded_grad_rows(kind, x, g, dtype, mask=None):
+    """The oracle's rounding of `kind` along the last axis of a 2-D x, as a float64 array."""
+    out = []
+    for i, row in enumerate(x):
+        keep = None if mask is None else mask[i]
+        out.append(rounded(lambda prec: grad_row(kind, row, g[i], keep, prec), dtype))
+    return np.array(out, dtype=np.float64)
+
+
+def attention_grad_exact(q, k, v, g, keep, scale, prec):
+    """(dq, dk, dv) of one batch entry at `prec` bits, plainly: P, dV = P^T dO, dP = dO V^T, dS = P (dP - D),
+    dQ = c dS K, dK = c dS^T Q. A query with no kept key has P = 0."""
+    with mpmath.workprec(prec):
+        mp = lambda a: [[mpmath.mpf(float(x)) for x in r] for r in np.asarray(a).astype(np.float64)]  # noqa: E731
+        Q, K, V, G = mp(q), mp(k), mp(v), mp(g)
+        lq, lk, d, dv = len(Q), len(K), len(Q[0]), len(V[0])
+        c = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)
+        P = []
+        for i in range(lq):
+            cols = [j for j in range(lk) if keep[i][j]]
+            row = [mpmath.mpf(0)] * lk
+            if cols:
+                s = [c * mpmath.fsum(Q[i][a] * K[j][a] for a in range(d)) for j in cols]
+                for j, pj in zip(cols, _softmax_values(s)):
+                    row[j] = pj
+            P.append(row)
+        dP = [[mpmath.fsum(G[i][a] * V[j][a] for a in range(dv)) for j in range(lk)] for i in range(lq)]
+        dS = [[P[i][j] * mpmath.fsum(P[i][l] * (dP[i][j] - dP[i][l]) for l in range(lk)) for j in range(lk)]
+              for i in range(lq)]  # fmt: skip
+        dq = [[c * mpmath.fsum(dS[i][j] * K[j][a] for j in range(lk)) for a in range(d)] for i in range(lq)]
+        dk = [[c * mpmath.fsum(dS[i][j] * Q[i][a] for i in range(lq)) for a in range(d)] for j in range(lk)]
+        dvv = [[mpmath.fsum(P[i][j] * G[i][a] for i in range(lq)) for a in range(dv)] for j in range(lk)]
+        return dq, dk, dvv

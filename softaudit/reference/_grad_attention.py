@@ -1,0 +1,173 @@
+"""The vector-Jacobian product of attention, correctly rounded: (dq, dk, dv) from the upstream gradient g = dO.
+
+With P = softmax(c q k^T, masked) per query: dV = P^T dO, dP = dO V^T, dS = P (dP - D) with D = rowsum(dP P),
+dQ = c dS K, dK = c dS^T Q. A query that may attend no key has P = 0: its dq is 0 and it adds nothing to dk, dv;
+a key no query may attend gets dk = dv = 0 exactly. Tier A (float64 with BLAS bounds, targets of at most 24 bits)
+decides what its bound allows; tier C (_grad_exact forms per query) the rest. docs/reference.md, "Gradients".
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from . import _dd, _grad_exact
+from ._attention import _SAFE, prepare
+from ._dd import TINY, U
+from ._engine import _Collector, fast_input, fast_target, tier_a_target
+from ._exact import _fraction
+from ._formats import Format, decide_arrays, exact_mpf
+from ._grad_exact import Form, Scale, group
+from ._rows import LIBM_EXP_REL, Approx
+from ._validate import float_array
+
+
+def _bound(a, a_err, b, n):
+    """|fl(a @ b) - a_exact @ b| for a within a_err of a_exact: gamma_n |a| |b| (any BLAS) plus a_err |b|."""
+    up = 1 + 2 * _dd.gamma(n)
+    return (_dd.gamma(n) * (np.abs(a) @ np.abs(b)) + a_err @ np.abs(b)) * up
+
+
+def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
+    """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk)."""
+    d, lq, lk, dv = q.shape[1], q.shape[0], k.shape[0], v.shape[1]
+    c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
+    s = c * (q @ k.T)
+    size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
+    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    s = np.where(keep, s, -np.inf)
+    any_key = keep.any(axis=1)
+    m = np.where(any_key, s.max(axis=1, initial=-np.inf), 0.0)[:, None]
+    t = s - m
+    e = np.where(keep, np.exp(t), 0.0)
+    first = np.where(keep, ds + U * np.abs(t), 0.0)
+    eta = np.where(keep, first * (1 + _SAFE) + LIBM_EXP_REL, 0.0)
+    total = np.where(any_key, _dd.pairwise_sum(e)[0], 1.0)
+    sigma = (_dd.pairwise_sum(e * eta)[0] / total + _dd.gamma(_dd.depth(lk)) + lk * TINY) * (1 + _SAFE)
+    p = e / total[:, None]
+    p_err = np.where(keep, p * (eta + sigma[:, None] + 2 * U) * (1 + _SAFE) + TINY, 0.0)
+    unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)
+    p_err[unsure] = np.inf
+    # dV = P^T dO
+    dv_hi = p.T @ g
+    dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * TINY
+    # dP = dO V^T, centred on one of its kept values per row (the centre cancels exactly from dS)
+    dp = g @ v.T
+    dp_err = _dd.gamma(dv) * (np.abs(g) @ np.abs(v).T) * (1 + 2 * _dd.gamma(dv)) + dv * TINY * (dp != 0)
+    guess = np.where(keep, p * dp, 0.0).sum(axis=1)
+    pick = np.where(keep, np.abs(dp - guess[:, None]), np.inf).argmin(axis=1)
+    rows = np.arange(lq)
+    h = np.where(keep, dp - dp[rows, pick][:, None], 0.0)
+    h_err = np.where(keep, dp_err + dp_err[rows, pick][:, None] + U * np.abs(h), 0.0)
+    ah = np.abs(h)
+    gamma = _dd.gamma(_dd.depth(lk) + 1)
+    r = _dd.pairwise_sum(p * h)[0]
+    weighted = _dd.pairwise_sum((p + p_err) * ah)[0]
+    r_err = ((gamma + U) * weighted + _dd.pairwise_sum(p_err * ah + (p + p_err) * h_err)[0]) * (1 + 2 * gamma)
+    r_err += (h != 0).sum(axis=1) * TINY
+    dd_ = h - r[:, None]
+    d_err = h_err + r_err[:, None] + U * np.abs(dd_)
+    dss = p * dd_
+    ds_err = np.where(keep, (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + TINY * (dd_ != 0), 0.0)
+    ds_err *= 1 + _SAFE
+    out = []
+    for a, a_err, b, n in ((dss, ds_err, k, lk), (dss.T, ds_err.T, q, lq)):
+        hi = c * (a @ b)
+        err = abs(c) * (_bound(a, a_err, b, n) + n * TINY * (np.abs(a) @ (b != 0))) + np.abs(hi) * (c_rel + U)
+        out.append(Approx(hi, None, err * (1 + _SAFE) + TINY * (hi != 0), 0.0))
+    return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
+
+
+def _scale_parts(scale, d):
+    """(Scale of the exponents, sign flip of the scores, Scale of dq and dk) for a given scale or None."""
+    if scale is None:
+        c = Scale(d=d)
+        return c, 1, c
+    c = Fraction(scale)
+    return (Scale(abs(c)) if c else Scale(Fraction(1))), (-1 if c < 0 else (0 if c == 0 else 1)), Scale(c)
+
+
+def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
+    """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry)."""
+    d = q.shape[1]
+    frac = lambda a: [[_fraction(exact_mpf(x)) for x in row] for row in a]  # noqa: E731
+    Q, K, V, G = (frac(np.where(np.isfinite(a.astype(np.float64)), a, 0)) for a in (q, k, v, g))
+    exp_scale, flip, factor = _scale_parts(scale, d)
+    rows = {}
+    for i in range(len(Q)):
+        cols = [j for j in range(len(K)) if keep[i, j]]
+        if skip[i] or not cols:  # undefined (nothing of it is asked for), or P = 0
+            continue
+        scores = [flip * sum((a * b for a, b in zip(Q[i], K[j])), Fraction(0)) for j in cols]
+        top = max(scores)
+        keys = [s - top for s in scores]
+        dp = [sum((a * b for a, b in zip(G[i], V[j])), Fraction(0)) for j in cols]
+        w = _grad_exact.Weights(keys, exp_scale)
+        rows[i] = (cols, w, dp, group(keys, dp), dict(zip(cols, keys)), dict(zip(cols, dp)))
+    for i, a in zip(*np.nonzero(want[0])):
+        if i not in rows:
+            yield 0, (i, a), _grad_exact.decide_terms([], factor, fmt)
+            continue
+        cols, w, dp, dp_group, _, _ = rows[i]
+        ka = [K[j][a] for j in cols]
+        form = Form(w, cov=(group(w.keys, [x * y for x, y in zip(ka, dp)]), group(w.keys, ka), dp_group))
+        yield 0, (i, a), _grad_exact.decide_terms([(Fraction(1), form)], factor, fmt)
+    for which, weights_of in ((1, Q), (2, G)):
+        for j, a in zip(*np.nonzero(want[which])):
+            merged: dict = {}  # queries with the same weights (and dP row, for dk) share one form
+            for i, (cols, w, dp, dp_group, key_of, dp_of) in rows.items():
+                if j not in key_of or not weights_of[i][a]:
+                    continue
+                sig = (tuple(w.keys), key_of[j]) + ((tuple(dp), dp_of[j]) if which == 1 else ())
+                if sig not in merged:
+                    if which == 1:
+                        form = Form(w, cov=({key_of[j]: dp_of[j]} if dp_of[j] else {}, {key_of[j]: Fraction(1)}, dp_group))
+                    else:
+                        form = Form(w, mean={key_of[j]: Fraction(1)})
+                    merged[sig] = [Fraction(0), form]
+                merged[sig][0] += weights_of[i][a]
+            terms = [(wt, f) for wt, f in merged.values()]
+            yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
+
+
+def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str):
+    """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v)."""
+    problem = prepare(q, k, v, mask, scale)
+    q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
+    if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
+        raise ValueError("attention_grad needs q, k and v of one batch shape (the mask may broadcast)")
+    g = float_array(g, "g", min_ndim=2)
+    if g.shape != problem.shape:
+        raise ValueError(f"g must have the output's shape {problem.shape}, got {g.shape}")
+    qs, ks, vs, keep = problem.q, problem.k, problem.v, problem.keep
+    nb, lq, d = qs.shape
+    lk, dv = ks.shape[1], vs.shape[2]
+    g3 = g.reshape(nb, lq, dv)
+    has_key = keep.any(axis=2)
+    with np.errstate(invalid="ignore"):
+        bad = (problem.undefined.reshape(nb, lq) | ~np.isfinite(g3).all(axis=2)) & has_key
+    outs = [_Collector(shape, fmt, detail=False) for shape in ((nb, lq, d), (nb, lk, d), (nb, lk, dv))]
+    bad_key = (keep & bad[:, :, None]).any(axis=1)
+    pending = [np.broadcast_to(m[:, :, None], o.values.shape).copy() for m, o in zip((~bad, ~bad_key, ~bad_key), outs)]
+    for o, m in zip(outs, pending):
+        o.fill(~m, np.nan)
+    if method == "auto" and fast_target(fmt) and tier_a_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
+        for b in range(nb):
+            if bad[b].any():
+                continue
+            with np.errstate(all="ignore"):
+                approxes = tier_a(*(a[b].astype(np.float64) for a in (qs, ks, vs, g3)), keep[b], problem.scale)
+                for o, m, approx in zip(outs, pending, approxes):
+                    rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                    decided &= m[b]
+                    o.put_block(b, rounded, approx, decided, 1)
+                    m[b] &= ~decided
+    for b in range(nb):
+        if any(m[b].any() for m in pending):
+            args = (qs[b], ks[b], vs[b], g3[b], keep[b], problem.scale, fmt, [m[b] for m in pending], bad[b])
+            for which, (i, a), entry in _exact_batch(*args):
+                outs[which].put_exact((b, i, a), *entry)
+    shapes = (q0.shape, k0.shape, v0.shape)
+    return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
