@@ -160,6 +160,12 @@ def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, m
     return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method))
 
 
+def evaluate_attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
+    """The full `Result` of each of attention_grad's (dq, dk, dv) (undefined: per query for dq, per key for dk,
+    dv)."""
+    return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method), detail=True)
+
+
 def round_to(values, dtype) -> np.ndarray:
     """float64 values (or anything numpy makes float64 exactly) correctly rounded to `dtype`, in that dtype.
 

@@ -16,7 +16,7 @@ import numpy as np
 from . import _dd, _grad_exact
 from ._attention import _SAFE, prepare
 from ._dd import TINY, U
-from ._engine import _Collector, fast_input, fast_target, tier_a_target
+from ._engine import Result, _Collector, fast_input, fast_target, tier_a_target
 from ._exact import _fraction
 from ._formats import Format, decide_arrays, exact_mpf
 from ._grad_exact import Form, Scale, group
@@ -132,8 +132,9 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
             yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
 
 
-def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str):
-    """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v)."""
+def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
+    """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
+    three Results (undefined per query for dq, per key for dk and dv)."""
     problem = prepare(q, k, v, mask, scale)
     q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
     if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
@@ -148,7 +149,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str):
     has_key = keep.any(axis=2)
     with np.errstate(invalid="ignore"):
         bad = (problem.undefined.reshape(nb, lq) | ~np.isfinite(g3).all(axis=2)) & has_key
-    outs = [_Collector(shape, fmt, detail=False) for shape in ((nb, lq, d), (nb, lk, d), (nb, lk, dv))]
+    outs = [_Collector(shape, fmt, detail=detail) for shape in ((nb, lq, d), (nb, lk, d), (nb, lk, dv))]
     bad_key = (keep & bad[:, :, None]).any(axis=1)
     pending = [np.broadcast_to(m[:, :, None], o.values.shape).copy() for m, o in zip((~bad, ~bad_key, ~bad_key), outs)]
     for o, m in zip(outs, pending):
@@ -170,4 +171,8 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str):
             for which, (i, a), entry in _exact_batch(*args):
                 outs[which].put_exact((b, i, a), *entry)
     shapes = (q0.shape, k0.shape, v0.shape)
-    return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
+    if not detail:
+        return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
+    undefined = (bad, bad_key, bad_key)
+    return tuple(Result(*(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)), rows.reshape(shape[:-1]))
+                 for o, shape, rows in zip(outs, shapes, undefined))  # fmt: skip
