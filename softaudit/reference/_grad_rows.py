@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+import math
+
 import numpy as np
 
 from . import _dd, _grad_exact, _rows
@@ -35,6 +37,28 @@ def _softmax_a(x, removed):
     """Tier A's softmax of the rows: p and its absolute error bound, 0 (exactly) on removed entries."""
     p = _rows.tier_a("softmax", x, removed)
     return np.where(removed, 0.0, p.hi), np.where(removed, 0.0, p.err)
+
+
+def _known_sign(d, d_err):
+    """The sign of softmax_grad's dx = p d where d's own bound proves it (p > 0 on kept entries), else 0: with it,
+    an element whose p underflowed (|dx| far below any subnormal) rounds to a zero of that sign in the fast tiers
+    instead of going to tier C."""
+    return np.where(np.abs(d) > d_err, np.sign(d), 0.0)
+
+
+def _far_below(kind: str, x, g, removed, fmt: Format) -> np.ndarray:
+    """Where |dx| = p |d| is proven below half of fmt's smallest subnormal, so dx rounds to a zero of its sign.
+
+    p_i <= e**t_i (the row's largest term is 1), t_i = x_i - m within u |t_i|; |d| <= 2 max |g| for softmax's VJP
+    (g_i - <g, p>, <g, p> a mean of g), |g| for log-sum-exp's. The test is taken with a margin of e in the log, which
+    covers np.log's and the products' rounding many times over. Where the bounds need it, the fast tiers' own err
+    (absolute terms of 2**-1074) cannot make this decision for float64 targets."""
+    kept = np.where(removed, -np.inf, x)
+    t = kept - kept.max(axis=1, keepdims=True)
+    size = np.abs(g)[:, None] if kind == "logsumexp_grad" else 2 * np.abs(np.where(removed, 0.0, g)).max(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):
+        bound = t * (1 - U) + np.log(size) + 1.0  # ln of an upper bound of |dx|, with the margin
+    return ~removed & (bound < (fmt.min_subnormal_exp - 1) * math.log(2))
 
 
 def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Approx:
@@ -71,7 +95,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     dx = p * d
     d_err = U * ah + r_err[:, None] + U * np.abs(d)
     err = ((p + p_err) * d_err + p_err * np.abs(d) + U * np.abs(dx)) * _SECOND_ORDER + np.where(d != 0, TINY, 0.0)
-    return Approx(dx, None, err, 0.0)
+    return Approx(dx, None, err, _known_sign(d, d_err))
 
 
 def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Approx:
@@ -113,7 +137,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     d_err = r_err[:, None] + 2 * rel * np.abs(dh)
     err = ((np.abs(ph) + p_err) * d_err + p_err * np.abs(dh) * (1 + 2 * U) + 2 * rel * np.abs(xh)) * _SECOND_ORDER
     err += np.where(dh != 0, 4 * TINY, 0.0)
-    return Approx(xh, xl, err, 0.0)
+    return Approx(xh, xl, err, _known_sign(dh, d_err))
 
 
 def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
@@ -129,8 +153,12 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
             rows = np.flatnonzero(pending.any(axis=1))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
-                    approx = run(kind, x[index].astype(np.float64), g[index].astype(np.float64), removed[index])
+                    xs, gs = x[index].astype(np.float64), g[index].astype(np.float64)
+                    approx = run(kind, xs, gs, removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                    if kind != "log_softmax_grad":  # values far below the format's smallest subnormal: signed zeros
+                        zero = ~decided & (approx.sign != 0) & _far_below(kind, xs, gs, removed[index], fmt)
+                        rounded, decided = np.where(zero, np.copysign(0.0, approx.sign), rounded), decided | zero
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
                 pending[index] &= ~decided

@@ -346,3 +346,18 @@ def test_attention_grad_undefined_queries_and_bad_arguments():
     assert np.isnan(dq[1]).all() and not np.isnan(dq[0]).any() and np.isnan(dk).all() and np.isnan(dv).all()
     with pytest.raises(ValueError, match="g must have"):
         R.attention_grad(q, k, v, g[:1], dtype="float32")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_entries_far_below_the_smallest_subnormal_round_to_zeros_of_their_sign(dtype):
+    """Logits 800 to 3000 below the row's top: p (and dx) far below any subnormal, which the fast tiers decide as
+    signed zeros (the sign of g_i - <g, p>, or of g for log-sum-exp) once a bound proves it; the bits, sign of zero
+    included, are the plain oracle's."""
+    x = np.array([[0.0, -800.0, -1500.0, -3000.0, -2.5, -760.0], [3.0, -900.0, -1200.0, 1.0, -2000.0, -744.0]])
+    g = np.array([[1.0, -2.0, 3.0, 0.5, -1.0, 4.0], [-3.0, 2.0, -1.0, 0.25, 5.0, -6.0]])
+    x, g = x.astype(dtype_of(dtype)), g.astype(dtype_of(dtype))
+    np.testing.assert_array_equal(bits(R.softmax_grad(x, g, dtype=dtype)), bits(rounded_grad_rows("softmax_grad", x, g, dtype)))
+    lse = R.logsumexp_grad(x, g[:, 0], dtype=dtype)
+    np.testing.assert_array_equal(bits(lse), bits(rounded_grad_rows("logsumexp_grad", x, g[:, 0], dtype)))
+    assert np.signbit(lse[1, 1:3]).all() and (lse[1, 1:3] == 0).all()  # g = -3: zeros of its sign
+    assert (R.evaluate_grad("softmax_grad", x, g, dtype=dtype).tier[:, 1:4] <= 2).all()  # decided without mpmath
