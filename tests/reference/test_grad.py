@@ -346,3 +346,18 @@ def test_attention_grad_undefined_queries_and_bad_arguments():
     assert np.isnan(dq[1]).all() and not np.isnan(dq[0]).any() and np.isnan(dk).all() and np.isnan(dv).all()
     with pytest.raises(ValueError, match="g must have"):
         R.attention_grad(q, k, v, g[:1], dtype="float32")
+
+
+def test_dense_forms_refine_before_expanding(monkeypatch):
+    """Large cov forms (dq over many keys) are evaluated unexpanded first; forcing that route must not change a bit."""
+    from softaudit.reference import _grad_exact
+
+    rng = np.random.default_rng(8)
+    q, k, v, g = (rng.standard_normal(s) for s in ((2, 3), (6, 3), (6, 2), (2, 2)))
+    want = R.attention_grad(q, k, v, g, dtype="float64", method="mpmath")
+    monkeypatch.setattr(_grad_exact, "_CHEAP", 0)
+    for a, b in zip(R.attention_grad(q, k, v, g, dtype="float64", method="mpmath"), want):
+        np.testing.assert_array_equal(bits(a), bits(b))
+    monkeypatch.setattr(_grad_exact, "_EXPAND_AT", 0)  # and expanding at once
+    for a, b in zip(R.attention_grad(q, k, v, g, dtype="float64", method="mpmath"), want):
+        np.testing.assert_array_equal(bits(a), bits(b))
