@@ -245,7 +245,7 @@ class Form:
             value = libmp.mpf_div(m, den, wp)
         else:  # cov not yet expanded: N = Sab s - Sa Sb directly, minus the base
             sab, sa, sb = (_evaluate(p, exps, eta, wp) for p in self._n_parts)
-            m = libmp.mpf_sub(libmp.mpf_mul(sab[0], s[0], wp), libmp.mpf_mul(sa[0], sb[0], wp), wp)
+            m = libmp.mpf_sub(libmp.mpf_mul(sab[0], s, wp), libmp.mpf_mul(sa[0], sb[0], wp), wp)
             sizes = [_evaluate({k: abs(v) for k, v in p.items()}, exps, eta, wp)[0] for p in self._n_parts]
             # |Sx - Sx^| <= eta' |Sx|_abs for each sum, so |N - N^| <= 2.01 eta' (|Sab| s + |Sa| |Sb|) + roundings.
             rel = libmp.mpf_add(libmp.mpf_div(s_err, s, 30, _UP), libmp.from_man_exp(1, 3 - wp), 30, _UP)

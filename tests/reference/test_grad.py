@@ -361,3 +361,18 @@ def test_entries_far_below_the_smallest_subnormal_round_to_zeros_of_their_sign(d
     np.testing.assert_array_equal(bits(lse), bits(rounded_grad_rows("logsumexp_grad", x, g[:, 0], dtype)))
     assert np.signbit(lse[1, 1:3]).all() and (lse[1, 1:3] == 0).all()  # g = -3: zeros of its sign
     assert (R.evaluate_grad("softmax_grad", x, g, dtype=dtype).tier[:, 1:4] <= 2).all()  # decided without mpmath
+
+
+def test_dense_forms_refine_before_expanding(monkeypatch):
+    """Large cov forms (dq over many keys) are evaluated unexpanded first; forcing that route must not change a bit."""
+    from softaudit.reference import _grad_exact
+
+    rng = np.random.default_rng(8)
+    q, k, v, g = (rng.standard_normal(s) for s in ((2, 3), (6, 3), (6, 2), (2, 2)))
+    want = R.attention_grad(q, k, v, g, dtype="float64", method="mpmath")
+    monkeypatch.setattr(_grad_exact, "_CHEAP", 0)
+    for a, b in zip(R.attention_grad(q, k, v, g, dtype="float64", method="mpmath"), want):
+        np.testing.assert_array_equal(bits(a), bits(b))
+    monkeypatch.setattr(_grad_exact, "_EXPAND_AT", 0)  # and expanding at once
+    for a, b in zip(R.attention_grad(q, k, v, g, dtype="float64", method="mpmath"), want):
+        np.testing.assert_array_equal(bits(a), bits(b))
