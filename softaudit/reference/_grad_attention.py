@@ -52,7 +52,7 @@ def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
     p_err[unsure] = np.inf
     # dV = P^T dO
     dv_hi = p.T @ g
-    dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * TINY
+    dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * 4 * TINY  # underflowing products and bounds
     # dP = dO V^T, centred on one of its kept values per row (the centre cancels exactly from dS)
     dp = g @ v.T
     dp_err = _dd.gamma(dv) * (np.abs(g) @ np.abs(v).T) * (1 + 2 * _dd.gamma(dv)) + dv * TINY * (dp != 0)
@@ -70,13 +70,14 @@ def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
     dd_ = h - r[:, None]
     d_err = h_err + r_err[:, None] + U * np.abs(dd_)
     dss = p * dd_
-    ds_err = np.where(keep, (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + TINY * (dd_ != 0), 0.0)
+    ds_err = (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + 4 * TINY * ((dd_ != 0) | (d_err != 0))
+    ds_err = np.where(keep, ds_err, 0.0)
     ds_err *= 1 + _SAFE
     out = []
     for a, a_err, b, n in ((dss, ds_err, k, lk), (dss.T, ds_err.T, q, lq)):
         hi = c * (a @ b)
         err = abs(c) * (_bound(a, a_err, b, n) + n * TINY * (np.abs(a) @ (b != 0))) + np.abs(hi) * (c_rel + U)
-        out.append(Approx(hi, None, err * (1 + _SAFE) + TINY * (hi != 0), 0.0))
+        out.append(Approx(hi, None, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0)), 0.0))
     return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
 
 

@@ -33,6 +33,12 @@ KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
 _SECOND_ORDER = 1 + 2.0**-30  # every first-order relative term below is under 2**-40 (docs/reference.md)
 
 
+def _floor(nonzero):
+    """4 * 2**-1074 where a bound has a nonzero source: its products may underflow (a subnormal p times a small
+    error is 0 in float64, and a zero bound would claim an exact result). Where every source is 0, nothing is added."""
+    return np.where(nonzero, 4 * TINY, 0.0)
+
+
 def _softmax_a(x, removed):
     """Tier A's softmax of the rows: p and its absolute error bound, 0 (exactly) on removed entries."""
     p = _rows.tier_a("softmax", x, removed)
@@ -67,7 +73,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     n = x.shape[1]
     if kind == "logsumexp_grad":
         dx = p * g[:, None]
-        err = (p_err * np.abs(g)[:, None] + U * np.abs(dx)) * _SECOND_ORDER + np.where(dx != 0, TINY, 0.0)
+        err = (p_err * np.abs(g)[:, None] + U * np.abs(dx)) * _SECOND_ORDER + _floor(g[:, None] != 0)
         return Approx(dx, None, err, np.sign(g)[:, None])
     g = np.where(removed, 0.0, g)
     if kind == "log_softmax_grad":
@@ -77,7 +83,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         q = p * total[:, None]
         q_err = p_err * np.abs(total)[:, None] + (p + p_err) * total_err[:, None] + U * np.abs(q)
         dx = g - q
-        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + np.where(q != 0, TINY, 0.0)
+        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor((q != 0) | (q_err != 0))
         return Approx(dx, None, err, 0.0)
     # softmax_grad: h = g - c with c a kept g near <g, p>; dx = p (h - r), r = sum p h (c cancels exactly).
     rows = np.arange(len(x))
@@ -94,7 +100,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     d = h - r[:, None]
     dx = p * d
     d_err = U * ah + r_err[:, None] + U * np.abs(d)
-    err = ((p + p_err) * d_err + p_err * np.abs(d) + U * np.abs(dx)) * _SECOND_ORDER + np.where(d != 0, TINY, 0.0)
+    err = ((p + p_err) * d_err + p_err * np.abs(d) + U * np.abs(dx)) * _SECOND_ORDER + _floor((d != 0) | (d_err != 0))
     return Approx(dx, None, err, _known_sign(d, d_err))
 
 
@@ -108,7 +114,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     if kind == "logsumexp_grad":
         gb = np.broadcast_to(g[:, None], ph.shape)
         dh, dl = _dd.mul_d(ph, pl, gb)
-        err = (p_err * np.abs(gb) + 2 * rel * np.abs(dh)) * _SECOND_ORDER + np.where(dh != 0, 4 * TINY, 0.0)
+        err = (p_err * np.abs(gb) + 2 * rel * np.abs(dh)) * _SECOND_ORDER + _floor(gb != 0)
         return Approx(dh, dl, err, np.sign(g)[:, None])
     g = np.where(removed, 0.0, g)
     depth = _dd.depth(n, 2) + 1
@@ -118,7 +124,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         qh, ql = _dd.mul(ph, pl, th[:, None], tl[:, None])
         dh, dl = _dd.add(g, np.zeros_like(g), -qh, -ql)
         q_err = p_err * np.abs(th)[:, None] + (np.abs(ph) + p_err) * t_err[:, None] + 2 * rel * np.abs(qh)
-        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + np.where(qh != 0, 8 * TINY, 0.0)
+        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor((qh != 0) | (q_err != 0))
         return Approx(dh, dl, err, 0.0)
     rows = np.arange(len(x))
     guess = (ph * g).sum(axis=1)
@@ -136,7 +142,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     xh, xl = _dd.mul(ph, pl, dh, dl)
     d_err = r_err[:, None] + 2 * rel * np.abs(dh)
     err = ((np.abs(ph) + p_err) * d_err + p_err * np.abs(dh) * (1 + 2 * U) + 2 * rel * np.abs(xh)) * _SECOND_ORDER
-    err += np.where(dh != 0, 4 * TINY, 0.0)
+    err += _floor((dh != 0) | (d_err != 0))
     return Approx(xh, xl, err, _known_sign(dh, d_err))
 
 

@@ -376,3 +376,14 @@ def test_dense_forms_refine_before_expanding(monkeypatch):
     monkeypatch.setattr(_grad_exact, "_EXPAND_AT", 0)  # and expanding at once
     for a, b in zip(R.attention_grad(q, k, v, g, dtype="float64", method="mpmath"), want):
         np.testing.assert_array_equal(bits(a), bits(b))
+
+
+def test_a_bound_that_underflows_does_not_claim_an_exact_zero():
+    """Found by Hypothesis: p_1 = e**-3000 is 0 in float64 and its bound times a small d_err underflowed to 0, so
+    tier A called dx_1 an exact +0; it is -p_1 <g, p> != 0, which rounds to -0."""
+    x = np.array([[0, -0.0, 1e3, 0, -1e3, 1e3, 3e3, 2e3, -1e3]], dtype=np.float16)
+    g = np.array([[-1.266, -0.0, 0.04132, -2.324, -0.0, -0.0, -0.0, -0.0, -0.0]], dtype=np.float16)
+    for dtype in ("float16", "float64"):
+        fast = R.softmax_grad(x, g, dtype=dtype)
+        np.testing.assert_array_equal(bits(fast), bits(R.softmax_grad(x, g, dtype=dtype, method="mpmath")))
+        assert np.signbit(fast[0, 1].astype(np.float64))
