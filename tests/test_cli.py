@@ -415,12 +415,14 @@ def test_an_absent_gpu_is_one_line_before_the_audit(project, command, args, conf
 def test_device_cpu_gives_the_same_table_as_no_device(project):
     pytest.importorskip("torch")
     for folder, args in (("plain", []), ("cpu", ["--device", "cpu"])):
-        r = invoke("run", "softaudit.frameworks.torch", *QUICK, "--family", "attn_masks", "--out", folder, "--format", "csv", *args)
+        # (the forward kinds: a full audit of attention_grad needs its exact reference, written separately)
+        r = invoke("run", "softaudit.frameworks.torch", *QUICK, "--family", "attn_masks", "--kind", "attention",
+                   "--out", folder, "--format", "csv", *args)
         assert r.exit_code == 0, r.output
     import pandas as pd
 
     plain, on_cpu = (pd.read_csv(project / folder / "results.csv").drop(columns="seconds") for folder in ("plain", "cpu"))
-    assert len(plain) == 13 and plain.equals(on_cpu)
+    assert len(plain) == 8 and plain.equals(on_cpu)
 
 
 # --- Local code imports as the user's own scripts would; `python -m softaudit` is the command line. ---

@@ -1,4 +1,5 @@
-"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention.
+"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention, and their VJPs by
+jax.vjp (the *_grad kinds: `jax.nn.softmax_grad`, ..., `jax.nn.dot_product_attention_grad`).
 
 Inputs arrive as jax arrays of the audited dtype (64-bit mode is switched on, scoped to each call, so float64
 stays float64), placed explicitly on the run's device (`--device cuda`; default JAX's CPU device, even where JAX
@@ -64,3 +65,44 @@ def dot_product_attention(q, k, v, mask=None):
     m = None if mask is None else jnp.broadcast_to(mask, batch + (lq, lk)).reshape((-1, 1, lq, lk))
     out = jax.nn.dot_product_attention(layout(q, lq), layout(k, lk), layout(v, lk), mask=m)
     return out[:, :, 0, :].reshape(batch + (lq, v.shape[-1]))
+
+
+# --- Backward: jax.vjp of each op above, for the *_grad kinds. ---
+
+
+def _vjp(forward, inputs, g):
+    """The VJP of forward at the inputs with cotangent g, given in the output's dtype."""
+    import jax
+
+    out, pullback = jax.vjp(forward, *inputs)
+    return pullback(g.astype(out.dtype))
+
+
+@candidate(kind="softmax_grad", name="jax.nn.softmax_grad", framework="jax")
+def softmax_grad(x, g, axis=-1):
+    """The VJP of jax.nn.softmax(x, axis)."""
+    return _vjp(lambda t: softmax(t, axis), [x], g)[0]
+
+
+@candidate(kind="masked_softmax_grad", name="jax.nn.softmax_where_grad", framework="jax")
+def softmax_where_grad(x, mask, g, axis=-1):
+    """The VJP of jax.nn.softmax(x, axis, where=mask)."""
+    return _vjp(lambda t: softmax_where(t, mask, axis), [x], g)[0]
+
+
+@candidate(kind="log_softmax_grad", name="jax.nn.log_softmax_grad", framework="jax")
+def log_softmax_grad(x, g, axis=-1):
+    """The VJP of jax.nn.log_softmax(x, axis)."""
+    return _vjp(lambda t: log_softmax(t, axis), [x], g)[0]
+
+
+@candidate(kind="logsumexp_grad", name="jax.nn.logsumexp_grad", framework="jax")
+def logsumexp_grad(x, g, axis=-1):
+    """The VJP of jax.nn.logsumexp(x, axis)."""
+    return _vjp(lambda t: logsumexp(t, axis), [x], g)[0]
+
+
+@candidate(kind="attention_grad", name="jax.nn.dot_product_attention_grad", framework="jax")
+def dot_product_attention_grad(q, k, v, g, mask=None):
+    """The VJP of jax.nn.dot_product_attention (in the layout above), a boolean mask: (dq, dk, dv)."""
+    return tuple(_vjp(lambda q, k, v: dot_product_attention(q, k, v, mask), [q, k, v], g))

@@ -1,9 +1,10 @@
-"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention.
+"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention, and their
+backward by autograd (the *_grad kinds: `torch.softmax_grad`, ..., `torch.sdpa_bool_math_grad`).
 
 Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and float8 included), on the run's
 device (`--device cuda`, `audit(..., device="cuda")`; default the CPU). Attention goes through each SDPA backend by
 name (math, flash, efficient, cudnn); a backend the device lacks gives a `skip` row. `sdpa(..., device="cuda")`
-makes a candidate pinned to a device whatever the run's.
+makes a candidate pinned to a device whatever the run's; `sdpa_grad(...)` likewise for its backward.
 """
 
 from __future__ import annotations
@@ -64,42 +65,51 @@ def masked_fill_finfo_min(x, mask, axis=-1):
     return _run(lambda: x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(axis))
 
 
+_BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+
+
+def _attend(q, k, v, mask, mask_style: str, backend: str):
+    """scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal, on one backend."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    kwargs = {}
+    if mask is not None:
+        if mask_style == "causal":
+            lq, lk = mask.shape[-2:]
+            causal = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril()
+            if not bool((mask == causal).all()):
+                raise CandidateSkip("is_causal serves causal masks only")
+            kwargs["is_causal"] = True
+        elif mask_style == "float":
+            zero = torch.zeros((), dtype=q.dtype, device=q.device)
+            kwargs["attn_mask"] = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+        else:
+            kwargs["attn_mask"] = mask
+    # The fused kernels take (batch, heads, length, dim), as models call them.
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q4, k4, v4 = (a.expand(batch + a.shape[-2:]).reshape((-1, 1) + a.shape[-2:]) for a in (q, k, v))
+    if "attn_mask" in kwargs:
+        m = kwargs["attn_mask"]
+        kwargs["attn_mask"] = m.expand(batch + m.shape[-2:]).reshape((-1, 1) + m.shape[-2:])
+    with sdpa_kernel([getattr(SDPBackend, _BACKENDS[backend])]):
+        out = _run(lambda: scaled_dot_product_attention(q4, k4, v4, **kwargs))
+    return out.reshape(batch + out.shape[-2:])
+
+
+def _sdpa_name(mask_style: str, backend: str, device: str | None) -> str:
+    return f"sdpa_{mask_style}_{backend}" + (f"_{device}" if device and device != "cpu" else "")
+
+
 def sdpa(mask_style: str, backend: str, device: str | None = None):
     """A candidate calling scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal,
     restricted to one backend (math, flash, efficient, cudnn)."""
 
     def attend(q, k, v, mask=None):
-        import torch
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        from torch.nn.functional import scaled_dot_product_attention
+        return _attend(q, k, v, mask, mask_style, backend)
 
-        kwargs = {}
-        if mask is not None:
-            if mask_style == "causal":
-                lq, lk = mask.shape[-2:]
-                causal = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril()
-                if not bool((mask == causal).all()):
-                    raise CandidateSkip("is_causal serves causal masks only")
-                kwargs["is_causal"] = True
-            elif mask_style == "float":
-                zero = torch.zeros((), dtype=q.dtype, device=q.device)
-                kwargs["attn_mask"] = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
-            else:
-                kwargs["attn_mask"] = mask
-        chosen = getattr(SDPBackend, {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION",
-                                      "cudnn": "CUDNN_ATTENTION"}[backend])  # fmt: skip
-        # The fused kernels take (batch, heads, length, dim), as models call them.
-        batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-        q4, k4, v4 = (a.expand(batch + a.shape[-2:]).reshape((-1, 1) + a.shape[-2:]) for a in (q, k, v))
-        if "attn_mask" in kwargs:
-            m = kwargs["attn_mask"]
-            kwargs["attn_mask"] = m.expand(batch + m.shape[-2:]).reshape((-1, 1) + m.shape[-2:])
-        with sdpa_kernel([chosen]):
-            out = _run(lambda: scaled_dot_product_attention(q4, k4, v4, **kwargs))
-        return out.reshape(batch + out.shape[-2:])
-
-    name = f"sdpa_{mask_style}_{backend}" + (f"_{device}" if device and device != "cpu" else "")
-    attend.__name__ = attend.__qualname__ = name
+    attend.__name__ = attend.__qualname__ = name = _sdpa_name(mask_style, backend, device)
     attend.__doc__ = f"scaled_dot_product_attention, {mask_style} mask, {backend} backend."
     return candidate(attend, kind="attention", name=f"torch.{name}", framework="torch", device=device)
 
@@ -112,3 +122,69 @@ sdpa_float_flash = sdpa("float", "flash")
 sdpa_causal_flash = sdpa("causal", "flash")
 sdpa_bool_efficient = sdpa("bool", "efficient")
 sdpa_bool_cudnn = sdpa("bool", "cudnn")
+
+
+# --- Backward: autograd's vector-Jacobian product of each op above, for the *_grad kinds. ---
+
+
+def _vjp(forward, inputs, g):
+    """The gradients of <g, forward(*inputs)> with respect to the inputs, by autograd; g in the output's dtype."""
+    import torch
+
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in inputs]
+        out = _run(lambda: forward(*leaves))
+        return _run(lambda: torch.autograd.grad(out, leaves, g.to(out.dtype)))
+
+
+@candidate(kind="softmax_grad", name="torch.softmax_grad", framework="torch")
+def softmax_grad(x, g, axis=-1):
+    """The backward of torch.softmax(x, dim)."""
+    return _vjp(lambda t: softmax(t, axis), [x], g)[0]
+
+
+@candidate(kind="log_softmax_grad", name="torch.log_softmax_grad", framework="torch")
+def log_softmax_grad(x, g, axis=-1):
+    """The backward of torch.log_softmax(x, dim)."""
+    return _vjp(lambda t: log_softmax(t, axis), [x], g)[0]
+
+
+@candidate(kind="logsumexp_grad", name="torch.logsumexp_grad", framework="torch")
+def logsumexp_grad(x, g, axis=-1):
+    """The backward of torch.logsumexp(x, dim)."""
+    return _vjp(lambda t: logsumexp(t, axis), [x], g)[0]
+
+
+@candidate(kind="masked_softmax_grad", name="torch.masked_fill_neginf_grad", framework="torch")
+def masked_fill_neginf_grad(x, mask, g, axis=-1):
+    """The backward of x.masked_fill(~mask, -inf).softmax(dim): masked_fill's backward zeroes the filled entries,
+    so a fully masked row gets 0 (its forward is NaN)."""
+    return _vjp(lambda t: masked_fill_neginf(t, mask, axis), [x], g)[0]
+
+
+@candidate(kind="masked_softmax_grad", name="torch.masked_fill_finfo_min_grad", framework="torch")
+def masked_fill_finfo_min_grad(x, mask, g, axis=-1):
+    """The backward of x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(dim)."""
+    return _vjp(lambda t: masked_fill_finfo_min(t, mask, axis), [x], g)[0]
+
+
+def sdpa_grad(mask_style: str, backend: str, device: str | None = None):
+    """A candidate of attention_grad: autograd's (dq, dk, dv) through `sdpa(mask_style, backend, device)`'s call
+    (the backend's own backward kernel)."""
+
+    def attend_grad(q, k, v, g, mask=None):
+        return _vjp(lambda q, k, v: _attend(q, k, v, mask, mask_style, backend), [q, k, v], g)
+
+    attend_grad.__name__ = attend_grad.__qualname__ = name = _sdpa_name(mask_style, backend, device) + "_grad"
+    attend_grad.__doc__ = f"The backward of scaled_dot_product_attention, {mask_style} mask, {backend} backend."
+    return candidate(attend_grad, kind="attention_grad", name=f"torch.{name}", framework="torch", device=device)
+
+
+sdpa_bool_math_grad = sdpa_grad("bool", "math")
+sdpa_float_math_grad = sdpa_grad("float", "math")
+sdpa_causal_math_grad = sdpa_grad("causal", "math")
+sdpa_bool_flash_grad = sdpa_grad("bool", "flash")
+sdpa_float_flash_grad = sdpa_grad("float", "flash")
+sdpa_causal_flash_grad = sdpa_grad("causal", "flash")
+sdpa_bool_efficient_grad = sdpa_grad("bool", "efficient")
+sdpa_bool_cudnn_grad = sdpa_grad("bool", "cudnn")

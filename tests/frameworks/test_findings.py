@@ -18,7 +18,9 @@ def test_torch_softmax_passes_every_family_in_16_bit_and_float32():
 
 def test_torch_fully_masked_rows_and_nan_inputs():
     pytest.importorskip("torch")
-    rows = audit("softaudit.frameworks.torch", ["float32"], ["fully_masked", "attn_masks", "undefined"])
+    # (the forward candidates only: the gradients' facts are in tests/gradients/test_frameworks.py)
+    forward = [f"softaudit.frameworks.torch:{n}" for n in ("masked_fill_neginf", "masked_fill_finfo_min", "sdpa_bool_math", "softmax")]
+    rows = audit(forward, ["float32"], ["fully_masked", "attn_masks", "undefined"])
     assert rows[("torch.masked_fill_neginf", "float32", "fully_masked")].fully_masked == "nan"
     assert rows[("torch.masked_fill_finfo_min", "float32", "fully_masked")].fully_masked == "uniform"
     assert rows[("torch.sdpa_bool_math", "float32", "attn_masks")].fully_masked == "zeros"
@@ -53,7 +55,8 @@ def test_logsumexp_of_a_subnormal_result():
 
 def test_jax_flushes_subnormal_results_and_its_attention_averages_masked_values():
     pytest.importorskip("jax")
-    rows = audit("softaudit.frameworks.jax", ["float32"], ["subnormal", "fully_masked", "attn_masks"])
+    forward = [f"softaudit.frameworks.jax:{n}" for n in ("softmax", "softmax_where", "dot_product_attention")]
+    rows = audit(forward, ["float32"], ["subnormal", "fully_masked", "attn_masks"])
     assert rows[("jax.nn.softmax", "float32", "subnormal")].underflow > 0
     assert rows[("jax.nn.softmax_where", "float32", "fully_masked")].fully_masked == "zeros"
     masks = rows[("jax.nn.dot_product_attention", "float32", "attn_masks")]
