@@ -192,8 +192,8 @@ def candidates_for(targets, kind, device: str | None = None) -> list[Candidate]:
     if kind is not None:
         check_kind(kind)
     bridge.parse_device(device)
-    if targets is None:
-        found = [c for c in builtin.builtins() if kind is None or c.kind == kind]
+    if targets is None:  # the built-ins (a kind that is not in the default run only when asked for)
+        found = [c for c in builtin.builtins() if c.kind == kind or (kind is None and kinds.get(c.kind).default_run)]
     else:
         if isinstance(targets, (str, Path, Candidate)) or callable(targets):
             targets = [targets]
