@@ -79,7 +79,7 @@ def test_worst_inputs_are_exact_and_replay_to_the_same_error():
     from softaudit.candidates import log_softmax
 
     result = softaudit.audit("softaudit.candidates.log_softmax:shifted", dtypes=["float32"], suite="quick")
-    key = ("log_softmax.shifted", "float32", "dominant")
+    key = ("log_softmax.shifted", "float32", "dominant", "")
     record = result.worst[key].as_json()
     spec = record["inputs"]["x"]
     x = np.array([float.fromhex(v) for v in spec["values"]], np.float32).reshape(spec["shape"])
@@ -96,7 +96,7 @@ def test_worst_inputs_are_exact_and_replay_to_the_same_error():
     assert W.replay(record, log_softmax.shifted)["cond_err"] == row.max_cond_err
     by_recipe = dict(record, inputs=None)  # a large case keeps only the recipe: the family makes it again
     assert W.replay(by_recipe)["cond_err"] == row.max_cond_err
-    long = result.worst[("log_softmax.shifted", "float32", "long")]
+    long = result.worst[("log_softmax.shifted", "float32", "long", "")]
     assert long.inputs is None and W.replay(long)["cond_err"] == result.table.set_index("family").max_cond_err["long"]
 
 
@@ -229,7 +229,20 @@ def test_worst_inputs_of_a_run_on_a_device_replay_there():
 
     result = softaudit.audit("softaudit.frameworks.torch:softmax", dtypes=["float16"], suite="quick", device="cpu",
                              families=["textbook"])  # fmt: skip
-    record = result.worst[("torch.softmax", "float16", "textbook")]
+    record = result.worst[("torch.softmax", "float16", "textbook", "")]
     assert record.device == "cpu" and "--device cpu" in record.command()
     assert W.replay(record.as_json())["cond_err"] == result.table.max_cond_err[0]
     assert "--device" not in dataclasses.replace(record, device=None).command()
+
+
+def test_each_output_of_attention_grad_is_a_row_and_its_worst_input_replays_that_output():
+    from softaudit import worst as W
+
+    result = softaudit.audit("softaudit.candidates.attention_grad:naive", dtypes=["float16"], suite="quick",
+                             families=["attn_gaussian"], cache_dir="off")  # fmt: skip
+    assert list(result.table.output) == ["dq", "dk", "dv"]
+    for name in ("dq", "dk", "dv"):
+        record = result.worst[("attention_grad.naive", "float16", "attn_gaussian", name)]
+        assert record.output_name == name
+        again = W.replay(record.as_json())
+        assert again["cond_err"] == record.cond_err and again["element"] == record.element

@@ -7,19 +7,11 @@ import functools
 import sys
 from collections.abc import Callable
 
-#: Kinds and their numpy calling conventions (masks are boolean, True = keep / may attend).
-KINDS = {
-    "softmax": "f(x, axis=-1)",
-    "log_softmax": "f(x, axis=-1)",
-    "logsumexp": "f(x, axis=-1)",
-    "masked_softmax": "f(x, mask, axis=-1)",
-    "attention": "f(q, k, v, mask=None)",
-    "softmax_grad": "f(x, g, axis=-1) -> dx",
-    "log_softmax_grad": "f(x, g, axis=-1) -> dx",
-    "logsumexp_grad": "f(x, g, axis=-1) -> dx (g: x's shape without the axis)",
-    "masked_softmax_grad": "f(x, mask, g, axis=-1) -> dx",
-    "attention_grad": "f(q, k, v, g, mask=None) -> (dq, dk, dv)",
-}
+from .. import kinds as _kinds
+
+#: Kinds and their numpy calling conventions (masks are boolean, True = keep / may attend); the kinds
+#: themselves are softaudit.kinds.KINDS.
+KINDS = {kind.name: kind.convention for kind in _kinds.KINDS.values()}
 _MARK = "__softaudit_candidate__"
 
 
@@ -43,9 +35,8 @@ class Candidate:
 
 
 def check_kind(kind) -> str:
-    if kind not in KINDS:
-        raise ValueError(f"unknown kind {kind!r}; known: {', '.join(KINDS)}")
-    return kind
+    """`kind` if it is a known kind's name; ValueError in one line otherwise."""
+    return _kinds.get(kind).name
 
 
 @dataclasses.dataclass(frozen=True)

@@ -117,7 +117,7 @@ def g_onehot(kind, fmt, size, rng):
 
 @family("g_cross_entropy", "g of a mean cross-entropy loss through softmax: the exact dx is (p - onehot) / rows.")
 def g_cross_entropy(kind, fmt, size, rng):
-    x, mask = _logits(kind, size, rng)
+    x, mask = _logits(kind, size, rng, scale=1.0)  # (p >= e**-6 / n, so 1 / (p rows) stays within float16)
     return [({"x": x, "g": cross_entropy_g(rng, x)}, mask, "g = -onehot / (p rows)")]
 
 

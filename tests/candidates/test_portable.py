@@ -323,6 +323,7 @@ q, k, v = rng.standard_normal((2, 3, 7, 16)), rng.standard_normal((2, 3, 50, 16)
 attend = rng.random((7, 50)) < 0.7
 attend[3] = False
 q2, k2, v2 = rng.standard_normal((9, 32)) * 3, rng.standard_normal((70, 32)) * 3, rng.standard_normal((70, 16))
+g_rows, g_long, g_attn = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048)), rng.standard_normal((2, 3, 7, 8))
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -334,6 +335,14 @@ for name, dtype in dtypes.items():
             out = [c.call(x, mask) for x in cast(rows)] + [c.call(x, np.ones(x.shape, bool)) for x in cast(long)]
         elif c.kind == "attention":
             out = [c.call(*cast(q, k, v), mask=attend), c.call(*cast(q, k, v)), c.call(*cast(q2, k2, v2))]
+        elif c.kind == "attention_grad":
+            out = [*c.call(*cast(q, k, v, g_attn), mask=attend), *c.call(*cast(q, k, v, g_attn))]
+        elif c.kind == "masked_softmax_grad":
+            out = [c.call(x, mask, g) for x, g in zip(cast(rows), cast(g_rows))]
+        elif c.kind == "logsumexp_grad":
+            out = [c.call(x, g) for x, g in zip(cast(rows, long), cast(g_rows[:, 0], g_long[:, 0]))]
+        elif c.kind.endswith("_grad"):
+            out = [c.call(x, g) for x, g in zip(cast(rows, long), cast(g_rows, g_long))]
         else:
             out = [c.call(x) for x in cast(rows, long)]
         hashes[f"{c.name}/{name}"] = digest(*out)
