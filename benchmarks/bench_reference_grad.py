@@ -11,23 +11,17 @@ small and noisy, so read the ratios.
 from __future__ import annotations
 
 import argparse
-import time
 
 import mpmath
 import numpy as np
+
+from bench_audit import best_of  # (run as a script: benchmarks/ is on the path)
 
 from softaudit import reference as R
 
 PREC = 113
 
 
-def best_of(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def mpmath_softmax_grad_row(x: np.ndarray, g: np.ndarray) -> list:

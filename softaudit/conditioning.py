@@ -27,6 +27,15 @@ def _probabilities(x: np.ndarray, kept: np.ndarray):
     return e / np.where(s > 0, s, 1.0), e, s, np.argmax(t, axis=-1)[..., None]
 
 
+def _weights(q, kt, keep, scale) -> np.ndarray:
+    """Attention's weights softmax(scale q k^T) over the kept keys, in float64 (0 elsewhere; kt is k transposed)."""
+    s = np.where(keep, (q @ kt) * scale, -np.inf)
+    m = s.max(axis=-1, keepdims=True, initial=-np.inf)
+    e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    total = e.sum(axis=-1, keepdims=True)
+    return e / np.where(total > 0, total, 1.0)
+
+
 def _others(p, top, w):
     """sum_{k != i} p_k w_k for every i, w >= 0: the row's total less p_i w_i, and for the largest entry the sum
     over the others itself (the difference would cancel when p_top w_top dominates)."""
@@ -141,11 +150,7 @@ def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, n
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
         dq, dk, dv = (np.asarray(r, dtype=np.float64) for r in grads)
         kt = np.swapaxes(k, -1, -2)
-        s = np.where(keep, (q @ kt) * scale, -np.inf)
-        m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        total = e.sum(axis=-1, keepdims=True)
-        p = e / np.where(total > 0, total, 1.0)
+        p = _weights(q, kt, keep, scale)
         a = (np.abs(q) @ np.abs(kt)) * abs(scale)
         alpha = (p * a).sum(axis=-1, keepdims=True)
         dp = g @ np.swapaxes(v, -1, -2)
@@ -179,11 +184,7 @@ def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
     with np.errstate(all="ignore"):
         q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
         kt = np.swapaxes(k, -1, -2)
-        s = np.where(keep, (q @ kt) * scale, -np.inf)
-        m = s.max(axis=-1, keepdims=True, initial=-np.inf)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        total = e.sum(axis=-1, keepdims=True)
-        p = e / np.where(total > 0, total, 1.0)
+        p = _weights(q, kt, keep, scale)
         weight = p * ((np.abs(q) @ np.abs(kt)) * scale)  # p_j a_j
         lead = np.broadcast_shapes(p.shape[:-2], v.shape[:-2], o.shape[:-2])
         p, weight, v, o = (np.broadcast_to(a, lead + a.shape[-2:]) for a in (p, weight, v, o))
