@@ -71,7 +71,8 @@ def main() -> None:
         for label, candidate, arrays, shape, repeat in rows:
             repeat = max(1, repeat // 4) if quick else repeat
             a, b = per_call((here, isolated), candidate, arrays, shape, repeat)
-            print(f"{label:28} {candidate.name:24} {a * 1e3:8.2f} ms {b * 1e3:8.2f} ms {(b - a) * 1e3:7.2f} ms {b / a:5.1f}x")
+            print(f"{label:28} {candidate.name:24} {a * 1e3:8.2f} ms {b * 1e3:8.2f} ms "
+                  f"{(b - a) * 1e3:7.2f} ms {b / a:5.1f}x")
 
         start = time.perf_counter()
         sleeper = Candidate("softmax", "sleeps", lambda x, axis=-1: time.sleep(5))
@@ -84,15 +85,18 @@ def main() -> None:
         isolated.call(named["softmax.max_shifted"], softmax_in, None, (16, 4096), np.float32, 60)
         after = time.perf_counter() - start
 
-    print(f"\nfirst call, numpy built-in (start a worker, import, load): {first_call(named['softmax.max_shifted'], softmax_in, (16, 4096)):.2f} s")
+    start = first_call(named["softmax.max_shifted"], softmax_in, (16, 4096))
+    print(f"\nfirst call, numpy built-in (start a worker, import, load): {start:.2f} s")
     print(f"a timeout: killing the hung worker {timed_out:.2f} s, the next call (new worker, load) {after:.2f} s")
     if not quick:
         try:
             from softaudit.frameworks import torch as torch_ops
         except ImportError:
             return
-        candidate = Candidate("softmax", "torch.softmax", torch_ops.softmax, "torch", source="softaudit.frameworks.torch:softmax")
-        print(f"first call, torch.softmax (torch imported in the worker): {first_call(candidate, softmax_in, (16, 4096)):.2f} s")
+        candidate = Candidate("softmax", "torch.softmax", torch_ops.softmax, "torch",
+                              source="softaudit.frameworks.torch:softmax")
+        start = first_call(candidate, softmax_in, (16, 4096))
+        print(f"first call, torch.softmax (torch imported in the worker): {start:.2f} s")
 
 
 if __name__ == "__main__":

@@ -124,3 +124,14 @@ def test_close_kills_the_worker():
     executor.close()
     with pytest.raises(ProcessLookupError):
         os.kill(worker, 0)
+
+
+def test_in_process_too_a_candidate_past_its_limit_is_not_called_again():
+    from softaudit.execute import InProcess
+
+    with InProcess() as executor:
+        with pytest.raises(CandidateError, match="^ran past the time limit of 0.2 s$"):
+            call(executor, "hangs_on_float32", timeout=0.2)
+        with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
+            call(executor, "hangs_on_float32", timeout=0.2)
+        assert np.allclose(call(executor, "hangs_on_float32", dtype=np.float64)[0], expected(X.astype(np.float64)))

@@ -96,5 +96,6 @@ def test_a_candidate_cloudpickle_cannot_send_runs_in_process_with_a_note(executo
 
 def test_a_candidate_that_does_not_load_in_a_worker_is_an_error(executors):
     gone = Candidate("softmax", "gone", lambda x, axis=-1: x, source="softaudit_no_such_module:f")
-    with pytest.raises(CandidateError, match="^does not load in a worker: TargetError: module 'softaudit_no_such_module'"):
+    cause = "^does not load in a worker: TargetError: module 'softaudit_no_such_module'"
+    with pytest.raises(CandidateError, match=cause):
         both(executors[1:], gone, np.float32)
