@@ -34,19 +34,22 @@ class Arena:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._folder, ignore_errors=True)
         self._map, self.path, self.size, self._count = None, None, 0, 0
 
-    def put(self, arrays: list, out_shape: tuple, out_dtype) -> tuple[list, tuple]:
-        """Write the arrays (None stays None); their specs (offset, shape, dtype), and the output's."""
+    def put(self, arrays: list, out_shapes: tuple, out_dtype) -> tuple[list, list]:
+        """Write the arrays (None stays None); their specs (offset, shape, dtype), and the outputs', one per shape."""
         specs, offset = [], 0
         for a in arrays:
             specs.append(None if a is None else (offset, a.shape, a.dtype))
             offset = offset if a is None else _aligned(offset + a.nbytes)
         out_dtype = np.dtype(out_dtype)
-        out = (offset, tuple(out_shape), out_dtype)
-        self._reserve(offset + math.prod(out_shape) * out_dtype.itemsize)
+        outs = []
+        for shape in out_shapes:
+            outs.append((offset, tuple(shape), out_dtype))
+            offset = _aligned(offset + math.prod(shape) * out_dtype.itemsize)
+        self._reserve(offset)
         for a, spec in zip(arrays, specs):
             if a is not None:
                 view(self._map, spec)[...] = a
-        return specs, out
+        return specs, outs
 
     def take(self, spec: tuple) -> np.ndarray:
         """A copy of what the worker wrote at spec."""

@@ -15,7 +15,8 @@ class TimedOut(CandidateError):
 
 
 class Executor:
-    """Calls candidates: `call` as adapters._call.call does, `close` (or `with`) when done.
+    """Calls candidates: `call_all` as adapters._call.call_all does (`call` for a one-output kind), `close` (or
+    `with`) when done.
 
     A candidate that ran past its time limit is not called again in that dtype: every later call of the same
     (candidate, dtype) raises CandidateError(NOT_AGAIN) at once, for the executor's life (`past_limit` tells).
@@ -24,24 +25,31 @@ class Executor:
     def __init__(self):
         self._past_limit: set[tuple] = set()
 
-    def call(self, candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
-        """(output cast to dtype, note or ""), or CandidateError / CandidateSkip with one line saying why.
+    def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
+                 reuse: bool = False):  # fmt: skip
+        """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
+        with one line saying why.
 
-        reuse: as adapters._call.call's (InProcess); an isolated call's output is always a fresh array."""
+        reuse: as adapters._call.call_all's (InProcess); an isolated call's outputs are always fresh arrays."""
         key = _unit(candidate, dtype)
         if key in self._past_limit:
             raise CandidateError(NOT_AGAIN)
         try:
-            return self._call(candidate, arrays, mask, shape, dtype, timeout, reuse)
+            return self._call(candidate, arrays, mask, tuple(shapes), dtype, timeout, reuse)
         except TimedOut:
             self._past_limit.add(key)
             raise
+
+    def call(self, candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
+        """A one-output kind's call_all: (output cast to dtype, note or "")."""
+        (out,), note = self.call_all(candidate, arrays, mask, (shape,), dtype, timeout, reuse)
+        return out, note
 
     def past_limit(self, candidate, dtype) -> bool:
         """Whether this candidate ran past its time limit earlier in this dtype (and so is not called again)."""
         return _unit(candidate, dtype) in self._past_limit
 
-    def _call(self, candidate, arrays, mask, shape, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         raise NotImplementedError
 
     def close(self) -> None:
@@ -63,9 +71,9 @@ class InProcess(Executor):
     """Candidates called in softaudit's own process, limited by SIGALRM (the main thread only): a crash, an exit or
     a hang that ignores the alarm takes the run with it. For `--isolation none`: debugging, profiling, prints."""
 
-    def _call(self, candidate, arrays, mask, shape, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         try:
-            return _call.call(candidate, arrays, mask, shape, dtype, timeout, reuse)
+            return _call.call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
         except CandidateError as exc:
             # (adapters._call says a timeout only in its message; wired in, it can raise TimedOut itself)
             if str(exc).startswith("ran past the time limit"):

@@ -56,17 +56,17 @@ class Isolated(Executor):
         self._arena = None
         self._oom_kills = None
 
-    def _call(self, candidate, arrays, mask, shape, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         key, pickled, unsendable = self._ticket(candidate)
         if unsendable:
-            out, note = self._here._call(candidate, arrays, mask, shape, dtype, timeout, reuse)
-            return out, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
+            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
         ticket = dataclasses.replace(candidate, call=None)
         timeout = timeout or None  # (0 is no limit, as adapters._call.call has it)
         if self._arena is None:
             self._arena = Arena()
-        specs, out = self._arena.put([*arrays.values(), mask], shape, dtype)
-        arena = (self._arena.path, self._arena.size, specs, out)
+        specs, outs = self._arena.put([*arrays.values(), mask], shapes, dtype)
+        arena = (self._arena.path, self._arena.size, specs, outs)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)
             self._load(key, candidate, pickled)
             answer = self._wait(_worker.run, (key, ticket, list(arrays), arena), timeout,
@@ -78,7 +78,7 @@ class Isolated(Executor):
             raise CandidateSkip(answer[1])
         if answer[0] == "error":
             raise CandidateError(answer[1])
-        return self._arena.take(out), answer[1]
+        return tuple(self._arena.take(out) for out in outs), answer[1]
 
     def _ticket(self, candidate) -> tuple:
         """(key, cloudpickled callable or None, why it cannot be sent or "")."""

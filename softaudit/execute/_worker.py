@@ -16,7 +16,7 @@ import signal
 import numpy as np
 
 from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, call
+from ..adapters._call import CandidateError, call_all
 from ..adapters._targets import load_target
 from ._arena import view, worker_views
 
@@ -57,19 +57,20 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
 
 
 def run(key: str, ticket, names: list, arena: tuple) -> tuple:
-    """Call a loaded candidate as adapters._call.call does (no time limit: the parent keeps time), its inputs and
-    output in the arena (path, size, the inputs' specs and the mask's, the output's spec):
+    """Call a loaded candidate as adapters._call.call_all does (no time limit: the parent keeps time), its inputs and
+    outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs):
     ("ok", note), ("skip", reason), ("error", message) or ("unloaded",)."""
     fn = _loaded.get(key)
     if fn is None:
         return ("unloaded",)
     candidate = dataclasses.replace(ticket, call=fn)
-    path, size, specs, out_spec = arena
+    path, size, specs, out_specs = arena
     try:
         views, buffer = worker_views(path, size, specs)
-        _, shape, dtype = out_spec
-        out, note = call(candidate, dict(zip(names, views)), views[-1], shape, dtype, None, reuse=True)
-        view(buffer, out_spec)[...] = out
+        shapes, dtype = tuple(shape for _, shape, _ in out_specs), out_specs[0][2]
+        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, reuse=True)
+        for out, spec in zip(outs, out_specs):
+            view(buffer, spec)[...] = out
     except CandidateSkip as exc:
         return ("skip", str(exc))
     except CandidateError as exc:
