@@ -5,7 +5,9 @@
 Per input size, a candidate that does nothing (returns an input: the pure overhead) and a real one, called through
 InProcess and through Isolated: milliseconds per call, the difference and the ratio. Then what a worker's start
 costs: the first call (a fresh interpreter, softaudit's imports, loading the candidate; torch's import when torch
-is here) and a call after a timeout (the hung worker killed, a new one started).
+is here) and a call after a timeout (the hung worker killed, a new one started). Last, a whole audit (the softmax
+built-ins, the quick suite, float32) with `isolation="worker"` and `"none"`, interleaved: cold (references and
+comparisons computed, as `softaudit run` with no cache) and warm (prepared families kept: the calls and judging).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import time
 
 import numpy as np
 
-from softaudit import Candidate
+import softaudit
+from softaudit import Candidate, runner
 from softaudit.candidates import builtins
 from softaudit.execute import InProcess, Isolated
 
@@ -97,6 +100,26 @@ def main() -> None:
                               source="softaudit.frameworks.torch:softmax")
         start = first_call(candidate, softmax_in, (16, 4096))
         print(f"first call, torch.softmax (torch imported in the worker): {start:.2f} s")
+    whole_audit(rounds=2 if quick else 3)
+
+
+def whole_audit(rounds: int) -> None:
+    """Seconds for an audit of the softmax built-ins (quick suite, float32), isolated and in process: best of
+    `rounds`, the two interleaved."""
+    print(f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'isolated':>10} {'ratio':>6}")
+    for label, cache in (("cold: references and comparisons computed", False), ("warm: prepared families kept", True)):
+        best = {"none": float("inf"), "worker": float("inf")}
+        for _ in range(rounds):
+            for isolation in best:
+                runner.clear_cache()
+                if cache:  # (prepared once, untimed: what is timed is the candidates' calls and their judging)
+                    softaudit.audit(kind="softmax", dtypes=["float32"], suite="quick", isolation="none", cache_dir="off")
+                start = time.perf_counter()
+                softaudit.audit(kind="softmax", dtypes=["float32"], suite="quick", isolation=isolation, cache=cache,
+                                cache_dir="off")  # fmt: skip
+                best[isolation] = min(best[isolation], time.perf_counter() - start)
+        a, b = best["none"], best["worker"]
+        print(f"{label:52} {a:8.2f} s {b:8.2f} s {b / a:5.2f}x")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ The pool is loky's (the engine under joblib and scikit-learn), not multiprocessi
 
 One worker: the runner calls one candidate at a time; parallel units are a later step. A hung worker is killed and
 replaced: the next call starts a fresh interpreter and loads its candidate again (about 0.3 s with numpy only,
-seconds with torch or JAX: see docs/isolation-draft.md); a call's time limit never counts that start or load.
+seconds with torch or JAX: see docs/isolation.md); a call's time limit never counts that start or load.
 The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
 """
 
