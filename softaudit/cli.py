@@ -1,7 +1,8 @@
 """The command line: thin. Parse, read [tool.softaudit], call the API, write reports, choose the exit code.
 
 Exit codes, as ruff and click use them: 0 everything passed (or, with a baseline, nothing regressed); 1 a verdict
-failed or a regression; 2 a usage or configuration error, said in one line.
+failed or a regression; 2 a usage or configuration error, said in one line; 130 interrupted (Ctrl-C or SIGTERM:
+the finished rows are kept and written, marked interrupted).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import contextlib
 import math
 import os
 import reprlib
+import shutil
 import sys
 import tempfile
 import tomllib
@@ -17,21 +19,34 @@ from pathlib import Path
 
 import click
 
+from ._signals import Interruption
+
 CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
     "formats": list, "baseline": str, "factor": float, "min_ulp": float, "defect_fraction": float,
     "fully_masked": str, "strict": bool, "timeout": float, "seed": int, "tolerance": float, "corpus": str,
-    "budget": float, "cache_dir": str, "device": str,
+    "budget": float, "cache_dir": str, "device": str, "isolation": str, "memory_limit": int,
 }  # fmt: skip
+#: The settings with a fixed set of values (the command line's choices too).
+CHOICES = {"isolation": ("worker", "none")}
 
 
 #: The numeric settings and the bound each must pass: one rule for the command line and for [tool.softaudit].
-BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">="}
+BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">=",
+          "memory_limit": ">"}  # fmt: skip
 _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
 
 
 _device_option = click.option("--device", help="where torch and jax candidates not pinned to a device run: cpu, "
                               "cuda, cuda:N, gpu (default cpu)")  # fmt: skip
+
+
+def _isolation_options(command):
+    """--isolation and --memory-limit, for run and hunt."""
+    command = click.option("--memory-limit", type=_Number("memory_limit"), help="the worker's memory limit in MiB "
+                           "(address space; default none; leave it off for GPU candidates)")(command)  # fmt: skip
+    return click.option("--isolation", type=click.Choice(CHOICES["isolation"]), help="where candidates run: worker "
+                        "(a process of its own: a crash or hang is an error row; default) or none (in this process)")(command)  # fmt: skip
 
 
 class ConfigError(click.ClickException):
@@ -40,6 +55,8 @@ class ConfigError(click.ClickException):
 
 def _requirement(key: str) -> str:
     """What a setting's value must be, said to the user: "must be a number > 0"."""
+    if key in CHOICES:
+        return f"must be one of {', '.join(CHOICES[key])}"
     bound = f" {BOUNDS[key]} 0" if key in BOUNDS else ""
     return f"must be {_TYPE_NAMES[CONFIG_KEYS[key]]}{bound}"
 
@@ -48,6 +65,8 @@ def _valid(key: str, value) -> bool:
     """Whether `value` is right for the setting `key`: its type (a bool is no number here, though Python says it
     is an int) and, for a number, its bound; nan and infinity pass no bound."""
     want = CONFIG_KEYS[key]
+    if key in CHOICES:
+        return value in CHOICES[key]
     if want is list:
         return isinstance(value, list) and all(isinstance(item, str) for item in value)
     if want not in (int, float):
@@ -70,7 +89,7 @@ class _Number(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            number = float(value)
+            number = int(value) if CONFIG_KEYS[self.key] is int else float(value)
         except (TypeError, ValueError):
             number = None
         if number is None or not _valid(self.key, number):
@@ -152,10 +171,12 @@ def _progress(quiet: bool):
 @_device_option
 @click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
               "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
+@_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only what made the run fail")
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, quiet, verbose):  # fmt: skip
+        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, isolation,
+        memory_limit, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
@@ -185,40 +206,62 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
     except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     _check_folders(out if any(fmt in FILE_FORMATS for fmt in formats) else None, corpus, new_baseline)
-    try:
-        bar, progress = _progress(quiet)
-        with bar or contextlib.nullcontext():
-            result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes", DEFAULT_DTYPES),
-                           suite=_pick(suite, config, "suite", "default"), cases=cases,
-                           families=_pick(families, config, "families", None), policy=policy,
-                           timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                           corpus=corpus, progress=progress, device=_pick(device, config, "device", None),
-                           # one audit per process: families are kept for later runs only where they are mapped
-                           # from the folder (pages the system may drop), never only in this process's memory
-                           cache=folder is not None, cache_dir=folder or "off")  # fmt: skip
-    except (TargetError, CaseFileError, ValueError) as exc:
-        raise ConfigError(str(exc)) from None
-    comparison = None
-    if known is not None:
-        tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
-        comparison = gate.compare(known, gate.baseline_of(result), tol)
-    saved = _save_run(result, out, formats, comparison, new_baseline)
-    if "github" in formats:
-        for line in annotations(result, comparison):
-            click.echo(line)
-        summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
-        if summary_path:
-            from .report.markdown import summary
+    with _interruptible() as interruption:
+        try:
+            bar, progress = _progress(quiet)
+            with bar or contextlib.nullcontext():
+                result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes", DEFAULT_DTYPES),
+                               suite=_pick(suite, config, "suite", "default"), cases=cases,
+                               families=_pick(families, config, "families", None), policy=policy,
+                               timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
+                               corpus=corpus, progress=progress, device=_pick(device, config, "device", None),
+                               # one audit per process: families are kept for later runs only where they are mapped
+                               # from the folder (pages the system may drop), never only in this process's memory
+                               cache=folder is not None, cache_dir=folder or "off",
+                               isolation=_pick(isolation, config, "isolation", "worker"),
+                               memory_limit_mib=_pick(memory_limit, config, "memory_limit", None),
+                               stop=interruption.stop)  # fmt: skip
+        except (TargetError, CaseFileError, ValueError) as exc:
+            raise ConfigError(str(exc)) from None
+        interrupted = result.settings["interrupted"]
+        comparison = None
+        if known is not None and not interrupted:
+            tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
+            comparison = gate.compare(known, gate.baseline_of(result), tol)
+        if interrupted and known is not None:
+            _warn("the run was interrupted: not compared with the baseline (a partial run is no comparison)")
+        if interrupted and new_baseline is not None:
+            _warn(f"the run was interrupted: the baseline {new_baseline} was not written")
+            new_baseline = None
+        saved = _save_run(result, out, formats, comparison, new_baseline, interruption.held)
+        if "github" in formats:
+            for line in annotations(result, comparison):
+                click.echo(line)
+            summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
+            if summary_path:
+                from .report.markdown import summary
 
-            try:
-                with open(summary_path, "a", encoding="utf-8") as f:
-                    f.write(summary(result, comparison))
-            except OSError as exc:
-                _warn(f"cannot append to $GITHUB_STEP_SUMMARY {summary_path}: {_reason(exc)}")
-    failed = comparison.failed if comparison is not None else not result.passed
-    _print_summary(result, comparison, saved.written, verbose, quiet, failed)
-    saved.raise_if_lost()
-    sys.exit(1 if failed and not update_baseline else 0)
+                try:
+                    with open(summary_path, "a", encoding="utf-8") as f:
+                        f.write(summary(result, comparison))
+                except OSError as exc:
+                    _warn(f"cannot append to $GITHUB_STEP_SUMMARY {summary_path}: {_reason(exc)}")
+        failed = comparison.failed if comparison is not None else not result.passed
+        _print_summary(result, comparison, saved.written, verbose, quiet, failed)
+        saved.raise_if_lost()
+        sys.exit(130 if interrupted else 1 if failed and not update_baseline else 0)
+
+
+@contextlib.contextmanager
+def _interruptible():
+    """Ctrl-C or SIGTERM while a run audits and writes its reports: the first stops new work (the finished rows are
+    written, marked interrupted, exit 130: see _signals.Interruption); a second exits 130 at once, writing nothing."""
+    try:
+        with Interruption(lambda line: click.echo(f"\n{line}", err=True)) as interruption:
+            yield interruption
+    except KeyboardInterrupt:
+        click.echo("Interrupted again: stopped at once; this run's reports were not written.", err=True)
+        sys.exit(130)
 
 
 def _reason(exc: OSError) -> str:
@@ -256,21 +299,46 @@ def _check_folders(out: Path | None, corpus, new_baseline: Path | None) -> None:
         _check_folder(new_baseline.parent, f"--update-baseline {new_baseline}: its folder")
 
 
-def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None) -> _Saved:
-    """Write the reports, one format at a time, and the baseline (new_baseline: where; None: not asked). When no
-    report could go into `out`, they all go into the temporary folder; so does a baseline that could not be written."""
+def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None, held) -> _Saved:
+    """Write the reports as one set, and the baseline (new_baseline: where; None: not asked). When no report could
+    go into `out`, they all go into the temporary folder; so does a baseline that could not be written.
+
+    The set is written into a hidden folder inside `out`, then each file is renamed into place, results.json last,
+    under held() (a second Ctrl-C waits for the last rename); report files of formats this run did not write are
+    removed. So `out` never holds a half-written file, nor, once the renames are done, files of two runs; during
+    the renames (microseconds) a reader may find some files already new and the rest still old."""
     from . import gate
-    from .report import FILE_FORMATS, write_reports
+    from .report import FILE_FORMATS, FILES, write_reports
 
     saved = _Saved()
-    for fmt in (f for f in FILE_FORMATS if f in formats):
-        saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: write_reports(result, out, (fmt,), comparison))
+    wanted = [f for f in FILE_FORMATS if f in formats]
+    staging = saved.attempt_folder(out, f"the reports in {out}") if wanted else None
+    if staging is not None:
+        try:
+            staged = {fmt: saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: write_reports(result, staging, (fmt,), comparison),
+                                         keep=False) for fmt in wanted}  # fmt: skip
+            staged = {fmt: paths for fmt, paths in staged.items() if paths}
+            with held():
+                for fmt in sorted(staged, key=lambda f: f == "json"):
+                    saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: [_move(p, out) for p in staged[fmt]])
+                for fmt in FILE_FORMATS:  # another run's files: gone, so that the folder holds one run's set
+                    for name in FILES[fmt] if fmt not in staged else ():
+                        with contextlib.suppress(OSError):  # (a folder in the way stays)
+                            (out / name).unlink(missing_ok=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     if saved.failures and not saved.written:
         saved.elsewhere(f"the reports to {out}", lambda folder: write_reports(result, folder, formats, comparison))
     if new_baseline is not None:
         if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
             saved.elsewhere(f"the baseline to {new_baseline}", lambda folder: [gate.write_baseline(result, folder / "baseline.json")])
     return saved
+
+
+def _move(path: Path, folder: Path) -> Path:
+    """path renamed into folder (atomic: the same file system)."""
+    os.replace(path, folder / path.name)
+    return folder / path.name
 
 
 class _Saved:
@@ -285,15 +353,22 @@ class _Saved:
         self.folder: Path | None = None  # the temporary folder, made on first use
         self.broken: str | None = None  # why even it could not take them
 
-    def attempt(self, what: str, writer) -> bool:
-        """writer() -> the paths it wrote; on OSError say one line (a warning) and return False."""
+    def attempt(self, what: str, writer, keep: bool = True) -> list[Path] | None:
+        """writer() -> the paths it wrote (kept as written unless keep is False); on OSError say one line (a
+        warning) and return None."""
         try:
-            self.written += writer()
-            return True
+            paths = writer()
         except OSError as exc:
             self.failures += 1
             _warn(f"cannot write {what}: {_reason(exc)}")
-            return False
+            return None
+        if keep:
+            self.written += paths
+        return paths
+
+    def attempt_folder(self, parent: Path, what: str) -> Path | None:
+        """A fresh hidden folder in parent to write into (None, said as a warning, when there can be none)."""
+        return (self.attempt(what, lambda: [Path(tempfile.mkdtemp(dir=parent, prefix=".softaudit-"))], keep=False) or [None])[0]
 
     def elsewhere(self, what: str, writer) -> None:
         """writer(folder) -> the paths it wrote, into the temporary folder instead of where `what` was asked."""
@@ -357,8 +432,9 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @click.option("--corpus", help="folder for the failures found (default reports/corpus)")
 @click.option("--out", help="folder for hunt.csv and hunt.md (default reports)")
 @_device_option
+@_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     import numpy as np
     import pandas as pd
@@ -379,7 +455,9 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, quiet):
             findings = run_hunt(_pick(targets, config, "targets", None) or None, kind=_pick(kind, config, "kind", None),
                                 dtypes=_pick(dtypes, config, "dtypes", ("float32",)), budget=_pick(budget, config, "budget", 60.0),
                                 corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress,
-                                device=_pick(device, config, "device", None))  # fmt: skip
+                                device=_pick(device, config, "device", None),
+                                isolation=_pick(isolation, config, "isolation", "worker"),
+                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", None))  # fmt: skip
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,

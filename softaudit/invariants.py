@@ -77,8 +77,11 @@ class Probes:
             self.alone = [(row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]]
 
 
-def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float) -> dict[str, int]:
+def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float, ex=None) -> dict[str, int]:
     """Violations per invariant for one case (kinds with invariants only; attention has its leak probe).
+
+    ex: the executor the candidate is called through (softaudit.execute; None: in this process, as
+    adapters._call.call does).
 
     Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
     checks allow 2 max(E, 0.5) + 1 ulps, E the candidate's max ULP error on this case: a larger difference means
@@ -87,10 +90,10 @@ def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float) -> dict[
     if not kinds.get(candidate.kind).invariants:
         return {}
     with np.errstate(all="ignore"):  # NaN and inf outputs are compared, not warned about
-        return _check(candidate, probes, y, shape, timeout, max_ulp)
+        return _check(candidate, probes, y, shape, timeout, max_ulp, call if ex is None else ex.call)
 
 
-def _check(candidate, p: Probes, y, shape, timeout, max_ulp) -> dict[str, int]:
+def _check(candidate, p: Probes, y, shape, timeout, max_ulp, call) -> dict[str, int]:
     kind, dtype, defined = kinds.get(candidate.kind), p.dtype, p.defined
     checks = kind.invariants
     y = np.asarray(y).astype(np.float64)

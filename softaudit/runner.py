@@ -6,11 +6,17 @@ bounds. All of it is kept between audit() calls in one process (`CACHE_BYTES`) a
 processes (softaudit/_store.py): the families are deterministic, so a later audit of the same kind, dtype, suite
 and seed reuses them. A candidate that raises, hangs or returns garbage on a family gives an `error` row for that
 family and the run goes on, keeping every finished row.
+
+Every call of a candidate, and of the comparisons, goes through the audit's one executor (softaudit/execute/): by
+default a worker process, so a crash, an exit or a hang in other people's code is an error row, not the end of the
+run. `stop` (a threading.Event, set by `softaudit run` on Ctrl-C) ends the audit between families, keeping what
+finished.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import functools
 import math
@@ -26,10 +32,11 @@ from . import candidates as builtin
 from .adapters import _bridge as bridge
 from .adapters._bridge import CandidateSkip
 from . import kinds
-from .adapters._call import CandidateError, call, call_all, time_limits
+from .adapters._call import CandidateError, time_limits
 from .adapters._candidate import Candidate, check_kind
 from .adapters._targets import load_target
 from .cases import families_for, load_case_files
+from .execute import Executor, InProcess, executor
 from .metrics import Tally, basis, measure
 from .policy import Policy, Reason
 from .kinds import KINDS, Kind
@@ -251,7 +258,8 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
-def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout) -> _Family:
+def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout,
+            ex: Executor) -> _Family:  # fmt: skip
     """A built-in family prepared: from this process's cache, from the folder on disk, or computed (and then kept)."""
     key = (family.name, kind, fmt.name, suite, seed)
     if key in _CACHE:
@@ -261,7 +269,7 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
     found = _store.load(path) if path else None
     if found is None:
         found = _Family([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
-        if path and folder not in _UNWRITABLE and _compare(found, kind, timeout):  # (a failed comparison is not kept)
+        if path and folder not in _UNWRITABLE and _compare(found, kind, timeout, ex):  # (a failed comparison is not kept)
             for pc in found.prepared:
                 pc.complete()
             try:
@@ -280,22 +288,22 @@ def _family(family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, 
     return found
 
 
-def _compare(fam: _Family, kind: str, timeout) -> bool:
+def _compare(fam: _Family, kind: str, timeout, ex: Executor) -> bool:
     """Run the comparisons on the family (the plain implementation, the other standard same-dtype algorithms, best
     practice), where not yet run; False if one of them failed to run."""
     for role, pick in (("plain", builtin.plain), ("best", builtin.best)):
         if getattr(fam, role) is None:
-            setattr(fam, role, _comparison(pick(kind), fam.prepared, timeout))
+            setattr(fam, role, _comparison(pick(kind), fam.prepared, timeout, ex))
     if fam.others is None:
-        fam.others = [_comparison(c, fam.prepared, timeout) for c in builtin.standard(kind)[1:]]
+        fam.others = [_comparison(c, fam.prepared, timeout, ex) for c in builtin.standard(kind)[1:]]
     return not any(c.error for c in fam.comparisons)
 
 
-def _comparison(candidate: Candidate, prepared: list[Prepared], timeout) -> list[Comparison]:
+def _comparison(candidate: Candidate, prepared: list[Prepared], timeout, ex: Executor) -> list[Comparison]:
     """The comparison's errors on the family, one Comparison per output of the kind."""
     outputs = len(kinds.get(candidate.kind).outputs)
     try:
-        _, _, measured = _run_family(candidate, prepared, timeout, check_invariants=False)
+        _, _, measured = _run_family(candidate, prepared, timeout, ex, check_invariants=False)
     except (CandidateError, CandidateSkip) as exc:
         return [Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))] * outputs
     found = []
@@ -315,13 +323,18 @@ def _wanted(name: str, only: set | None) -> bool:
     return own and not any(n.startswith("file:") or n == "corpus" for n in only)
 
 
-def _prepare(kind: str, fmt: Format, suite: str, from_files: list, only, seed: int, corpus, cache: bool, folder, timeout) -> dict[str, _Family]:
+def _prepare(kind: str, fmt: Format, suite: str, from_files: list, only, seed: int, corpus, cache: bool, folder, timeout,
+             ex: Executor, stopped: Callable[[], bool]) -> dict[str, _Family]:  # fmt: skip
     """Every family of the kind in the dtype, prepared, with the comparison implementations' errors.
 
-    from_files: the cases of the case files for this kind (read once per audit, before anything runs)."""
+    from_files: the cases of the case files for this kind (read once per audit, before anything runs). Once
+    stopped() says so, no further family is prepared (the audit runs nothing more)."""
     from .hunt import load_corpus
 
-    by_family = {f.name: _family(f, kind, fmt, suite, seed, cache, folder, timeout) for f in families_for(kind) if _wanted(f.name, only)}
+    by_family = {}
+    for f in families_for(kind):
+        if _wanted(f.name, only) and not stopped():
+            by_family[f.name] = _family(f, kind, fmt, suite, seed, cache, folder, timeout, ex)
     by_family = {name: fam for name, fam in by_family.items() if fam.prepared}  # (a family may have no case in a dtype)
     extra = list(from_files) + (load_corpus(corpus, kind, fmt.name) if corpus else [])
     extra = [case for case in extra if _wanted(case.family, only)]
@@ -333,7 +346,7 @@ def _prepare(kind: str, fmt: Format, suite: str, from_files: list, only, seed: i
         group = by_family.setdefault(case.family, _Family([])).prepared
         group.append(Prepared(case, fmt, len(group)))
     for fam in by_family.values():  # (a family a case file added to is compared afresh, every case)
-        _compare(fam, kind, timeout)
+        _compare(fam, kind, timeout, ex)
     return by_family
 
 
@@ -348,7 +361,7 @@ class Measured:
     parts: list
 
 
-def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_invariants: bool = True):
+def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, ex: Executor, check_invariants: bool = True):
     """Run one candidate on one family's cases: the seconds spent in the candidate, notes, and one Measured per
     output of its kind (each output against its own reference)."""
     kind = kinds.get(candidate.kind)
@@ -360,7 +373,7 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
         start = time.perf_counter()
         # reuse: y (if the candidate returns its input) lives until the next case's call; everything below reads
         # it, the invariants and the leak probe call with copies of their own
-        ys, note = call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout, reuse=True)
+        ys, note = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout, reuse=True)
         seconds += time.perf_counter() - start
         notes.add(note)
         for index, (m, y) in enumerate(zip(measured, ys)):
@@ -371,11 +384,11 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, check_i
                 anything[index] = True
                 m.all_nan = m.all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
             if check_invariants and pc.probes is not None:  # (forward row kinds: one output)
-                part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp)
+                part.invariants = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, part.max_ulp, ex)
             probe = pc.leak_probe  # (forward attention: one output)
             if probe is not None:
                 inputs, unaffected = probe
-                moved, _ = call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
+                moved, _ = ex.call(candidate, inputs, pc.mask, pc.output_shape, fmt.dtype, timeout)
                 a, b = y.astype(np.float64)[..., unaffected, :], moved.astype(np.float64)[..., unaffected, :]
                 part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
             m.tally.merge(part)
@@ -409,6 +422,9 @@ def audit(
     cache: bool = True,
     cache_dir: str | Path | None = None,
     device: str | None = None,
+    isolation: str = "worker",
+    memory_limit_mib: int | None = None,
+    stop=None,
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
 
@@ -423,6 +439,11 @@ def audit(
     findings, replayed as the family `corpus` (each case in its own dtype). cache: keep the prepared built-in
     families (inputs, references, the comparison's errors) for later audits, in this process (`CACHE_BYTES`)
     and in cache_dir (None: $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit; "off": none) for later processes.
+    isolation: "worker" (every call in a worker process: a crash, exit or hang is an error row, and the caller's
+    signal handlers and timers are left alone) or "none" (in this process, time limits by SIGALRM on the main
+    thread). memory_limit_mib: the worker's address-space limit (isolation "worker" only; None: none).
+    stop: a threading.Event (anything with is_set()); once set, nothing new starts and the audit returns the rows
+    it finished, with settings["interrupted"] True.
     """
     import pandas as pd
 
@@ -439,6 +460,7 @@ def audit(
     if unknown:
         raise ValueError(f"unknown family {unknown[0]!r}; `softaudit cases` lists them")
     folder = _store.folder(cache_dir) if cache else None
+    ex = executor(isolation, memory_limit_mib)  # (a bad value: ValueError before anything runs)
     found = candidates_for(targets, kind, device)
     kinds = [k for k in KINDS if any(c.kind == k for c in found)]
     from_files = load_case_files(files, kinds)  # read before anything runs: a bad file stops the audit here
@@ -446,11 +468,17 @@ def audit(
     rows, worst, case_rows = [], {}, []
     total = sum(1 for c in found for _ in formats)
     done = 0
-    with time_limits():  # the SIGALRM handler installed once; each call only sets its timer
+    stopped = _Stop(stop)
+    # In process, the SIGALRM handler is installed once and each call only sets its timer; isolated, no signal is
+    # touched at all (the time limit is a wait in this process).
+    with ex, time_limits() if isinstance(ex, InProcess) else contextlib.nullcontext():
         for k, fmt in plan:
-            prepared = _prepare(k, fmt, suite, from_files[k], only, seed, corpus, cache, folder, timeout)
+            prepared = _prepare(k, fmt, suite, from_files[k], only, seed, corpus, cache, folder, timeout, ex, stopped)
             for candidate in (c for c in found if c.kind == k):
-                rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed, corpus), worst, case_rows)
+                if stopped():
+                    break
+                rows += _audit_candidate(candidate, fmt, prepared, policy, timeout, (suite, seed, corpus), worst,
+                                         case_rows, ex, stopped)  # fmt: skip
                 done += 1
                 if progress:
                     progress(done, total, f"{candidate.name} {fmt.name}")
@@ -460,18 +488,34 @@ def audit(
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {"suite": suite, "dtypes": [f.name for f in formats], "policy": dataclasses.asdict(policy),
                 "timeout": timeout, "cases": [str(f) for f in files], "families": sorted(only) if only else None,
-                "seed": seed, "corpus": str(corpus) if corpus else None, "device": device}  # fmt: skip
+                "seed": seed, "corpus": str(corpus) if corpus else None, "device": device, "isolation": isolation,
+                "memory_limit_mib": memory_limit_mib, "interrupted": stopped.hit}  # fmt: skip
     return AuditResult(table, worst, settings, case_rows)
 
 
-def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, worst: dict, case_rows: list) -> list:
+class _Stop:
+    """Asks the audit's `stop` event whether to start the next piece of work; `hit` remembers that some work was
+    left undone (the run is then interrupted: an event set after the last unit finished changes nothing)."""
+
+    def __init__(self, event):
+        self.event, self.hit = event, False
+
+    def __call__(self) -> bool:
+        self.hit = self.hit or (self.event is not None and self.event.is_set())
+        return self.hit
+
+
+def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, worst: dict, case_rows: list, ex: Executor,
+                     stopped: Callable[[], bool]) -> list:  # fmt: skip
     """One candidate in one dtype on every family: its rows, one per family and output of its kind (the `output`
     column names it where the kind has several). Adds its worst inputs and per-case records to those given.
-    recipe: (suite, seed, corpus), which regenerate a case."""
+    recipe: (suite, seed, corpus), which regenerate a case. Once stopped() says so, no further family is run."""
     outputs = kinds.get(candidate.kind).outputs
     names = outputs if len(outputs) > 1 else ("",)
     mine, nan_everywhere = [], []
     for family, fam in prepared.items():
+        if stopped():
+            break
         rows = []
         for index, name in enumerate(names):
             plain = fam.plain_cond(index)
@@ -480,7 +524,7 @@ def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, wo
                          "output": name, "cases": len(fam.prepared), "plain_cond_err": plain, "best_ulp": best,
                          "fail_above": policy.fail_above(fmt, plain), "warn_above": policy.warn_above(best)})  # fmt: skip
         try:
-            seconds, note, measured = _run_family(candidate, fam.prepared, timeout)
+            seconds, note, measured = _run_family(candidate, fam.prepared, timeout, ex)
         except CandidateError as exc:
             mine += [row | {"verdict": "error", "cause": "error", "note": str(exc)} for row in rows]
             continue

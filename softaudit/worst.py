@@ -106,13 +106,16 @@ def case_of(record: dict):
     return found[recipe["case_index"]]
 
 
-def replay(record, candidate=None) -> dict:
+def replay(record, candidate=None, *, isolation: str = "worker", timeout: float | None = None) -> dict:
     """Call the candidate again on the worst input's whole case; its max error and the element it is at.
 
     record: a WorstInput or its as_json(); candidate: the Candidate or function (None: load record's target).
-    Returns {"cond_err", "ulp_err", "element", "output", "reference"}: the same numbers the row had.
+    isolation and timeout (seconds; None: no limit) as softaudit.audit takes them: a candidate that crashes is a
+    CandidateError naming the cause. Returns {"cond_err", "ulp_err", "element", "output", "reference"}: the same
+    numbers the row had.
     """
-    from .adapters import _call, _targets
+    from .adapters import _targets
+    from .execute import executor
     from .metrics import measure
     from .reference import format_of
     from .runner import Prepared
@@ -128,7 +131,8 @@ def replay(record, candidate=None) -> dict:
     fmt = format_of(record["dtype"])
     whole = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
     index = kinds.get(record["kind"]).outputs.index(record["output_name"]) if record.get("output_name") else 0
-    ys, _ = _call.call_all(candidate, whole.inputs, whole.mask, whole.output_shapes, fmt.dtype, None)
+    with executor(isolation) as ex:
+        ys, _ = ex.call_all(candidate, whole.inputs, whole.mask, whole.output_shapes, fmt.dtype, timeout)
     pc = whole.output(index)
     tally = measure(pc.basis, ys[index], case_index=pc.case_in_family)
     if tally.worst is None:

@@ -340,7 +340,7 @@ def test_when_nothing_can_be_written_to_out_the_reports_go_to_a_temporary_folder
     r = CliRunner().invoke(main, ["run", "kernels.py", *QUICK, "--out", "out"])
     (rescue,) = temporary.glob("softaudit-*")
     assert the_one_error(r) == f"Error: could not write the reports to out; written to {rescue} instead"
-    assert "Warning: cannot write the json report in out: File exists" in r.output.splitlines()
+    assert "Warning: cannot write the reports in out: Not a directory" in r.output.splitlines()
     for name in ("results.csv", "worst.csv", "results.json", "summary.md", "junit.xml", "report.html"):
         assert (rescue / name).is_file(), name
     assert json.loads((rescue / "results.json").read_text())["results"]

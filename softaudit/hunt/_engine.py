@@ -8,6 +8,7 @@ strict policy) is shrunk to a small input and saved to the corpus.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -20,7 +21,8 @@ from hypothesis.errors import Flaky
 from .. import candidates as builtin
 from .. import invariants, kinds
 from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, call_all
+from ..adapters._call import CandidateError, time_limits
+from ..execute import Executor, InProcess, executor
 from ..cases import Case
 from ..policy import Policy
 from ..reference import format_of
@@ -48,14 +50,15 @@ class Finding:
     mask: object = None
 
 
-def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
+def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
     """(verdict, reasons, max conditioning-scaled error, events) for one input, by the rules of `softaudit run`.
 
-    comparisons: (the standard same-dtype algorithms of the kind, its best-practice implementation)."""
+    comparisons: (the standard same-dtype algorithms of the kind, its best-practice implementation); ex: the
+    executor every call goes through."""
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
     pc = Prepared(case, fmt, 0)
     try:
-        ys, _ = call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)
+        ys, _ = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)
     except CandidateError as exc:
         return "fail", [str(exc)], math.inf, 1
     standard, best = comparisons
@@ -63,7 +66,7 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
 
     def outputs_of(c):
         if c.name not in theirs:
-            theirs[c.name] = call_all(c, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)[0]
+            theirs[c.name] = ex.call_all(c, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)[0]
         return theirs[c.name]
 
     names = kinds.get(kind).outputs
@@ -89,13 +92,13 @@ def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout):
         worst = float(np.fmax(worst, tally.max_cond_err))  # (NaN where no output had anything compared)
         broken = {}
         if index == 0 and pc.probes is not None:  # (the invariants: forward row kinds, one output)
-            broken = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp)
+            broken = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp, ex)
         # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
         events += tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
     return policy.verdict(reasons), texts, worst, events
 
 
-def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> Finding:
+def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: Executor) -> Finding:
     kind = candidate.kind
     comparisons = (builtin.standard(kind), builtin.best(kind))
     strategy = kinds.get(kind).part("strategy")(kind, fmt)
@@ -115,7 +118,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> F
         inputs, mask = drawn
         state["examples"] += 1
         try:
-            verdict, reasons, error, events = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout)
+            verdict, reasons, error, events = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
         except CandidateSkip:
             return
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
@@ -140,23 +143,31 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float) -> F
 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
-         policy: Policy | None = None, timeout: float = 10.0, progress=None, device=None) -> list[Finding]:  # fmt: skip
+         policy: Policy | None = None, timeout: float = 10.0, progress=None, device=None, isolation: str = "worker",
+         memory_limit_mib: int | None = None) -> list[Finding]:  # fmt: skip
     """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`.
 
-    Targets, kind and device as softaudit.audit takes them."""
+    Targets, kind, device, isolation and memory_limit_mib as softaudit.audit takes them."""
     policy = policy or Policy()
+    ex = executor(isolation, memory_limit_mib)
     found = candidates_for(targets, kind, device)
     formats = [format_of(d) for d in dtypes]
     share = budget / max(1, len(found) * len(formats))
     findings = []
-    for candidate in found:
-        for fmt in formats:
-            finding = hunt_one(candidate, fmt, share, policy, timeout)
-            if finding.failed and corpus:
-                path = _corpus.save(corpus, candidate.name, candidate.kind, fmt.name, finding.inputs, finding.mask,
-                                    finding.reason, finding.max_cond_err)  # fmt: skip
-                finding.corpus_file = str(path)
-            findings.append(finding)
-            if progress:
-                progress(len(findings), len(found) * len(formats), f"{candidate.name} {fmt.name}")
+    with ex, time_limits() if isinstance(ex, InProcess) else contextlib.nullcontext():
+        for candidate in found:
+            for fmt in formats:
+                findings.append(_hunt_unit(candidate, fmt, share, policy, timeout, ex, corpus))
+                if progress:
+                    progress(len(findings), len(found) * len(formats), f"{candidate.name} {fmt.name}")
     return findings
+
+
+def _hunt_unit(candidate, fmt, budget, policy, timeout, ex, corpus) -> Finding:
+    """One candidate in one dtype hunted; a failure saved to the corpus."""
+    finding = hunt_one(candidate, fmt, budget, policy, timeout, ex)
+    if finding.failed and corpus:
+        path = _corpus.save(corpus, candidate.name, candidate.kind, fmt.name, finding.inputs, finding.mask,
+                            finding.reason, finding.max_cond_err)  # fmt: skip
+        finding.corpus_file = str(path)
+    return finding

@@ -14,6 +14,9 @@ from .tables import write_results_csv, write_worst_csv
 #: The report formats; "github" prints annotations instead of writing a file.
 FORMATS = ("csv", "html", "md", "json", "junit", "github")
 FILE_FORMATS = ("csv", "html", "md", "json", "junit")
+#: The files each file format writes: together, one run's set of reports.
+FILES = {"csv": ("results.csv", "worst.csv"), "html": ("report.html",), "md": ("summary.md",), "json": ("results.json",),
+         "junit": ("junit.xml",)}  # fmt: skip
 
 
 def write_reports(result, out, formats=FILE_FORMATS, comparison=None) -> list[Path]:
@@ -33,4 +36,4 @@ def write_reports(result, out, formats=FILE_FORMATS, comparison=None) -> list[Pa
     return written
 
 
-__all__ = ["FILE_FORMATS", "FORMATS", "annotations", "write_reports"]
+__all__ = ["FILES", "FILE_FORMATS", "FORMATS", "annotations", "write_reports"]

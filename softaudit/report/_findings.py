@@ -19,6 +19,14 @@ def row_key(row) -> str:
     return f"{row['candidate']} | {row['dtype']} | {row['family']}" + (f" | {output}" if output else "")
 
 
+def interrupted_line(result) -> str:
+    """What an interrupted run's reports say first ("" for a run that finished)."""
+    if not result.settings.get("interrupted"):
+        return ""
+    return ("Interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished. These are the rows that "
+            "finished; the rest were not run, and the baseline gate did not compare this run.")  # fmt: skip
+
+
 def counts_line(table) -> str:
     """'N rows: a pass, b warn, c fail, d error' (and skips, when there are any)."""
     counts = table.verdict.value_counts()

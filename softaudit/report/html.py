@@ -8,7 +8,7 @@ from html import escape
 from pathlib import Path
 
 from ._files import machine, platform_key, versions, write_atomic
-from ._findings import counts_line, families_text, issues, number, verdict_matrix
+from ._findings import counts_line, families_text, interrupted_line, issues, number, verdict_matrix
 from .plots import bar_chart, line_chart
 
 STYLE = """
@@ -153,10 +153,11 @@ def report_html(result, comparison=None) -> str:
     settings = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items())
     env = versions() | machine() | {"platform": platform_key()}
     env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in env.items())
+    banner = f"<p><strong>{escape(interrupted_line(result))}</strong></p>\n" if interrupted_line(result) else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>softaudit report</title><style>{STYLE}</style></head><body>
 <h1>softaudit report</h1>
-<p>{escape(counts_line(table))} (candidate x dtype x family).</p>
+{banner}<p>{escape(counts_line(table))} (candidate x dtype x family).</p>
 {_gate(comparison)}
 <h2>Verdicts</h2>{_matrix(table)}
 <h2>What to fix</h2>{_fix_table(table)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ._files import accelerator_line, write_atomic
-from ._findings import counts_line, families_text, issues, number, verdict_matrix
+from ._findings import counts_line, families_text, interrupted_line, issues, number, verdict_matrix
 
 SYMBOL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
 
@@ -14,7 +14,10 @@ def summary(result, comparison=None) -> str:
     table = result.table
     dtypes = list(dict.fromkeys(table.dtype))
     cells = verdict_matrix(table)
-    lines = ["# softaudit", "", f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
+    lines = ["# softaudit", ""]
+    if interrupted_line(result):
+        lines += [f"**{interrupted_line(result)}**", ""]
+    lines += [f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
     gpu = accelerator_line(w.device for w in result.worst.values())
     if gpu:
         lines += [gpu, ""]

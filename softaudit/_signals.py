@@ -1,0 +1,61 @@
+"""Ctrl-C and SIGTERM during `softaudit run`: the first stops new work and keeps what finished, a second quits at once.
+
+The audit itself never touches signals (softaudit.audit takes a `stop` event); the command line installs these
+handlers around its run and puts the old ones back after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interruption:
+    """The run's answer to SIGINT and SIGTERM: the first sets `stop` (the audit starts nothing new and the reports
+    say "interrupted"), a second raises KeyboardInterrupt at once, except inside `held()`, which finishes first
+    (moving a set of reports into place: never half of one).
+
+    `with Interruption(say) as it:` installs the handlers (main thread only; elsewhere it only holds the event);
+    say(line) tells the user what the first signal did."""
+
+    def __init__(self, say=None):
+        self.stop = threading.Event()
+        self._say = say
+        self._held = self._pending = False
+        self._previous: dict = {}
+
+    def _handle(self, signum, frame) -> None:
+        if not self.stop.is_set():
+            self.stop.set()
+            if self._say:
+                self._say(f"{signal.Signals(signum).name}: stopping; the finished rows are kept and written "
+                          f"(again to quit at once)")  # fmt: skip
+            return
+        if self._held:
+            self._pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def held(self):
+        """A second signal waits until the block is done, then raises KeyboardInterrupt."""
+        self._held = True
+        try:
+            yield
+        finally:
+            self._held = False
+        if self._pending:
+            raise KeyboardInterrupt
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        self._previous = {}

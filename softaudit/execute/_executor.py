@@ -1,0 +1,81 @@
+"""The executor contract, and the in-process executor (today's behaviour, for `--isolation none` and debugging)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..adapters import _call
+from ..adapters._call import CandidateError
+
+NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
+
+
+class TimedOut(CandidateError):
+    """A call that ran past its time limit (a CandidateError: the runner needs no new case)."""
+
+
+class Executor:
+    """Calls candidates: `call_all` as adapters._call.call_all does (`call` for a one-output kind), `close` (or
+    `with`) when done.
+
+    A candidate that ran past its time limit is not called again in that dtype: every later call of the same
+    (candidate, dtype) raises CandidateError(NOT_AGAIN) at once, for the executor's life (`past_limit` tells).
+    """
+
+    def __init__(self):
+        self._past_limit: set[tuple] = set()
+
+    def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
+                 reuse: bool = False):  # fmt: skip
+        """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
+        with one line saying why.
+
+        reuse: as adapters._call.call_all's (InProcess); an isolated call's outputs are always fresh arrays."""
+        key = _unit(candidate, dtype)
+        if key in self._past_limit:
+            raise CandidateError(NOT_AGAIN)
+        try:
+            return self._call(candidate, arrays, mask, tuple(shapes), dtype, timeout, reuse)
+        except TimedOut:
+            self._past_limit.add(key)
+            raise
+
+    def call(self, candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
+        """A one-output kind's call_all: (output cast to dtype, note or "")."""
+        (out,), note = self.call_all(candidate, arrays, mask, (shape,), dtype, timeout, reuse)
+        return out, note
+
+    def past_limit(self, candidate, dtype) -> bool:
+        """Whether this candidate ran past its time limit earlier in this dtype (and so is not called again)."""
+        return _unit(candidate, dtype) in self._past_limit
+
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the executor holds (worker processes); calling it twice is harmless."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _unit(candidate, dtype) -> tuple:
+    # A candidate's identity is what the results table knows it by (its row), not the callable's id.
+    return candidate.kind, candidate.name, candidate.source, candidate.framework, candidate.device, np.dtype(dtype).name
+
+
+class InProcess(Executor):
+    """Candidates called in softaudit's own process, limited by SIGALRM (the main thread only): a crash, an exit or
+    a hang that ignores the alarm takes the run with it. For `--isolation none`: debugging, profiling, prints."""
+
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+        try:
+            return _call.call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+        except CandidateError as exc:
+            # (adapters._call says a timeout only in its message; wired in, it can raise TimedOut itself)
+            if str(exc).startswith("ran past the time limit"):
+                raise TimedOut(str(exc)) from exc
+            raise

@@ -1,0 +1,173 @@
+"""Candidates called in a worker process, reused across calls: a crash, an exit, a hang or a memory blow-up in a
+candidate becomes a CandidateError naming the cause, and the next call gets a fresh worker.
+
+The pool is loky's (the engine under joblib and scikit-learn), not multiprocessing's or our own:
+- its workers start as fresh interpreters (fork + exec: spawn's semantics, none of fork's trouble with torch, CUDA
+  and threads) without re-running the user's `__main__`, so a script that calls `softaudit.audit()` with no
+  `if __name__ == "__main__"` guard works (multiprocessing's spawn and forkserver would run it again in the worker);
+- a dead worker gives TerminatedWorkerError with its exit code or signal (the standard library's BrokenProcessPool
+  gives none), which is the cause a user needs;
+- `shutdown(kill_workers=True)` kills a hung worker with SIGKILL (a blocked SIGALRM, a native loop, a swallowed
+  exception cannot stop that); the standard library's executor cannot kill a running task at all;
+- cloudpickle is built in: a lambda or closure given to `softaudit.audit()` can reach the worker.
+
+One worker: the runner calls one candidate at a time; parallel units are a later step. A hung worker is killed and
+replaced: the next call starts a fresh interpreter and loads its candidate again (about 0.3 s with numpy only,
+seconds with torch or JAX: see docs/isolation.md); a call's time limit never counts that start or load.
+The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import signal
+from concurrent.futures import BrokenExecutor
+
+from ..adapters._call import CandidateError
+from ..adapters._bridge import CandidateSkip
+from . import _worker
+from ._arena import Arena
+from ._executor import Executor, InProcess, TimedOut
+
+
+class Isolated(Executor):
+    """Each call in a worker process, one worker reused across calls.
+
+    memory_mib: the worker's address-space limit (RLIMIT_AS, in MiB), None for none; an allocation past it is a
+    "ran out of memory" error, not a dead run. It counts the address space the libraries map: torch's import maps
+    gigabytes, and CUDA reserves far more (leave it None for GPU candidates). load_timeout: seconds for starting
+    a worker and loading a candidate in it (imports, not the call).
+
+    A candidate reaches the worker by its source target ("pkg.mod:fn", "file.py:fn"), loaded once per worker;
+    one without a source (a lambda given to `softaudit.audit()`) by cloudpickle, sent once per worker; one that
+    cloudpickle cannot send runs in this process, as InProcess would, and its note says so.
+    """
+
+    def __init__(self, memory_mib: int | None = None, load_timeout: float = 120.0):
+        super().__init__()
+        self.memory_mib = memory_mib
+        self.load_timeout = load_timeout
+        self._pool = None
+        self._ready: set[str] = set()  # the keys loaded in the current worker
+        self._unloadable: dict[str, str] = {}  # key -> why it does not load in a worker
+        self._sent: dict[int, tuple] = {}  # id(callable) -> (callable, key, cloudpickled or None, why not)
+        self._here = InProcess()
+        self._arena = None
+        self._oom_kills = None
+
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+        key, pickled, unsendable = self._ticket(candidate)
+        if unsendable:
+            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
+        ticket = dataclasses.replace(candidate, call=None)
+        timeout = timeout or None  # (0 is no limit, as adapters._call.call has it)
+        if self._arena is None:
+            self._arena = Arena()
+        specs, outs = self._arena.put([*arrays.values(), mask], shapes, dtype)
+        arena = (self._arena.path, self._arena.size, specs, outs)
+        for _ in range(2):  # (a second time only if the worker had lost the candidate)
+            self._load(key, candidate, pickled)
+            answer = self._wait(_worker.run, (key, ticket, list(arrays), arena), timeout,
+                                f"no answer in {timeout:g} s: killed" if timeout else "")  # fmt: skip
+            if answer[0] != "unloaded":
+                break
+            self._ready.discard(key)
+        if answer[0] == "skip":
+            raise CandidateSkip(answer[1])
+        if answer[0] == "error":
+            raise CandidateError(answer[1])
+        return tuple(self._arena.take(out) for out in outs), answer[1]
+
+    def _ticket(self, candidate) -> tuple:
+        """(key, cloudpickled callable or None, why it cannot be sent or "")."""
+        if candidate.source:
+            return candidate.source, None, ""
+        found = self._sent.get(id(candidate.call))
+        if found is None:
+            import cloudpickle  # (loky's own dependency)
+
+            try:
+                pickled, why = cloudpickle.dumps(candidate.call), ""
+            except Exception as exc:
+                pickled, why = None, f"cloudpickle cannot send it ({type(exc).__name__}: {str(exc)[:80]})"
+            # (the callable is kept: its id stays its own while the entry lives)
+            found = self._sent[id(candidate.call)] = (candidate.call, f"pickled:{len(self._sent)}", pickled, why)
+        return found[1:]
+
+    def _load(self, key: str, candidate, pickled) -> None:
+        if key in self._unloadable:
+            raise CandidateError(self._unloadable[key])
+        if key in self._ready:
+            return
+        args = (key, candidate.kind, candidate.source, pickled)
+        answer = self._wait(_worker.load, args, self.load_timeout, f"did not load in {self.load_timeout:g} s: killed")
+        if answer[0] == "error":
+            self._unloadable[key] = answer[1]
+            raise CandidateError(answer[1])
+        self._ready.add(key)
+
+    def _wait(self, fn, args: tuple, timeout: float | None, late: str):
+        """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises."""
+        if self._pool is None:
+            from loky import ProcessPoolExecutor
+
+            self._pool = ProcessPoolExecutor(max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,))
+            self._oom_kills = _oom_kills()
+        future = self._pool.submit(fn, *args)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            self._replace()
+            raise TimedOut(late) from None
+        except BrokenExecutor as exc:  # loky's TerminatedWorkerError is one
+            cause = _death(exc, self._oom_kills)
+            self._replace()
+            raise CandidateError(cause) from None
+
+    def _replace(self) -> None:
+        """Kill the worker (SIGKILL); the next call starts a fresh one."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, kill_workers=True)
+        self._pool = None
+        self._ready.clear()
+
+    def close(self) -> None:
+        self._replace()
+        if self._arena is not None:
+            self._arena.close()
+            self._arena = None
+
+
+def _death(exc: BaseException, oom_kills_before: int | None) -> str:
+    """A dead worker's cause, from the exit code loky reports: "killed by SIGSEGV", "exited with status 3"."""
+    found = re.search(r"exit codes of the workers are \{[^}]*?\((-?\d+)\)", str(exc))
+    if found is None:
+        return f"the worker process failed: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+    code = int(found[1])
+    if code >= 0:
+        return f"exited with status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    if -code == signal.SIGKILL:
+        after = _oom_kills()
+        if after is not None and oom_kills_before is not None and after > oom_kills_before:
+            return "ran out of memory (killed by SIGKILL)"
+        return "killed by SIGKILL (out of memory?)"  # (the usual sender; the cgroup could not say)
+    return f"killed by {name}"
+
+
+def _oom_kills() -> int | None:
+    """How many processes the kernel's OOM killer has killed in this cgroup (v2 or v1), where it says."""
+    for path in ("/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"):
+        try:
+            with open(path) as f:
+                found = re.search(r"^oom_kill (\d+)$", f.read(), re.M)
+        except OSError:
+            continue
+        if found:
+            return int(found[1])
+    return None

@@ -1,0 +1,91 @@
+"""What runs inside a worker process: its setup, loading a candidate once, and calling it.
+
+Everything sent back is plain data (a status word, an array, strings), never the candidate's own exception
+objects: a result the parent cannot unpickle would break the whole pool. This module imports only what a call
+needs, so a worker starts light; a candidate's own imports (torch, JAX) happen when it loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import resource
+import signal
+
+import numpy as np
+
+from ..adapters._bridge import CandidateSkip
+from ..adapters._call import CandidateError, call_all
+from ..adapters._targets import load_target
+from ._arena import view, worker_views
+
+_loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
+_limit_mib: list[int] = []  # the worker's memory limit, for the message
+
+
+def setup(memory_mib: int | None) -> None:
+    """The worker's initializer: its output to /dev/null, Ctrl-C left to the parent, an optional memory limit."""
+    # A candidate printing megabytes neither floods the parent's terminal nor blocks on a full pipe; its output is
+    # dropped (debug with --isolation none). fd 1 and 2 themselves, so C code's printf goes there too.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    # Ctrl-C reaches the whole process group: the parent stops and kills the workers; a worker never decides.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A fresh process's malloc (glibc) maps every block past 128 KiB anew and unmaps it on free: a candidate's
+    # temporaries then page-fault on every call, 2x slower than in a process that has freed one large block,
+    # which raises that threshold (to 32 MiB at most). Free one now, as the parent process has long done.
+    np.empty(2**25 - 2**16, np.uint8)
+    if memory_mib:
+        limit = memory_mib * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        _limit_mib.append(memory_mib)
+
+
+def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tuple:
+    """Load a candidate's callable (its source target, else its cloudpickled callable) and keep it: ("ok",) or
+    ("error", message)."""
+    if key in _loaded:
+        return ("ok",)
+    try:
+        _loaded[key] = load_target(source, kind)[0].call if source else pickle.loads(pickled)
+    except BaseException as exc:  # (a module that calls sys.exit on import, too)
+        return ("error", f"does not load in a worker: {type(exc).__name__}: {exc}")
+    return ("ok",)
+
+
+def run(key: str, ticket, names: list, arena: tuple) -> tuple:
+    """Call a loaded candidate as adapters._call.call_all does (no time limit: the parent keeps time), its inputs and
+    outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs):
+    ("ok", note), ("skip", reason), ("error", message) or ("unloaded",)."""
+    fn = _loaded.get(key)
+    if fn is None:
+        return ("unloaded",)
+    candidate = dataclasses.replace(ticket, call=fn)
+    path, size, specs, out_specs = arena
+    try:
+        views, buffer = worker_views(path, size, specs)
+        shapes, dtype = tuple(shape for _, shape, _ in out_specs), out_specs[0][2]
+        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, reuse=True)
+        for out, spec in zip(outs, out_specs):
+            view(buffer, spec)[...] = out
+    except CandidateSkip as exc:
+        return ("skip", str(exc))
+    except CandidateError as exc:
+        if isinstance(exc.__cause__, MemoryError):
+            return ("error", _out_of_memory(exc.__cause__))
+        return ("error", str(exc))
+    except MemoryError as exc:  # (raised outside the candidate: copying its inputs or its output)
+        return ("error", _out_of_memory(exc))
+    except SystemExit as exc:  # never the worker's exit, let alone the run's
+        return ("error", f"called sys.exit({exc.code!r})")
+    except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a user's BaseException
+        return ("error", f"raised {type(exc).__name__}: {exc}")
+    return ("ok", note)
+
+
+def _out_of_memory(exc: MemoryError) -> str:
+    where = f"past the worker's memory limit of {_limit_mib[0]} MiB" if _limit_mib else "MemoryError"
+    return f"ran out of memory ({where})"

@@ -1,0 +1,137 @@
+"""A candidate that crashes, exits, hangs or blows up memory is an error with its cause; the pool recovers, the
+caller's timers and signal handlers are untouched, nothing hangs."""
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from softaudit import CandidateError
+from softaudit.adapters._targets import load_target
+from softaudit.execute import NOT_AGAIN, Isolated
+
+FAULTY = Path(__file__).with_name("faulty.py").resolve()
+X = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+LIMIT = 2.0  # seconds: short, so the suite stays quick
+
+
+def faulty(name: str):
+    return load_target(f"{FAULTY}:{name}")[0]
+
+
+def expected(x=X):
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def call(executor, name: str, x=X, timeout=LIMIT, dtype=np.float32):
+    return executor.call(faulty(name), {"x": x.astype(dtype)}, None, x.shape, dtype, timeout)
+
+
+@pytest.fixture(scope="module")
+def isolated():
+    with Isolated() as executor:
+        yield executor
+
+
+@pytest.fixture
+def callers_timer():
+    """The caller's own SIGALRM handler and ITIMER_REAL, checked intact after the test."""
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 1000.0)
+    yield
+    left, _ = signal.getitimer(signal.ITIMER_REAL)
+    handler = signal.getsignal(signal.SIGALRM)
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+    assert 900 < left < 1000 and not fired
+    assert handler is not previous and handler is not signal.SIG_DFL and handler.__name__ == "<lambda>"
+
+
+FAULTS = [
+    ("segfault", r"^killed by SIGSEGV$"),
+    ("aborts", r"^killed by SIGABRT$"),
+    ("exits_3", r"^called sys.exit\(3\)$"),
+    ("exits_0", r"^called sys.exit\(0\)$"),
+    ("os_exit_5", r"^exited with status 5$"),
+    ("kills_itself", r"^(killed by SIGKILL \(out of memory\?\)|ran out of memory \(killed by SIGKILL\))$"),
+    ("blocks_alarm", r"^no answer in 2 s: killed$"),
+    ("swallows", r"^no answer in 2 s: killed$"),
+    ("spins", r"^no answer in 2 s: killed$"),
+]
+
+
+@pytest.mark.parametrize("name, cause", FAULTS, ids=[f[0] for f in FAULTS])
+def test_a_fault_is_an_error_with_its_cause_and_the_pool_recovers(isolated, callers_timer, name, cause):
+    assert np.array_equal(call(isolated, "sound")[0], expected())
+    start = time.monotonic()
+    with pytest.raises(CandidateError, match=cause):
+        call(isolated, name)
+    assert time.monotonic() - start < LIMIT + 5
+    out, note = call(isolated, "sound")
+    assert np.array_equal(out, expected()) and note == ""
+
+
+def test_a_candidate_past_its_limit_is_not_called_again_in_that_dtype(isolated, callers_timer):
+    with pytest.raises(CandidateError, match="no answer in 2 s"):
+        call(isolated, "hangs_on_float32")
+    assert isolated.past_limit(faulty("hangs_on_float32"), np.float32)
+    start = time.monotonic()
+    with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
+        call(isolated, "hangs_on_float32")
+    assert time.monotonic() - start < 0.1
+    out, _ = call(isolated, "hangs_on_float32", dtype=np.float64)  # another dtype: called
+    assert np.allclose(out, expected(X.astype(np.float64)))
+
+
+def test_an_allocation_past_the_memory_limit_is_an_error_not_a_dead_run(callers_timer):
+    with Isolated(memory_mib=512) as executor:
+        with pytest.raises(CandidateError, match=r"^ran out of memory \(past the worker's memory limit of 512 MiB\)$"):
+            call(executor, "allocates")
+        assert np.array_equal(call(executor, "sound")[0], expected())
+
+
+def test_megabytes_of_output_neither_reach_the_caller_nor_block_the_worker(isolated, capfd):
+    out, _ = call(isolated, "prints")
+    assert np.array_equal(out, expected())
+    captured = capfd.readouterr()
+    assert captured.out == "" and captured.err == ""
+
+
+def test_a_timeout_off_the_main_thread():
+    import threading
+
+    raised = []
+    with Isolated() as executor:
+        thread = threading.Thread(target=lambda: raised.append(pytest.raises(CandidateError, call, executor, "spins")))
+        thread.start()
+        thread.join(LIMIT + 10)
+    assert not thread.is_alive() and "no answer in 2 s" in str(raised[0].value)
+
+
+def test_close_kills_the_worker():
+    from softaudit import Candidate
+
+    pid = Candidate("softmax", "pid", lambda x, axis=-1: np.full(x.shape, float(os.getpid())))
+    executor = Isolated()
+    worker = int(executor.call(pid, {"x": X}, None, X.shape, np.float64, LIMIT)[0][0, 0])
+    assert worker != os.getpid()
+    os.kill(worker, 0)  # alive
+    executor.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(worker, 0)
+
+
+def test_in_process_too_a_candidate_past_its_limit_is_not_called_again():
+    from softaudit.execute import InProcess
+
+    with InProcess() as executor:
+        with pytest.raises(CandidateError, match="^ran past the time limit of 0.2 s$"):
+            call(executor, "hangs_on_float32", timeout=0.2)
+        with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
+            call(executor, "hangs_on_float32", timeout=0.2)
+        assert np.allclose(call(executor, "hangs_on_float32", dtype=np.float64)[0], expected(X.astype(np.float64)))

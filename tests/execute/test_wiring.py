@@ -1,0 +1,210 @@
+"""Isolation wired into `softaudit run` and `softaudit.audit()`: a candidate that crashes, exits, hangs or floods
+its output is an error row with its cause, the other rows are intact, every report is written; Ctrl-C and SIGTERM
+keep the finished rows and exit 130; the caller's timers are left alone."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import softaudit
+from softaudit.cli import main
+from softaudit.execute import NOT_AGAIN
+
+FAULTY = Path(__file__).with_name("faulty.py").resolve()
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = ["--suite", "quick", "--dtype", "float32", "--family", "textbook", "--family", "gaussian"]
+REPORTS = ("results.csv", "worst.csv", "results.json", "summary.md", "junit.xml", "report.html")
+CAUSES = {
+    "segfault": "killed by SIGSEGV",
+    "aborts": "killed by SIGABRT",
+    "exits_0": "called sys.exit(0)",
+    "exits_3": "called sys.exit(3)",
+    "blocks_alarm": "no answer in 1 s: killed",
+    "allocates": "ran out of memory (past the worker's memory limit of 1024 MiB)",
+}
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def rows(folder: Path) -> pd.DataFrame:
+    table = pd.read_csv(folder / "results.csv", keep_default_na=False)
+    table["name"] = table.candidate.str.rsplit(":", n=1).str[-1]
+    return table
+
+
+def test_faults_are_error_rows_with_their_cause_and_the_run_goes_on(project):
+    names = ["sound", *CAUSES, "prints"]
+    targets = [f"{FAULTY}:{name}" for name in names]
+    r = CliRunner().invoke(main, ["run", *targets, *QUICK, "--timeout", "1", "--memory-limit", "1024", "--out", "out"])
+    assert r.exit_code == 1, r.output  # an error row fails the run; sys.exit(0) in a candidate is no exit 0
+    assert "xxxxxxxx" not in r.output and len(r.output) < 20_000  # the candidate's megabytes went nowhere
+    for name in REPORTS:
+        assert (project / "out" / name).is_file(), name
+    table = rows(project / "out")
+    assert sorted(set(table.name)) == sorted(names)
+    by = {name: t for name, t in table.groupby("name")}
+    assert (by["sound"].verdict == "pass").all() and (by["prints"].verdict == "pass").all()
+    assert len(by["sound"]) == 2 and all(len(t) == 2 for t in by.values())  # every family has its row
+    for name, cause in CAUSES.items():
+        assert (by[name].verdict == "error").all(), name
+        notes = list(by[name].note)
+        if name == "blocks_alarm":  # killed once, then not called again in that dtype
+            assert notes == [cause, NOT_AGAIN], notes
+        else:
+            assert notes == [cause, cause], (name, notes)
+    summary = (project / "out" / "summary.md").read_text()
+    assert "killed by SIGSEGV" in summary and "Interrupted" not in summary
+
+
+def test_isolation_none_calls_candidates_in_this_process(project):
+    (project / "pid.py").write_text(textwrap.dedent("""
+        import os
+        import numpy as np
+        import softaudit
+
+        @softaudit.candidate(kind="softmax")
+        def pid(x, axis=-1):
+            with open("pids", "a") as f:
+                f.write(f"{os.getpid()}\\n")
+            e = np.exp(x - x.max(axis=axis, keepdims=True))
+            return e / e.sum(axis=axis, keepdims=True)
+    """))
+    for isolation, here in (("none", True), ("worker", False)):
+        Path("pids").unlink(missing_ok=True)
+        r = CliRunner().invoke(main, ["run", "pid.py", *QUICK, "--isolation", isolation, "--out", isolation])
+        assert r.exit_code == 0, r.output
+        pids = set(Path("pids").read_text().split())
+        assert (pids == {str(os.getpid())}) == here, (isolation, pids)
+        assert json.loads((project / isolation / "results.json").read_text())["settings"]["isolation"] == isolation
+
+
+@pytest.mark.parametrize("text, message", [
+    ("isolation = 'thread'", "[tool.softaudit] isolation must be one of worker, none, got 'thread'"),
+    ("memory_limit = 0", "[tool.softaudit] memory_limit must be an integer > 0, got 0"),
+])  # fmt: skip
+def test_a_bad_isolation_setting_is_a_configuration_error(project, text, message):
+    (project / "pyproject.toml").write_text(f"[tool.softaudit]\n{text}\n")
+    r = CliRunner().invoke(main, ["run", f"{FAULTY}:sound", *QUICK])
+    assert r.exit_code == 2 and message in r.output, r.output
+    r = CliRunner().invoke(main, ["run", f"{FAULTY}:sound", *QUICK, "--isolation", "thread"])
+    assert r.exit_code == 2 and "'thread' is not one of 'worker', 'none'" in r.output
+
+
+def test_audit_leaves_the_callers_timer_and_handler_alone():
+    fired = []
+    previous = signal.signal(signal.SIGALRM, lambda *_: fired.append(1))
+    signal.setitimer(signal.ITIMER_REAL, 1000.0)
+    try:
+        targets = [f"{FAULTY}:sound", f"{FAULTY}:spins"]
+        table = softaudit.audit(targets, dtypes=["float32"], suite="quick", families=["textbook"], timeout=0.5).table
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        handler = signal.getsignal(signal.SIGALRM)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert list(table.verdict) == ["pass", "error"] and table.note[1] == "no answer in 0.5 s: killed"
+    assert 900 < left < 1000 and not fired and getattr(handler, "__name__", "") == "<lambda>"
+
+
+# --- Interruption: the first Ctrl-C or SIGTERM keeps the finished rows; a second quits at once. ---
+
+SLOW = '''
+import os, time
+import numpy as np
+import softaudit
+
+def _softmax(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+@softaudit.candidate(kind="softmax")
+def first(x, axis=-1):
+    return _softmax(x, axis)
+
+@softaudit.candidate(kind="softmax")
+def slow(x, axis=-1):
+    open("started", "w").close()  # (the test signals once this exists: the first candidate's rows are done)
+    time.sleep(SECONDS)
+    return _softmax(x, axis)
+'''
+
+
+def start_run(folder: Path, seconds: float, *args) -> subprocess.Popen:
+    (folder / "slow.py").write_text(SLOW.replace("SECONDS", str(seconds)))
+    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
+    command = [sys.executable, "-m", "softaudit", "run", "slow.py", "--suite", "quick", "--dtype", "float32",
+               "--out", "out", *args]  # fmt: skip
+    return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[0]
+        assert time.monotonic() < deadline, "the run never reached the slow candidate"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_keeps_the_finished_rows_writes_the_reports_marked_interrupted_and_exits_130(tmp_path, sig):
+    process = start_run(tmp_path, 0.2)
+    wait_for(tmp_path / "started", process)
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    for name in REPORTS:
+        assert (tmp_path / "out" / name).is_file(), name
+    table = rows(tmp_path / "out")
+    first, slow = table[table.name == "first"], table[table.name == "slow"]
+    assert len(first) > 1 and (first.verdict == "pass").all()  # every family of the candidate that finished
+    assert len(slow) < len(first)  # the other stopped between families
+    data = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert data["settings"]["interrupted"] is True
+    assert "Interrupted" in (tmp_path / "out" / "summary.md").read_text()
+    assert "Interrupted" in (tmp_path / "out" / "report.html").read_text()
+    assert "Aborted" not in output and "Traceback" not in output
+
+
+def test_a_second_signal_quits_at_once_and_leaves_the_last_reports_whole(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "summary.md").write_text("an earlier run's\n")
+    process = start_run(tmp_path, 60)
+    wait_for(tmp_path / "started", process)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    start = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 130 and time.monotonic() - start < 10, output
+    assert "stopped at once" in output
+    assert (tmp_path / "out" / "summary.md").read_text() == "an earlier run's\n"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["summary.md"]  # no staging folder left behind
+
+
+def test_an_interrupted_run_is_not_gated_and_writes_no_baseline(project):
+    """In process (--isolation none), a candidate that interrupts its own run on its first call."""
+    once = "if not os.path.exists('sent'):\n        open('sent', 'w').close()\n        os.kill(os.getpid(), 2)"
+    (project / "k.py").write_text(SLOW.replace("SECONDS", "0").replace('open("started", "w").close()', once))
+    args = ["run", "k.py", "--suite", "quick", "--dtype", "float32", "--out", "out", "--isolation", "none"]
+    r = CliRunner().invoke(main, [*args, "--update-baseline"])
+    assert r.exit_code == 130, r.output
+    assert "Warning: the run was interrupted: the baseline out/baseline.json was not written" in r.output
+    assert not (project / "out" / "baseline.json").exists()
+    (project / "b.json").write_text(json.dumps({"rows": {}}))
+    Path("sent").unlink()
+    r = CliRunner().invoke(main, [*args, "--baseline", "b.json"])
+    assert r.exit_code == 130 and "not compared with the baseline" in r.output and "regression" not in r.output
+    assert json.loads((project / "out" / "results.json").read_text())["settings"]["interrupted"] is True
