@@ -221,22 +221,20 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         bad = np.flatnonzero(~finite_y & b.finite_ref)
         t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]])) if len(bad) else None
     if "argmax_flips" in kind.measures and y.size and y.shape[-1]:  # (sum_err comes with it: the probability kinds)
-        rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
+        rows_ok = _rows_ok(b, finite_y)
         if "sum_err" in kind.measures:
-            sums = (y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1, dtype=np.float64)
-            sums = np.abs(sums - 1) / 2.0 ** (1 - b.fmt.precision)
+            sums = np.abs(_finite_row_sums(y, finite_y) - 1) / 2.0 ** (1 - b.fmt.precision)
             t.sum_err = float(np.where(rows_ok, sums, 0).max(initial=0.0))
         chosen = np.argmax(y if nan_y is None else np.where(nan_y, -np.inf, y), axis=-1)
         chosen = np.take_along_axis(b.rounded, chosen[..., None], -1)[..., 0]
         t.argmax_flips = int(np.count_nonzero(rows_ok & (chosen < b.best)))
     if "sum_zero" in kind.measures and y.size and y.shape[-1]:  # softmax's VJP: sum_i dx_i = 0 exactly
-        rows_ok = ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
         with np.errstate(divide="ignore"):  # u sum_i scale_i: at least u sum |r_i|, and not 0 where r is
             size = np.where(b.inv_scale > 0, 1 / b.inv_scale, 0.0).sum(axis=-1) * 2.0**-b.fmt.precision
-        sums = np.abs((y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1, dtype=np.float64))
+        sums = np.abs(_finite_row_sums(y, finite_y))
         with np.errstate(all="ignore"):
             ratio = np.where(size > 0, sums / np.where(size > 0, size, 1), np.where(sums > 0, np.inf, 0.0))
-        t.sum_err = float(np.where(rows_ok, ratio, 0).max(initial=0.0))
+        t.sum_err = float(np.where(_rows_ok(b, finite_y), ratio, 0).max(initial=0.0))
     if b.kept_nan_rows is not None and b.kept_nan_rows.any():  # (such rows are undefined: not the short route)
         rows_nan = nan_y.all(axis=-1) if per_row else nan_y
         t.nan_not_propagated = int((b.kept_nan_rows & ~rows_nan).sum())
@@ -252,6 +250,16 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
             den = np.sqrt((r**2 if compare is None else np.where(compare, r, 0) ** 2).sum(axis=-1))
             t.max_normwise = float(np.where(den > 0, num / np.where(den > 0, den, 1), 0).max(initial=0.0))
     return t
+
+
+def _rows_ok(b: Basis, finite_y) -> np.ndarray:
+    """The defined rows whose outputs are all finite (finite_y None: every output is)."""
+    return ~b.undefined if finite_y is None else ~b.undefined & finite_y.all(axis=-1)
+
+
+def _finite_row_sums(y, finite_y) -> np.ndarray:
+    """Each row's sum of its finite outputs, in float64."""
+    return (y if finite_y is None else np.where(finite_y, y, 0)).sum(axis=-1, dtype=np.float64)
 
 
 #: Elements per step of `_accuracy`: float64 temporaries just under 128 KiB stay in cache and in malloc's heap. Arrays

@@ -35,7 +35,7 @@ from . import kinds
 from .adapters._call import CandidateError, time_limits
 from .adapters._candidate import Candidate, check_kind
 from .adapters._targets import load_target
-from .cases import families_for, load_case_files
+from .cases import Case, families_for, load_case_files
 from .execute import Executor, InProcess, executor
 from .metrics import Tally, basis, measure
 from .policy import Policy, Reason

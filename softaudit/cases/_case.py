@@ -64,10 +64,10 @@ class Family:
         seed = zlib.crc32(f"{self.name}/{kind}/{fmt.name}/{suite}/{seed}".encode())
         rng = np.random.default_rng(seed)
         made = self.make(kind, fmt, SIZES[suite], rng)
-        upstream = _kinds.get(kind).upstream
-        if upstream is not None:  # a gradient kind: a Gaussian g where the family gives none
-            add = _kinds.get(kind).part("upstream")
-            made = [(m[0] if "g" in m[0] else m[0] | {"g": add(_kinds.get(kind), m[0], m[1], rng)}, *m[1:]) for m in made]
+        entry = _kinds.get(kind)
+        if entry.upstream is not None:  # a gradient kind: a Gaussian g where the family gives none
+            add = entry.part("upstream")
+            made = [(m[0] if "g" in m[0] else m[0] | {"g": add(entry, m[0], m[1], rng)}, *m[1:]) for m in made]
         return [Case(kind, self.name, *m[:2], seed, *m[2:]) for m in made]
 
 
