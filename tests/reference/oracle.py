@@ -205,7 +205,11 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
         dP = [[mpmath.fsum(G[i][a] * V[j][a] for a in range(dv)) for j in range(lk)] for i in range(lq)]
         dS = [[P[i][j] * mpmath.fsum(P[i][l] * (dP[i][j] - dP[i][l]) for l in range(lk)) for j in range(lk)]
               for i in range(lq)]  # fmt: skip
-        dq = [[c * mpmath.fsum(dS[i][j] * K[j][a] for j in range(lk)) for a in range(d)] for i in range(lq)]
+        # dq as sum over key pairs of P_j P_l (dP_j - dP_l)(K_j - K_l): a column of K with equal values gives 0
+        # exactly, as it must (dS sums to 0 along a row), where sum_j dS_j K_j would leave rounding noise.
+        pairs = [(j, m) for j in range(lk) for m in range(j + 1, lk)]
+        dq = [[c * mpmath.fsum(P[i][j] * P[i][m] * (dP[i][j] - dP[i][m]) * (K[j][a] - K[m][a]) for j, m in pairs)
+               for a in range(d)] for i in range(lq)]  # fmt: skip
         dk = [[c * mpmath.fsum(dS[i][j] * Q[i][a] for i in range(lq)) for a in range(d)] for j in range(lk)]
         dvv = [[mpmath.fsum(P[i][j] * G[i][a] for i in range(lq)) for a in range(dv)] for j in range(lk)]
         return dq, dk, dvv
