@@ -114,15 +114,17 @@ def _deviation(p, top, g):
 
 
 def log_softmax_grad(x, mask, g, r) -> np.ndarray:
-    """scale of dx = g - p sum(g), 0 where not kept: |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the
-    upstream gradient's part) + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact."""
+    """scale of dx = g - p sum(g): |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the upstream gradient's part)
+    + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact. g is read at -inf logits too (p = 0
+    there, so dx_i = g_i and the scale is 2 |g_i|); 0 where masked."""
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
-        g = np.where(kept, np.asarray(g, dtype=np.float64), 0.0)
+        read = kept | (x == -np.inf) if mask is None else kept
+        g = np.where(read, np.asarray(g, dtype=np.float64), 0.0)
         ag = np.abs(g)
         upstream = _one_minus(p, e, s, top) * ag + p * np.maximum(ag.sum(axis=-1, keepdims=True) - ag, 0.0)
         logits = np.abs(g.sum(axis=-1, keepdims=True)) * p * _spread(p, e, s, top, ax)
-        return np.where(kept, np.abs(r) + upstream + logits, 0.0)
+        return np.where(read, np.abs(r) + upstream + np.where(kept, logits, 0.0), 0.0)
 
 
 def logsumexp_grad(x, mask, g, r) -> np.ndarray:

@@ -89,7 +89,14 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
     lq, d = q.shape
     lk, dv = v.shape
     ch, cl, c_rel = _dd.scale_dd(scale, d)
-    k_rows, v_rows, k_cols = (_ozaki.slice_rows([a], slices) for a in (k, v, k.T))
+    k_rows, v_rows = (_ozaki.slice_rows([a], slices) for a in (k, v))
+    # dq = c dS K = c dS (K - k_r) for any fixed key row k_r, as every row of dS sums to 0 (masked entries are 0).
+    # Centred on the key nearest the mean, K - k_r (exact, as a double-double) is small when the keys are alike
+    # (similar representations), and 0 when they are equal, which makes dq an exact 0 rather than noise.
+    centre = k[np.abs(k - k.mean(axis=0)).sum(axis=1).argmin()] if lk else np.zeros(d)
+    k_off = _dd.two_sum(k, -centre)
+    k_cols = _ozaki.slice_rows([a.T for a in k_off], slices)
+    k_off_size = np.abs(k_off[0]) * (1 + 2 * _dd.U)
     dq_h, dq_l, dq_err = np.zeros((lq, d)), np.zeros((lq, d)), np.zeros((lq, d))
     dk_sum, dv_sum = _ozaki.ExactSum((lk, d)), _ozaki.ExactSum((lk, dv))
     dk_err, dv_err = np.zeros((lk, d)), np.zeros((lk, dv))
@@ -99,7 +106,7 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
         dq_sum = _ozaki.ExactSum((len(p[0]), d))
         err = _ozaki.product(_ozaki.slice_rows(list(ds), slices), k_cols, dq_sum)
         hi, lo, own = dq_sum.result()
-        dq_h[rows], dq_l[rows], dq_err[rows] = hi, lo, err + own + _ozaki.spread(ds_err, np.abs(k))
+        dq_h[rows], dq_l[rows], dq_err[rows] = hi, lo, err + own + _ozaki.spread(ds_err, k_off_size)
         q_cols, g_cols = _ozaki.slice_rows([q[rows].T], slices), _ozaki.slice_rows([g[rows].T], slices)
         dk_err += _ozaki.product(_ozaki.slice_rows([a.T for a in ds], slices), q_cols, dk_sum)
         dk_err += _ozaki.spread(ds_err.T, np.abs(q[rows]))

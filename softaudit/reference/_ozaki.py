@@ -90,11 +90,13 @@ class ExactSum:
 
 
 def spread(err: np.ndarray, b_abs: np.ndarray) -> np.ndarray:
-    """An upper bound of err @ b_abs (non-negative arrays): float64 rounding (gamma_n per entry) and products that
-    underflow (2**-1074 each) counted. inf in err stays inf (never NaN from inf * 0)."""
+    """An upper bound of err @ b_abs (non-negative 2-D arrays): float64 rounding (gamma_n per entry) and products
+    that underflow (2**-1074 each, where some err_ij b_jk has both factors nonzero) counted. inf in err gives inf
+    on its whole row (never NaN from inf * 0)."""
     n = err.shape[-1]
     finite = np.isfinite(err)
-    out = (np.where(finite, err, 0.0) @ b_abs) * (1 + 2 * _dd.gamma(n)) + n * TINY * err.any(axis=-1)[..., None]
+    both = err.any(axis=-1)[:, None] & b_abs.any(axis=0)[None, :]  # a product err_ij b_jk that may underflow
+    out = (np.where(finite, err, 0.0) @ b_abs) * (1 + 2 * _dd.gamma(n)) + n * TINY * both
     infinite = ~finite.all(axis=-1)
     if infinite.any():
         out[infinite] = np.inf

@@ -151,7 +151,8 @@ def _softmax_values(xs):
 def grad_row(kind, row, g, keep, prec):
     """The plain vector-Jacobian product of one row at `prec` bits (a list; g a list, or one value for
     logsumexp_grad). softmax_grad uses the sum of exact differences p_i sum_k p_k (g_i - g_k), so a constant g gives 0.
-    Removed entries (masked or -inf) give 0; a row with no kept entry gives zeros."""
+    Removed entries (masked or -inf) give 0, but log_softmax_grad's -inf entries give g; a row with no kept entry
+    gives zeros."""
     row = [float(v) for v in np.asarray(row).astype(np.float64)]
     keep = [True] * len(row) if keep is None else list(keep)
     kept = [j for j, v in enumerate(row) if keep[j] and v != -math.inf]
@@ -166,8 +167,11 @@ def grad_row(kind, row, g, keep, prec):
                 out[j] = pj * gv
             return out
         gs = [mpmath.mpf(float(g[j])) for j in kept]
-        if kind == "log_softmax_grad":
-            total = mpmath.fsum(gs)
+        if kind == "log_softmax_grad":  # g is read at -inf logits too: p = 0 there, so dx = g
+            read = [j for j in range(len(row)) if keep[j]]
+            total = mpmath.fsum(mpmath.mpf(float(g[j])) for j in read)
+            for j in read:
+                out[j] = mpmath.mpf(float(g[j]))
             for j, pj, gj in zip(kept, p, gs):
                 out[j] = gj - pj * total
             return out

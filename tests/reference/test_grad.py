@@ -469,3 +469,16 @@ def test_tier_b_decides_exact_zeros_and_leaves_gaussian_heads_to_no_mpmath():
         assert (part.tier <= 2).all()
     q, k, v, g = (rng.standard_normal((128, 32)).astype(np.float32) for _ in range(4))
     assert all((part.tier <= 2).all() for part in R.evaluate_attention_grad(q, k, v, g, dtype="float32"))
+
+
+def test_log_softmax_grad_at_minus_infinity_follows_the_calculus():
+    """y_i = x_i - lse(x): at x_i = -inf, p_i = 0 so dx_i = g_i, and g_i enters every other entry's sum (as
+    autograd computes). [0, -inf] with g = [1, 2]: p = [1, 0], dx = [1 - 3, 2] = [-2, 2]. A row of -inf only has
+    no forward (NaN), so no gradient."""
+    x = np.array([[0.0, -np.inf], [-np.inf, -np.inf]])
+    g = np.array([[1.0, 2.0], [1.0, 2.0]])
+    for dtype in DTYPES:
+        for method in ("auto", "mpmath"):
+            dx = R.log_softmax_grad(x, g, dtype=dtype, method=method).astype(np.float64)
+            np.testing.assert_array_equal(dx[0], [-2.0, 2.0])
+            assert np.isnan(dx[1]).all()
