@@ -10,8 +10,7 @@ import numpy as np
 
 from .. import kinds as _kinds
 from ..reference import Format
-
-SUITES = ("quick", "default", "full")
+from ..settings import SUITES
 
 
 @dataclasses.dataclass(frozen=True)
