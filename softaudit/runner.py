@@ -42,6 +42,7 @@ from .results import COLUMNS, MEASURES, AuditResult, WorstInput
 from .settings import audit_default
 from .worst import element_ulp, row_inputs
 
+
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 

@@ -10,7 +10,6 @@ import numpy as np
 
 from .. import kinds as _kinds
 from ..reference import Format
-from ..settings import SUITES
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+
 from ..results import summary_line
 from ._files import machine, platform_key, versions
 from ._findings import families_text, interrupted_line, issues, number, verdict_matrix

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+
 from ._files import machine, platform_key, versions
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+
 WORST_COLUMNS = ("candidate", "target", "kind", "dtype", "family", "output_name", "case", "case_index", "element", "cond_err", "ulp_err",
                  "scale", "output", "reference", "cause", "explanation", "replay", "recipe", "inputs")  # fmt: skip
 
