@@ -195,7 +195,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                                stop=interruption.stop)
         except (TargetError, CaseFileError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
-        interrupted = result.settings["interrupted"]
+        interrupted = result.interrupted
         comparison = None
         if known is not None and not interrupted:
             tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance"))
