@@ -130,7 +130,8 @@ def _progress(quiet: bool):
 @click.option("--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)")
 @click.option("--factor", type=_Number("factor"), help="fail past factor x the worst standard same-dtype algorithm's "
               f"error, warn past factor x best practice's (default {_shown('factor')})")
-@click.option("--min-ulp", type=_Number("min_ulp"), help=f"max ULP error that never warns (default {_shown('min_ulp')})")
+@click.option("--min-ulp", type=_Number("min_ulp"),
+              help=f"max ULP error that never warns (default {_shown('min_ulp')})")
 @click.option("--defect-fraction", type=_Number("defect_fraction"), help="an accuracy fail also needs an error past "
               f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
               "significand)")
@@ -302,9 +303,8 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
     staging = saved.attempt_folder(out, f"{whole} in {out}") if wanted else None
     if staging is not None:
         try:
-            staged = {fmt: saved.attempt(f"the {fmt} {each} in {out}", keep=False,
-                                         writer=lambda fmt=fmt: write_reports(subject, staging, (fmt,), comparison, writers))
-                      for fmt in wanted}
+            staged = {fmt: saved.attempt(f"the {fmt} {each} in {out}", keep=False, writer=lambda fmt=fmt: write_reports(
+                subject, staging, (fmt,), comparison, writers)) for fmt in wanted}
             staged = {fmt: paths for fmt, paths in staged.items() if paths}
             with held():
                 for fmt in sorted(staged, key=lambda f: f == "json"):
@@ -316,7 +316,8 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     if saved.failures and not saved.written:
-        saved.elsewhere(f"{whole} to {out}", lambda folder: write_reports(subject, folder, formats, comparison, writers))
+        saved.elsewhere(f"{whole} to {out}",
+                        lambda folder: write_reports(subject, folder, formats, comparison, writers))
     return saved
 
 
@@ -438,8 +439,10 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
     try:
         bar, progress = _progress(quiet)
         with bar or contextlib.nullcontext():
-            findings = run_hunt(_pick(targets, config, "targets", "hunt") or None, kind=_pick(kind, config, "kind", "hunt"),
-                                dtypes=_pick(dtypes, config, "dtypes", "hunt"), budget=_pick(budget, config, "budget", "hunt"),
+            findings = run_hunt(_pick(targets, config, "targets", "hunt") or None,
+                                kind=_pick(kind, config, "kind", "hunt"),
+                                dtypes=_pick(dtypes, config, "dtypes", "hunt"),
+                                budget=_pick(budget, config, "budget", "hunt"),
                                 corpus=corpus, timeout=_pick(timeout, config, "timeout", "hunt"), progress=progress,
                                 device=_pick(device, config, "device", "hunt"),
                                 isolation=_pick(isolation, config, "isolation", "hunt"),

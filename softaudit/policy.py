@@ -31,9 +31,11 @@ class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed. The fields a user sets
     from the command line or [tool.softaudit] take their defaults from softaudit/settings.py."""
 
-    factor: float = default("factor")  # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
+    # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
+    factor: float = default("factor")
     min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    defect_fraction: float = default("defect_fraction")  # an accuracy fail also needs an error past 2**(defect_fraction x precision)
+    # an accuracy fail also needs an error past 2**(defect_fraction x precision)
+    defect_fraction: float = default("defect_fraction")
     fully_masked: str = default("fully_masked")  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
     fail_on_overflow: bool = True  # +-inf where the reference is finite

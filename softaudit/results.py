@@ -133,8 +133,8 @@ class WorstInput:
         if inputs is not None:
             dtype = format_of(data["dtype"]).dtype
             inputs = {name: _array(spec, dtype) for name, spec in inputs.items()}
-        exact = {"output": float.fromhex(data["output"]), "reference": float.fromhex(data["reference"]), "inputs": inputs}
-        return cls(**(data | exact))
+        floats = {"output": float.fromhex(data["output"]), "reference": float.fromhex(data["reference"])}
+        return cls(**(data | floats | {"inputs": inputs}))
 
     def command(self, out: str = "softaudit-replay") -> str:
         """The command that audits this row again (same candidate, dtype, family and cases)."""

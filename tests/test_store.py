@@ -106,18 +106,21 @@ def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
     import pandas as pd
 
     env = os.environ | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run", "softaudit.candidates.softmax:naive",
-               "--dtype", "float32", "--suite", "quick", "--family", "gaussian", "-q"]  # fmt: skip
+    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run",
+               "softaudit.candidates.softmax:naive", "--dtype", "float32", "--suite", "quick", "--family", "gaussian",
+               "-q"]
     runs = [(env, []), (env, []), (env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")}, ["--cache-dir", "off"])]
     tables = []
     for i, (run_env, extra) in enumerate(runs):
         out = tmp_path / f"out{i}"
-        done = subprocess.run(command + ["--out", str(out), *extra], env=run_env, capture_output=True, text=True, cwd=tmp_path)
+        done = subprocess.run([*command, "--out", str(out), *extra], env=run_env, capture_output=True, text=True,
+                              cwd=tmp_path)
         assert done.returncode == 1, done.stderr  # naive softmax overflows on the gaussian family: a fail
         assert done.stdout.startswith("FAIL  softmax.naive float32 (gaussian): ") and not done.stderr
         tables.append(pd.read_csv(out / "results.csv").drop(columns="seconds"))
         if i == 0:
-            assert [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()] == ["gaussian-softmax-float32-quick-0.pkl"]
+            kept = [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()]
+            assert kept == ["gaussian-softmax-float32-quick-0.pkl"]
     assert list(tables[0].verdict) == ["fail"]
     assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
     assert len(list((tmp_path / "cache").iterdir())) == 1 and not (tmp_path / "other").exists()
