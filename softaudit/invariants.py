@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import kinds
-from .adapters._call import call
+from .adapters import call
 from .reference import round_to
 
 #: Cases with more output elements than this are not checked: the checks call the candidate three or four times
@@ -81,7 +81,7 @@ def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float, ex=None)
     """Violations per invariant for one case (kinds with invariants only; attention has its leak probe).
 
     ex: the executor the candidate is called through (softaudit.execute; None: in this process, as
-    adapters._call.call does).
+    adapters.call does).
 
     Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
     checks allow 2 max(E, 0.5) + 1 ulps, E the candidate's max ULP error on this case: a larger difference means

@@ -29,31 +29,18 @@ import numpy as np
 
 from . import _store, causes, invariants
 from . import candidates as builtin
-from .adapters import _bridge as bridge
-from .adapters._bridge import CandidateSkip
 from . import kinds
-from .adapters._call import CandidateError, time_limits
-from .adapters._candidate import Candidate, check_kind
-from .adapters._targets import load_target
+from .adapters import (Candidate, CandidateError, CandidateSkip, check_device, check_kind, load_target, parse_device,
+                       time_limits)
 from .cases import Case, families_for, load_case_files
 from .execute import Executor, InProcess, executor
 from .metrics import Tally, basis, measure
 from .policy import Policy, Reason
 from .kinds import KINDS, Kind
 from .reference import Format, format_of, round_to
-from .worst import WorstInput, element_ulp, row_inputs
-
-DEFAULT_DTYPES = ("float16", "bfloat16", "float32", "float64")
-COLUMNS = (
-    "candidate", "kind", "dtype", "family", "output", "verdict", "cause", "note", "fix", "cases", "elements", "max_cond_err",
-    "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp", "max_rel_err", "max_abs_err",
-    "nan", "overflow", "underflow", "flushed", "negative", "mask_leak", "sum_err", "argmax_flips", "undefined_rows",
-    "nan_not_propagated", "fully_masked", "max_ulp_vsum", "max_normwise", "invariants", "plain_cond_err",
-    "best_ulp", "fail_above", "warn_above", "fa_ratio", "seconds",
-)  # fmt: skip
-#: The measures of the table that are NaN where nothing could be compared (a row of NaN outputs reads NaN, not 0).
-MEASURES = ("max_cond_err", "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp",
-            "max_rel_err", "max_abs_err", "max_ulp_vsum", "max_normwise", "sum_err")  # fmt: skip
+from .results import COLUMNS, MEASURES, AuditResult, WorstInput
+from .settings import audit_default
+from .worst import element_ulp, row_inputs
 
 
 class Prepared:
@@ -164,33 +151,6 @@ class OutputView:
         return self.pc.output_shapes[self.index]
 
 
-@dataclasses.dataclass
-class AuditResult:
-    """The results table (one row per candidate x dtype x family), the worst inputs, and the settings."""
-
-    table: object  # pandas.DataFrame
-    worst: dict  # (candidate, dtype, family, output) -> WorstInput (as_json(): exact, hex floats)
-    settings: dict
-    case_records: list = dataclasses.field(default_factory=list)  # one dict per candidate x dtype x case
-
-    @functools.cached_property
-    def cases(self):
-        """pandas.DataFrame: one row per candidate x dtype x case (what the plots draw), made when first read."""
-        import pandas as pd
-
-        return pd.DataFrame(self.case_records)
-
-    @property
-    def policy(self) -> Policy:
-        """The policy the rows were judged by."""
-        return Policy(**self.settings["policy"])
-
-    @property
-    def passed(self) -> bool:
-        """No row failed or errored (and, with a strict policy, none warned); a `skip` is not a failure."""
-        return not self.policy.failed(self.table["verdict"])
-
-
 def candidates_for(targets, kind, device: str | None = None) -> list[Candidate]:
     """The candidates of the targets (None: the built-ins), of `kind` if given, framework ones on `device`.
 
@@ -198,7 +158,7 @@ def candidates_for(targets, kind, device: str | None = None) -> list[Candidate]:
     device, or one the targets' frameworks do not see (a torch or jax candidate pinned to one included)."""
     if kind is not None:
         check_kind(kind)
-    bridge.parse_device(device)
+    parse_device(device)
     if targets is None:  # the built-ins (a kind that is not in the default run only when asked for)
         found = [c for c in builtin.builtins() if c.kind == kind or (kind is None and kinds.get(c.kind).default_run)]
     else:
@@ -208,7 +168,7 @@ def candidates_for(targets, kind, device: str | None = None) -> list[Candidate]:
     # A framework candidate not pinned to a device runs on the run's; numpy ones run where numpy does.
     found = [dataclasses.replace(c, device=device) if c.framework != "numpy" and c.device is None else c for c in found]
     for framework, where in dict.fromkeys((c.framework, c.device) for c in found):
-        bridge.check_device(framework, where)
+        check_device(framework, where)
     return found
 
 
@@ -407,23 +367,23 @@ def _run_family(candidate: Candidate, prepared: list[Prepared], timeout, ex: Exe
 
 
 def audit(
-    targets=None,
+    targets=audit_default("targets"),
     *,
-    kind: str | None = None,
-    dtypes: Iterable = DEFAULT_DTYPES,
-    suite: str = "default",
-    cases=None,
-    families: Iterable[str] | None = None,
-    corpus=None,
+    kind: str | None = audit_default("kind"),
+    dtypes: Iterable = audit_default("dtypes"),
+    suite: str = audit_default("suite"),
+    cases=audit_default("cases"),
+    families: Iterable[str] | None = audit_default("families"),
+    corpus=audit_default("corpus"),
     policy: Policy | None = None,
-    seed: int = 0,
-    timeout: float | None = 60.0,
+    seed: int = audit_default("seed"),
+    timeout: float | None = audit_default("timeout"),
     progress: Callable[[int, int, str], None] | None = None,
     cache: bool = True,
-    cache_dir: str | Path | None = None,
-    device: str | None = None,
-    isolation: str = "worker",
-    memory_limit_mib: int | None = None,
+    cache_dir: str | Path | None = audit_default("cache_dir"),
+    device: str | None = audit_default("device"),
+    isolation: str = audit_default("isolation"),
+    memory_limit_mib: int | None = audit_default("memory_limit"),
     stop=None,
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
@@ -540,7 +500,7 @@ def _audit_candidate(candidate, fmt, prepared: dict, policy, timeout, recipe, wo
                            "output": row["output"]} | c for c in m.per_case]  # fmt: skip
             record = _worst_record(candidate, fmt, pcs, tally, recipe, family, row["output"]) if tally.worst is not None else None
             if record is not None:
-                worst[(candidate.name, fmt.name, family, row["output"])] = record
+                worst[record.key] = record
             verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], row["best_ulp"])
             failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
             notes = [note, *failed, text]

@@ -101,13 +101,26 @@ def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, c
 
 
 def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
+    """Twice with the folder (the second run reads what the first kept), once with --cache-dir off (nothing kept
+    anywhere): the same verdict, exit code and table each time."""
+    import pandas as pd
+
     env = os.environ | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run", "softaudit.candidates.softmax:naive", "--dtype", "float32",
-               "--suite", "quick", "--family", "gaussian", "--out", str(tmp_path / "out"), "-q"]  # fmt: skip
-    for _ in range(2):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode in (0, 1), done.stderr
-    assert [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()] == ["gaussian-softmax-float32-quick-0.pkl"]
-    subprocess.run(command + ["--cache-dir", "off"], env=env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")},
-                   capture_output=True, cwd=tmp_path, check=False)  # fmt: skip
-    assert not (tmp_path / "other").exists()
+    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run",
+               "softaudit.candidates.softmax:naive", "--dtype", "float32", "--suite", "quick", "--family", "gaussian",
+               "-q"]
+    runs = [(env, []), (env, []), (env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")}, ["--cache-dir", "off"])]
+    tables = []
+    for i, (run_env, extra) in enumerate(runs):
+        out = tmp_path / f"out{i}"
+        done = subprocess.run([*command, "--out", str(out), *extra], env=run_env, capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert done.returncode == 1, done.stderr  # naive softmax overflows on the gaussian family: a fail
+        assert done.stdout.startswith("FAIL  softmax.naive float32 (gaussian): ") and not done.stderr
+        tables.append(pd.read_csv(out / "results.csv").drop(columns="seconds"))
+        if i == 0:
+            kept = [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()]
+            assert kept == ["gaussian-softmax-float32-quick-0.pkl"]
+    assert list(tables[0].verdict) == ["fail"]
+    assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
+    assert len(list((tmp_path / "cache").iterdir())) == 1 and not (tmp_path / "other").exists()

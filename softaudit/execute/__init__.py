@@ -1,7 +1,7 @@
 """Where a candidate call runs: in softaudit's own process, or in worker processes (isolation).
 
 One seam for the runner: an executor's `call_all(candidate, arrays, mask, shapes, dtype, timeout)` returns
-(outputs, note) or raises CandidateError / CandidateSkip exactly as `adapters._call.call_all` does (`call`: one
+(outputs, note) or raises CandidateError / CandidateSkip exactly as `adapters.call_all` does (`call`: one
 output), so an error row or a skip row follows as today. `executor(isolation, memory_mib)` makes the one an audit
 uses; `with executor(...) as ex:` (or `ex.close()`) releases the workers.
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters import _call
-from ..adapters._call import CandidateError
+from ..adapters import CandidateError, call_all
 
 NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
 
@@ -15,7 +14,7 @@ class TimedOut(CandidateError):
 
 
 class Executor:
-    """Calls candidates: `call_all` as adapters._call.call_all does (`call` for a one-output kind), `close` (or
+    """Calls candidates: `call_all` as adapters.call_all does (`call` for a one-output kind), `close` (or
     `with`) when done.
 
     A candidate that ran past its time limit is not called again in that dtype: every later call of the same
@@ -30,7 +29,7 @@ class Executor:
         """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
         with one line saying why.
 
-        reuse: as adapters._call.call_all's (InProcess); an isolated call's outputs are always fresh arrays."""
+        reuse: as adapters.call_all's (InProcess); an isolated call's outputs are always fresh arrays."""
         key = _unit(candidate, dtype)
         if key in self._past_limit:
             raise CandidateError(NOT_AGAIN)
@@ -73,9 +72,9 @@ class InProcess(Executor):
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         try:
-            return _call.call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
         except CandidateError as exc:
-            # (adapters._call says a timeout only in its message; wired in, it can raise TimedOut itself)
+            # (adapters.call_all says a timeout only in its message; wired in, it can raise TimedOut itself)
             if str(exc).startswith("ran past the time limit"):
                 raise TimedOut(str(exc)) from exc
             raise

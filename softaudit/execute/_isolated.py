@@ -24,8 +24,7 @@ import re
 import signal
 from concurrent.futures import BrokenExecutor
 
-from ..adapters._call import CandidateError
-from ..adapters._bridge import CandidateSkip
+from ..adapters import CandidateError, CandidateSkip
 from . import _worker
 from ._arena import Arena
 from ._executor import Executor, InProcess, TimedOut
@@ -62,7 +61,7 @@ class Isolated(Executor):
             outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
             return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
         ticket = dataclasses.replace(candidate, call=None)
-        timeout = timeout or None  # (0 is no limit, as adapters._call.call has it)
+        timeout = timeout or None  # (0 is no limit, as adapters.call has it)
         if self._arena is None:
             self._arena = Arena()
         specs, outs = self._arena.put([*arrays.values(), mask], shapes, dtype)

@@ -20,8 +20,7 @@ from hypothesis.errors import Flaky
 
 from .. import candidates as builtin
 from .. import invariants, kinds
-from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, time_limits
+from ..adapters import CandidateError, CandidateSkip, time_limits
 from ..execute import Executor, InProcess, executor
 from ..cases import Case
 from ..policy import Policy
