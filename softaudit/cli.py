@@ -25,7 +25,8 @@ CONFIG_KEYS = {
     "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
     "formats": list, "baseline": str, "factor": float, "min_ulp": float, "defect_fraction": float,
     "fully_masked": str, "strict": bool, "timeout": float, "seed": int, "tolerance": float, "corpus": str,
-    "budget": float, "cache_dir": str, "device": str, "isolation": str, "memory_limit": int,
+    "budget": float, "cache_dir": str, "device": str, "isolation": str, "memory_limit": int, "workers": int,
+    "scheduler": str,
 }  # fmt: skip
 #: The settings with a fixed set of values (the command line's choices too).
 CHOICES = {"isolation": ("worker", "none")}
@@ -33,7 +34,7 @@ CHOICES = {"isolation": ("worker", "none")}
 
 #: The numeric settings and the bound each must pass: one rule for the command line and for [tool.softaudit].
 BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">=",
-          "memory_limit": ">"}  # fmt: skip
+          "memory_limit": ">", "workers": ">"}  # fmt: skip
 _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
 
 
@@ -42,7 +43,11 @@ _device_option = click.option("--device", help="where torch and jax candidates n
 
 
 def _isolation_options(command):
-    """--isolation and --memory-limit, for run and hunt."""
+    """--isolation, --memory-limit, --workers and --scheduler, for run and hunt."""
+    command = click.option("--scheduler", help="a Dask scheduler's address (tcp://HOST:PORT): units run on its workers "
+                           "(needs pip install 'softaudit[dask]'; --workers is then ignored)")(command)  # fmt: skip
+    command = click.option("--workers", type=_Number("workers"), help="units run in this many processes on this "
+                           "machine (default 1: in softaudit's process)")(command)  # fmt: skip
     command = click.option("--memory-limit", type=_Number("memory_limit"), help="the worker's memory limit in MiB "
                            "(address space; default none; leave it off for GPU candidates)")(command)  # fmt: skip
     return click.option("--isolation", type=click.Choice(CHOICES["isolation"]), help="where candidates run: worker "
@@ -176,7 +181,7 @@ def _progress(quiet: bool):
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
         defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, isolation,
-        memory_limit, quiet, verbose):  # fmt: skip
+        memory_limit, workers, scheduler, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import gate
     from .adapters._targets import TargetError
@@ -220,6 +225,8 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                                cache=folder is not None, cache_dir=folder or "off",
                                isolation=_pick(isolation, config, "isolation", "worker"),
                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", None),
+                               workers=_pick(workers, config, "workers", 1),
+                               scheduler=_pick(scheduler, config, "scheduler", None),
                                stop=interruption.stop)  # fmt: skip
         except (TargetError, CaseFileError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
@@ -434,7 +441,8 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @_device_option
 @_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, workers, scheduler,
+         quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     import numpy as np
     import pandas as pd
@@ -457,7 +465,9 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
                                 corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress,
                                 device=_pick(device, config, "device", None),
                                 isolation=_pick(isolation, config, "isolation", "worker"),
-                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", None))  # fmt: skip
+                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", None),
+                                workers=_pick(workers, config, "workers", 1),
+                                scheduler=_pick(scheduler, config, "scheduler", None))  # fmt: skip
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
