@@ -12,7 +12,6 @@ is the same, row for row and bit for bit, whatever runs the units.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 from collections.abc import Callable, Iterable
@@ -222,17 +221,9 @@ def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) 
     did not run left out), settled candidate by candidate. Each family is prepared once, before its units; a
     pool that runs units in parallel is given every family at once, then every unit."""
     units = _Units(where, job, progress, sum(len(g.candidates) for g in planned))
-    ahead = (
-        [[where.submit(_prepare_task, s, g.fmt, job, where.share) for s in g.sources] for g in planned]
-        if where.parallel
-        else None
-    )
+    ahead = [_prepare_all(group, where, job, stopped) for group in planned] if where.parallel else None
     for gi, group in enumerate(planned):
-        families = ahead[gi] if ahead else []
-        for source in group.sources if not ahead else ():
-            if stopped():
-                break
-            families.append(where.submit(_prepare_task, source, group.fmt, job, where.share))
+        families = ahead[gi] if ahead else _prepare_all(group, where, job, stopped)
         for ci, candidate in enumerate(group.candidates):
             for si, (source, fam) in enumerate(zip(group.sources, families)):
                 if stopped():
@@ -243,10 +234,19 @@ def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) 
     settled = []
     for gi, group in enumerate(planned):
         for ci in range(len(group.candidates)):
-            settled += judge.settle(
-                [units.finished[k] for k in sorted(units.finished) if k[:2] == (gi, ci) and units.finished[k]]
-            )
+            found = [units.finished.get((gi, ci, si)) for si in range(len(group.sources))]
+            settled += judge.settle([result for result in found if result is not None])
     return settled
+
+
+def _prepare_all(group: plan.Group, where, job: _Job, stopped: _Stop) -> list:
+    """The group's families submitted to be prepared, in order (in this process: prepared now), until stopped."""
+    families = []
+    for source in group.sources:
+        if stopped():
+            break
+        families.append(where.submit(_prepare_task, source, group.fmt, job, where.share))
+    return families
 
 
 class _Units:
@@ -259,6 +259,7 @@ class _Units:
         self.where, self.job, self.progress, self.total = where, job, progress, total
         self.pending: dict = {}  # future -> key
         self.submitted: dict = {}  # key -> (fam, candidate, fmt, family): what it was submitted with
+        self.refused: set = set()  # the keys answered without a call (not called again)
         self.finished: dict = {}  # key -> UnitResult, or None for a family with no case in the dtype
         self.open: dict = {}  # (group, candidate) -> the keys of its units not finished
         self.reported = 0
@@ -290,9 +291,10 @@ class _Units:
 
     def _not_again(self, key: tuple) -> None:
         """The candidate's units after `key` in its dtype, not started yet: answered again without a call."""
-        later = [future for future, k in self.pending.items() if k[:2] == key[:2] and k[2] > key[2]]
+        later = [f for f, k in self.pending.items() if k[:2] == key[:2] and k[2] > key[2] and k not in self.refused]
         for future in self.where.cancel(later):
             k = self.pending.pop(future)
+            self.refused.add(k)
             self.submit(k, *self.submitted[k], called=False)
 
     def _close(self, key: tuple) -> None:

@@ -191,7 +191,7 @@ def test_a_stop_keeps_the_finished_units_of_a_parallel_run(serial):
 
 
 def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
-    process = start_run(tmp_path, 0.2, "--workers", "2")
+    process = start_run(tmp_path, 0.05, "--workers", "2")
     wait_for(tmp_path / "started", process)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=120)
