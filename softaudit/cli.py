@@ -34,7 +34,11 @@ def _shown(key: str, command: str = "run") -> str:
 
 
 def _isolation_options(command):
-    """--isolation and --memory-limit, for run and hunt."""
+    """--isolation, --memory-limit, --workers and --scheduler, for run and hunt."""
+    command = click.option("--scheduler", help="a Dask scheduler's address (tcp://HOST:PORT): units run on its workers "
+                           "(needs pip install 'softaudit[dask]'; --workers is then ignored)")(command)
+    command = click.option("--workers", type=_Number("workers"), help="units run in this many processes on this "
+                           f"machine (default {_shown('workers')}: in softaudit's process)")(command)
     command = click.option("--memory-limit", type=_Number("memory_limit"), help="the worker's memory limit in MiB "
                            "(address space; default none; leave it off for GPU candidates)")(command)
     return click.option("--isolation", type=click.Choice(settings.choices("isolation")),
@@ -151,7 +155,7 @@ def _progress(quiet: bool):
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
         defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, isolation,
-        memory_limit, quiet, verbose):  # fmt: skip
+        memory_limit, workers, scheduler, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import _store, gate
     from .adapters import TargetError
@@ -193,6 +197,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                                cache=folder is not None, cache_dir=folder or "off",
                                isolation=_pick(isolation, config, "isolation"),
                                memory_limit_mib=_pick(memory_limit, config, "memory_limit"),
+                               workers=_pick(workers, config, "workers"), scheduler=_pick(scheduler, config, "scheduler"),
                                stop=interruption.stop)
         except (TargetError, CaseFileError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
@@ -424,7 +429,8 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @_device_option
 @_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, workers, scheduler,
+         quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     from .adapters import TargetError
     from .hunt import hunt as run_hunt
@@ -446,7 +452,9 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
                                 corpus=corpus, timeout=_pick(timeout, config, "timeout", "hunt"), progress=progress,
                                 device=_pick(device, config, "device", "hunt"),
                                 isolation=_pick(isolation, config, "isolation", "hunt"),
-                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", "hunt"))
+                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", "hunt"),
+                                workers=_pick(workers, config, "workers", "hunt"),
+                                scheduler=_pick(scheduler, config, "scheduler", "hunt"))
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     saved = _save_set(findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext,

@@ -63,6 +63,8 @@ SETTINGS = {
     "device": Setting(str, commands=_BOTH, keyword="device"),
     "isolation": Setting(str, "worker", ISOLATIONS, commands=_BOTH, keyword="isolation"),
     "memory_limit": Setting(int, bound=">", commands=_BOTH, keyword="memory_limit_mib"),
+    "workers": Setting(int, 1, bound=">", commands=_BOTH, keyword="workers"),
+    "scheduler": Setting(str, commands=_BOTH, keyword="scheduler"),
 }
 _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
 

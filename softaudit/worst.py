@@ -53,7 +53,7 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
     from .execute import executor
     from .metrics import measure
     from .reference import format_of
-    from .runner import Prepared
+    from .prepare import Prepared
 
     record = record.as_json() if isinstance(record, WorstInput) else record
     if candidate is None or not hasattr(candidate, "kind"):

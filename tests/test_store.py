@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import softaudit
-from softaudit import _store, runner
+from softaudit import _store, prepare
 
 from .test_runner import good
 
@@ -49,11 +49,11 @@ def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, 
     assert computed > 0
     assert sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir()) == [
         "gaussian-softmax-bfloat16-quick-0.pkl", "ties-softmax-bfloat16-quick-0.pkl"]  # fmt: skip
-    runner.clear_cache()  # as a new process would start
+    prepare.clear_cache()  # as a new process would start
     second = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
     assert len(counted_references) == computed  # nothing computed again
     assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
-    runner.clear_cache()
+    prepare.clear_cache()
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS | {"seed": 1})  # other cases: other files
     assert len(counted_references) > computed and len(list(tmp_path.iterdir())) == 4
 
@@ -61,7 +61,7 @@ def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, 
 def test_other_code_does_not_read_the_files(tmp_path, counted_references, monkeypatch):
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
     computed = len(counted_references)
-    runner.clear_cache()
+    prepare.clear_cache()
     monkeypatch.setattr(_store, "fingerprint", lambda: "0ther")
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
     assert len(counted_references) == 2 * computed

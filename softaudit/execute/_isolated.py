@@ -11,9 +11,10 @@ The pool is loky's (the engine under joblib and scikit-learn), not multiprocessi
   exception cannot stop that); the standard library's executor cannot kill a running task at all;
 - cloudpickle is built in: a lambda or closure given to `softaudit.audit()` can reach the worker.
 
-One worker: the runner calls one candidate at a time; parallel units are a later step. A hung worker is killed and
-replaced: the next call starts a fresh interpreter and loads its candidate again (about 0.3 s with numpy only,
-seconds with torch or JAX: see docs/isolation.md); a call's time limit never counts that start or load.
+One worker: an executor makes one call at a time (parallel units each have their own executor, in their own worker
+process: softaudit/execute/_pool.py). A hung worker is killed and replaced: the next call starts a fresh
+interpreter and loads its candidate again (about 0.3 s with numpy only, seconds with torch or JAX: see
+docs/isolation.md); a call's time limit never counts that start or load.
 The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
 """
 
