@@ -28,7 +28,7 @@ from ..policy import Policy
 from ..reference import format_of
 from ..runner import Prepared, candidates_for
 from ..metrics import Tally, measure
-from . import _corpus
+from . import _corpus, _shrink
 
 
 class _OutOfTime(Exception):
@@ -124,7 +124,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
         if policy.failed([verdict]):
-            state["last"] = (inputs, mask, "; ".join(reasons), error)
+            state["last"] = (inputs, mask, reasons, error)
             raise AssertionError("; ".join(reasons))
 
     try:
@@ -133,13 +133,30 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         pass
     except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
         if state["last"] is None:
-            state["last"] = (None, None, f"hunt stopped: {type(exc).__name__}: {exc}", math.nan)
-    seconds = time.monotonic() - start
+            state["last"] = (None, None, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
     if state["last"] is None:
-        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
-    inputs, mask, reason, error = state["last"]
-    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, reason, error, seconds, None,
-                   inputs, mask)  # fmt: skip
+        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, time.monotonic() - start, None)
+    inputs, mask, reasons, error = state["last"]
+    if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
+
+        def fails(inputs, mask):
+            try:
+                judged = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
+            except Exception:  # (an input the judge cannot judge, a skip say, does not fail as the found one)
+                return False
+            return _fails_as(reasons[0], judged, policy)
+
+        inputs, mask = _shrink.to_boundary(kind, inputs, mask, fails, time.monotonic() + budget / 2)
+        _, reasons, error, _ = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
+    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, "; ".join(reasons), error,
+                   time.monotonic() - start, None, inputs, mask)  # fmt: skip
+
+
+def _fails_as(first: str, judged: tuple, policy: Policy) -> bool:
+    """Whether a judged input (verdict, reasons, ...) fails as the one found did: a failing verdict whose first
+    reason is the found one's, numbers aside."""
+    verdict, reasons = judged[:2]
+    return policy.failed([verdict]) and bool(reasons) and _shrink.signature(reasons[0]) == _shrink.signature(first)
 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
