@@ -440,6 +440,7 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
     import pandas as pd
 
     from .adapters._targets import TargetError
+    from .hunt import describe
     from .hunt import hunt as run_hunt
     from .report._files import write_atomic
 
@@ -474,6 +475,8 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
         saved.elsewhere(f"the hunt's tables to {out}", lambda folder: [write_atomic(folder / n, t) for n, t in tables.items()])
     if not quiet:
         click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(index=False))
+        for finding in (f for f in findings if f.failed):
+            click.echo("\n" + describe(finding))
     saved.raise_if_lost()
     sys.exit(1 if any(f.failed for f in findings) else 0)
 

@@ -33,8 +33,11 @@ from . import _bits
 EDGE_LENGTHS = (33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257)
 #: The most elements a drawn batch of rows has (rows x n).
 MAX_ROW_ELEMENTS = 8192
-#: The most multiply-adds of q k^T a drawn attention input has (batch x Lq x Lk x d); gradient kinds a quarter.
+#: The most multiply-adds of q k^T a drawn attention input has (batch x Lq x Lk x d).
 MAX_SCORE_WORK = 2**19
+#: The gradient kinds' bounds: attention_grad's reference takes minutes on long rows of large scores (Lk = 192,
+#: scores of 1e5: 35 s to 5 min), seconds at most up to 33 keys.
+MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**13, 33
 #: Reported-bug cases larger than this (elements in all) do not seed the hunt: each draw would cost a long reference.
 MAX_SEED_ELEMENTS = 2**14
 
@@ -167,8 +170,8 @@ def attention(draw, kind: str, fmt: Format):
     dv = draw(st.sampled_from([d, 1, 8]))
     lq = draw(st.integers(1, 8) | st.integers(9, 64))
     lk = draw(st.integers(1, 256) | st.sampled_from(EDGE_LENGTHS))
-    work = MAX_SCORE_WORK if forward else MAX_SCORE_WORK // 4
-    lk = max(1, min(lk, work // (math.prod(batch) * lq * d)))
+    work, keys = (MAX_SCORE_WORK, lk) if forward else (MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS)
+    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     scale = min(10.0 ** draw(st.floats(-2, 3)), math.sqrt(_top(fmt)))
     q, k = rng.standard_normal(batch + (lq, d)) * scale, rng.standard_normal(kv_batch + (lk, d)) * scale
@@ -178,8 +181,10 @@ def attention(draw, kind: str, fmt: Format):
         junk = _junk(draw, fmt)
         if junk is not None:  # (PyTorch #101967: NaN in a masked-out key gave NaN)
             free = _unattended_keys(mask, lk)
-            # V's junk stays finite: P V multiplies it by P's exact zeros, and 0 x NaN is NaN in every product form.
-            k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
+            # Junk a product multiplies by exact zeros stays finite (0 x NaN is NaN in every product form): V's in
+            # P V, and for the gradients K's too (dQ = dS K).
+            finite = junk if math.isfinite(junk) else _top(fmt)
+            k[..., free, :1], v[..., free, :1] = junk if forward else finite, finite
     with np.errstate(over="ignore"):
         return {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}, mask
 
