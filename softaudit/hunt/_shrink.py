@@ -156,10 +156,11 @@ def _bisect(arrays: dict, name: str, index: int, still) -> dict:
         flat[index] = _bits.with_key(k, negative, a.dtype)
         return arrays | {name: flat.reshape(a.shape)}
 
+    start = fails
     while fails - passes > 1:
         middle = (passes + fails) // 2
         if still(at(middle)):
             fails = middle
         else:
             passes = middle
-    return at(fails)
+    return arrays if fails == start else at(fails)
