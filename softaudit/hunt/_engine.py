@@ -133,28 +133,19 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         if state["last"] is None:
             state["last"] = (None, None, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
     if state["last"] is None:
-        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, time.monotonic() - start, None)
+        seconds = time.monotonic() - start
+        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
     inputs, mask, reasons, error = state["last"]
     if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
 
-        def fails(inputs, mask):
-            try:
-                judged = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
-            except Exception:  # (an input the judge cannot judge, a skip say, does not fail as the found one)
-                return False
-            return _fails_as(reasons[0], judged, policy)
+        def judged(inputs, mask):
+            return judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
 
+        fails = _shrink.fails_as(reasons[0], judged, policy)
         inputs, mask = _shrink.to_boundary(kind, inputs, mask, fails, time.monotonic() + budget / 2)
-        _, reasons, error, _ = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
-    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, "; ".join(reasons), error,
-                   time.monotonic() - start, None, inputs, mask)  # fmt: skip
-
-
-def _fails_as(first: str, judged: tuple, policy: Policy) -> bool:
-    """Whether a judged input (verdict, reasons, ...) fails as the one found did: a failing verdict whose first
-    reason is the found one's, numbers aside."""
-    verdict, reasons = judged[:2]
-    return policy.failed([verdict]) and bool(reasons) and _shrink.signature(reasons[0]) == _shrink.signature(first)
+        _, reasons, error, _ = judged(inputs, mask)
+    seconds, found, reason = time.monotonic() - start, inputs is not None, "; ".join(reasons)
+    return Finding(candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask)
 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",

@@ -24,7 +24,7 @@ def describe(finding) -> str:
 
 
 def _value(v) -> str:
-    """One value of the dtype in hex (exact) and decimal (the dtype's shortest): 0x1.63p+3 (11.09); inf, NaN as words."""
+    """One value in hex (exact) and decimal (the dtype's shortest): 0x1.63p+3 (11.09); inf and NaN as words."""
     x = float(v)
     return f"{re.sub(r'[.]?0*p', 'p', x.hex())} ({v!s})" if math.isfinite(x) else str(x)
 

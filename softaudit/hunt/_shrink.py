@@ -36,6 +36,22 @@ def signature(reason: str) -> str:
     return re.sub(r"\d[\d.e+-]*", "#", reason)
 
 
+def fails_as(first: str, judged, policy):
+    """The test that an input fails as the one found did, whose first reason was `first`: judged(inputs, mask) gives
+    a failing verdict whose first reason is `first`, numbers aside. An input the judge cannot judge (a skip, a
+    comparison that raises) does not."""
+    want = signature(first)
+
+    def fails(inputs: dict, mask) -> bool:
+        try:
+            verdict, reasons = judged(inputs, mask)[:2]
+        except Exception:
+            return False
+        return policy.failed([verdict]) and bool(reasons) and signature(reasons[0]) == want
+
+    return fails
+
+
 def to_boundary(kind: str, inputs: dict, mask, fails, deadline: float) -> tuple[dict, np.ndarray | None]:
     """(inputs, mask) moved to the boundary of the failure `fails(inputs, mask)` tests, by `deadline` (a
     time.monotonic() value) at the latest."""
@@ -105,10 +121,10 @@ def _squeeze(kind: str, arrays: dict, labels: dict, still) -> tuple[dict, dict]:
     """Attention's batch axes of size 1 taken out, if the failure stays (a row kind's x stays rows x n)."""
     if kinds.get(kind).row_wise:
         return arrays, labels
-    single = [lb for lb in dict.fromkeys(lb for names in labels.values() for lb in names)
-              if lb.startswith("batch") and _size(arrays, labels, lb) == 1]  # fmt: skip
-    squeezed = {n: np.squeeze(a, axis=tuple(labels[n].index(lb) for lb in single if lb in labels[n]))
-                for n, a in arrays.items()}  # fmt: skip
+    every = dict.fromkeys(lb for names in labels.values() for lb in names)
+    single = [lb for lb in every if lb.startswith("batch") and _size(arrays, labels, lb) == 1]
+    axes = {n: tuple(labels[n].index(lb) for lb in single if lb in labels[n]) for n in arrays}
+    squeezed = {n: np.squeeze(a, axis=axes[n]) for n, a in arrays.items()}
     if not single or not still(squeezed):
         return arrays, labels
     return squeezed, {n: tuple(lb for lb in names if lb not in single) for n, names in labels.items()}

@@ -238,6 +238,8 @@ def _seeded(draw, kind: str, fmt: Format):
     keep = slice(start, start + draw(st.integers(1, size - start)))
 
     def cut(a):
-        return a if a is None or a.ndim < -axis or a.shape[axis] == 1 else np.moveaxis(np.moveaxis(a, axis, 0)[keep], 0, axis)
+        if a is None or a.ndim < -axis or a.shape[axis] == 1:
+            return a
+        return np.moveaxis(np.moveaxis(a, axis, 0)[keep], 0, axis)
 
     return {n: cut(a) if n in names else a for n, a in inputs.items()}, cut(mask)

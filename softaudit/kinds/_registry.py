@@ -14,8 +14,14 @@ _ATTENTION_FAMILIES = ("attn_gaussian", "attn_shapes", "attn_long", "attn_large_
 #: Families from reported bugs (softaudit/cases/_reported.py): the forward row kinds', and attention's. The gradient
 #: kinds do not run them (the main job's time), nor does attention_grad (its reference is slow).
 _REPORTED_ROWS = ("reported_vectors", "uniform_512", "equal_sum_overflow", "tile_edges", "mask_planes")
-_REPORTED_ATTENTION = ("attn_nan_masked_key", "attn_tile_edges", "attn_fp8_keys_128", "attn_causal_alignment",
-                       "attn_broadcast_kv", "attn_exact_probes")  # fmt: skip
+_REPORTED_ATTENTION = (
+    "attn_nan_masked_key",
+    "attn_tile_edges",
+    "attn_fp8_keys_128",
+    "attn_causal_alignment",
+    "attn_broadcast_kv",
+    "attn_exact_probes",
+)
 
 _ROWS = "softaudit.kinds._rows"
 #: What the row kinds share: x of rows x n, reduced along its last axis.

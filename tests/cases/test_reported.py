@@ -79,18 +79,20 @@ def test_the_exact_probes_give_v_for_a_single_key_and_1_for_v_all_ones(dtype):
     v = single.inputs["v"].astype(np.float64)
     np.testing.assert_array_equal(single.reference.value.astype(np.float64), np.broadcast_to(v, (2, 8, 64)))
     assert (ones.reference.value == 1).all() and (ones_masked.reference.value == 1).all()
-    assert audit("softaudit.candidates.attention:upcast", "attn_exact_probes", dtype).loc["attention.upcast"].verdict == "pass"
+    table = audit("softaudit.candidates.attention:upcast", "attn_exact_probes", dtype)
+    assert table.loc["attention.upcast"].verdict == "pass"
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_best_practice_attention_gives_the_exact_answers_exactly_in_16_bits(dtype):
     for pc in prepared("attn_exact_probes", "attention", dtype):  # (it works in float32 and rounds once)
-        np.testing.assert_array_equal(attention_builtins.upcast(*(pc.inputs[n] for n in "qkv"), pc.mask), pc.reference.value)
+        y = attention_builtins.upcast(*(pc.inputs[n] for n in "qkv"), pc.mask)
+        np.testing.assert_array_equal(y, pc.reference.value)
 
 
 def test_a_running_sum_of_512_equal_terms_stalls_at_256_in_bfloat16():
-    table = audit(["softaudit.candidates.softmax:max_shifted_running", "softaudit.candidates.softmax:max_shifted_f32acc"],
-                  "uniform_512", "bfloat16")  # fmt: skip
+    targets = ["softaudit.candidates.softmax:max_shifted_running", "softaudit.candidates.softmax:max_shifted_f32acc"]
+    table = audit(targets, "uniform_512", "bfloat16")
     # 256 + 1 rounds to 256 in bfloat16 (8 bits), so p = 2**-8 where it is 2**-9: an error of 2**-9, which is
     # 2**7 ulp of 2**-9 (the ulp there is 2**-16).
     (pc,) = prepared("uniform_512", "softmax", "bfloat16")
@@ -118,8 +120,8 @@ def test_two_finfo_min_planes_overflow_to_minus_inf_where_both_mask_and_the_wher
     assert sorted(zip(*np.nonzero(x == -np.inf))) == [(0, 1), (0, 2), (1, 2)]
     float32_plane = prepared("mask_planes", "masked_softmax", "float16")[2]  # float32's finfo.min is -inf in float16
     assert (float32_plane.inputs["x"][~float32_plane.mask] == -np.inf).all()
-    table = audit(["softaudit.candidates.masked_softmax:where", "softaudit.candidates.masked_softmax:fill_neginf"],
-                  "mask_planes", "bfloat16")  # fmt: skip
+    targets = ["softaudit.candidates.masked_softmax:where", "softaudit.candidates.masked_softmax:fill_neginf"]
+    table = audit(targets, "mask_planes", "bfloat16")
     assert table.loc["masked_softmax.where"].verdict == "pass"
     assert table.loc["masked_softmax.fill_neginf"].note.startswith("fully masked rows give nan")
 
@@ -128,8 +130,8 @@ def test_a_float16_sum_of_65536_ones_overflows_though_every_term_is_one():
     (pc,) = prepared("equal_sum_overflow", "log_softmax", "float16")
     assert pc.inputs["x"].shape == (1, 65536) and prepared("equal_sum_overflow", "log_softmax", "float32") == []
     assert (pc.reference.value.astype(np.float64) == np.float16(-16 * math.log(2))).all()  # log(2**-16), rounded
-    table = audit(["softaudit.candidates.log_softmax:shifted", "softaudit.candidates.log_softmax:log1p_form_f32acc"],
-                  "equal_sum_overflow", "float16")  # fmt: skip
+    targets = ["softaudit.candidates.log_softmax:shifted", "softaudit.candidates.log_softmax:log1p_form_f32acc"]
+    table = audit(targets, "equal_sum_overflow", "float16")
     assert table.loc["log_softmax.shifted"].verdict == "fail" and table.loc["log_softmax.shifted"].overflow == 65536
     assert table.loc["log_softmax.log1p_form_f32acc"].verdict == "pass"
 

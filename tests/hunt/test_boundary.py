@@ -30,7 +30,10 @@ def test_rows_the_failure_does_not_need_are_dropped_and_values_set_to_zero():
 @pytest.mark.parametrize("sign", [1, -1])
 def test_an_element_is_bisected_to_the_first_value_that_fails(dtype, sign):
     x = np.array([[0.5, sign * 1000.0, 2.0]], dtype)
-    inputs, _ = to_boundary("softmax", {"x": x}, None, lambda i, m: bool((sign * i["x"].astype(float) > 3.3).any()), FOREVER)
+    def fails(inputs, mask):
+        return bool((sign * inputs["x"].astype(float) > 3.3).any())
+
+    inputs, _ = to_boundary("softmax", {"x": x}, None, fails, FOREVER)
     np.testing.assert_array_equal(inputs["x"], np.array([[sign * first_above(3.3, dtype)]], dtype))
 
 
@@ -75,4 +78,5 @@ def test_nothing_moves_past_the_deadline():
 
 def test_a_signature_keeps_the_words_and_drops_the_numbers():
     assert signature("3 NaN where the exact result is defined") == signature("1 NaN where the exact result is defined")
-    assert signature("fully masked rows give nan, expected zeros") != signature("fully masked rows give uniform, expected zeros")
+    nan, uniform = "fully masked rows give nan, expected zeros", "fully masked rows give uniform, expected zeros"
+    assert signature(nan) != signature(uniform)

@@ -85,8 +85,8 @@ def test_an_overflow_is_shrunk_to_the_threshold_of_the_dtype(broken, dtype):
 
 
 def test_the_terminal_shows_the_input_in_hex_and_decimal_its_reason_and_the_corpus_file(broken, tmp_path):
-    result = CliRunner().invoke(main, ["hunt", f"{broken}:min_shifted", "--dtype", "float16", "--budget", "10",
-                                       "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path / "out")])  # fmt: skip
+    options = ["--dtype", "float16", "--budget", "10", "--corpus", str(tmp_path / "corpus"), "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, ["hunt", f"{broken}:min_shifted", *options])
     assert result.exit_code == 1, result.output
     assert "broken:min_shifted float16: 1 NaN where the exact result is defined" in result.output
     assert "x (1, 2) float16:" in result.output
