@@ -433,6 +433,7 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
          quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     from .adapters import TargetError
+    from .hunt import describe
     from .hunt import hunt as run_hunt
     from .report import HUNT_WRITERS, hunt_table
 
@@ -462,6 +463,8 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
     table = hunt_table(findings)
     if not quiet:
         click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(index=False))
+        for finding in (f for f in findings if f.failed):
+            click.echo("\n" + describe(finding))
     saved.raise_if_lost()
     sys.exit(1 if any(f.failed for f in findings) else 0)
 

@@ -26,14 +26,16 @@ def _exact_shift(x: np.ndarray, dtype) -> float | None:
     """A shift c with x + c exact in the dtype for every finite entry, or None.
 
     The spacing of the dtype at max|x| is a multiple of every entry's spacing, so x + c is usually exact; it is
-    checked all the same.
+    checked all the same, in float64 too (finfo.min + 1 is finfo.min there: a row of 3 and finfo.min has no shift).
     """
     finite = np.isfinite(x)
     top = np.abs(np.where(finite, x, 0.0)).max(initial=0.0)
     step = float(np.spacing(np.asarray(top).astype(dtype)).astype(np.float64))
+    values = np.where(finite, x, 0.0)
     for c in (1.0, step, 2 * step):
-        shifted = x + c
-        if np.array_equal(round_to(np.where(finite, shifted, 0.0), dtype).astype(np.float64), np.where(finite, shifted, 0.0)):
+        shifted = values + c
+        in_float64 = np.array_equal(shifted - c, values) and np.array_equal(shifted - values, np.full(values.shape, c))
+        if in_float64 and np.array_equal(round_to(shifted, dtype).astype(np.float64), shifted):
             return c
     return None
 

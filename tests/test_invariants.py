@@ -3,6 +3,7 @@
 import numpy as np
 
 import softaudit
+from softaudit.invariants import Probes
 
 
 def table(targets, kind=None, dtypes=("float32",), families=None):
@@ -14,6 +15,15 @@ def test_exact_shifts_change_nothing_in_max_shifted_softmax_but_do_in_naive():
     got = table(["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"], families=["gaussian", "long"])
     assert "shift" in got[("softmax.naive", "gaussian")]
     assert got[("softmax.max_shifted_f32acc", "gaussian")] == "" and got[("softmax.max_shifted_f32acc", "long")] == ""
+
+
+def test_no_shift_is_checked_where_float64_absorbs_it_next_to_finfo_min():
+    # 3 + 1 is exact but finfo.min + 1 is finfo.min, in float64 too: shifting this row would change its softmax.
+    x = np.array([[3.0, float(np.finfo(np.float32).min), 0.5]], np.float32)
+    assert Probes("softmax", {"x": x}, None, np.float32, seed=0).shifted is None
+    assert table("softaudit.candidates.softmax:max_shifted_f32acc", families=["mask_planes"]) == {
+        ("softmax.max_shifted_f32acc", "mask_planes"): ""
+    }
 
 
 def test_logsumexp_below_the_max_and_fills_that_bend_the_kept_entries():

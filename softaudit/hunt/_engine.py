@@ -26,15 +26,16 @@ from ..policy import Policy
 from ..results import SEVERITY
 from ..prepare import Prepared, PreparedFamily, compare
 from ..reference import format_of
-from . import _corpus
+from . import _corpus, _shrink
 
 
 #: (suite, seed, corpus) of a hunt's input: none regenerates it (the corpus keeps the input itself).
 HUNT_RECIPE = (None, None, None)
 
 
-class _OutOfTime(Exception):
-    """Raised inside the search once the budget is spent (before any failure): it ends the search."""
+class _OutOfTime(BaseException):
+    """Raised inside the search once its time is spent: not an Exception, so Hypothesis stops at once instead of
+    taking it for a failure to shrink."""
 
 
 @dataclasses.dataclass
@@ -103,11 +104,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
               report_multiple_bugs=False)  # fmt: skip
     @given(strategy)
     def probe(drawn):
-        elapsed = time.monotonic() - start
-        if state["last"] is None and elapsed > budget:
-            raise _OutOfTime
-        if state["last"] is not None and elapsed > 1.5 * budget:
-            return  # shrinking has had its time: stop improving
+        if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
+            raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
         inputs, mask = drawn
         state["examples"] += 1
         verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
@@ -116,7 +114,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
         if policy.failed([verdict]):
-            state["last"] = (inputs, mask, "; ".join(reasons), error)
+            state["last"] = (inputs, mask, reasons, error)
             raise AssertionError("; ".join(reasons))
 
     try:
@@ -125,13 +123,21 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         pass
     except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
         if state["last"] is None:
-            state["last"] = (None, None, f"hunt stopped: {type(exc).__name__}: {exc}", math.nan)
-    seconds = time.monotonic() - start
+            state["last"] = (None, None, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
     if state["last"] is None:
+        seconds = time.monotonic() - start
         return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
-    inputs, mask, reason, error = state["last"]
-    return Finding(candidate.name, kind, fmt.name, state["examples"], inputs is not None, reason, error, seconds, None,
-                   inputs, mask)  # fmt: skip
+    inputs, mask, reasons, error = state["last"]
+    if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
+
+        def judged(inputs, mask):
+            return judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
+
+        fails = _shrink.fails_as(reasons[0], judged, policy)
+        inputs, mask = _shrink.to_boundary(kind, inputs, mask, fails, time.monotonic() + budget / 2)
+        _, reasons, error, _ = judged(inputs, mask)
+    seconds, found, reason = time.monotonic() - start, inputs is not None, "; ".join(reasons)
+    return Finding(candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask)
 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",

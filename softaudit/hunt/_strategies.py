@@ -1,20 +1,49 @@
-"""Hypothesis strategies over the parameters that matter, not only raw floats.
+"""Hypothesis strategies that draw what `softaudit run` audits: batches, masks with fully masked rows, attention with
+batch and head axes.
 
-A drawn recipe (length, offset, spread, gap between the top two logits, position of the max, temperature, ties,
-mask pattern and density, fully masked rows, values in masked slots; for attention d, lengths and activation
-scale) builds the input from a seeded generator, so Hypothesis shrinks the recipe toward small, plain inputs.
-Some rows also take raw floats of the dtype (every magnitude, subnormals, signed zeros, -inf).
+Row kinds draw x of rows x n (1 to 16 rows) from a recipe and a seeded generator: the spread, the offset and how far
+the rows sit apart, a logit standing out by a gap, ties, a temperature, and special values of the dtype (raw floats
+of every magnitude, and its thresholds: the smallest logit whose exp overflows, the largest whose exp underflows,
+the largest finite value, each give or take two values). Masked kinds add a mask (its density, a padding run, fully
+masked rows) and what the masked slots hold. Attention draws batch and head axes, K and V broadcast along some of
+them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query attention), d, dv, Lq and Lk
+(tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned top-left or bottom-right)
+with fully masked queries and NaN or inf in keys no query attends. Gradient kinds add an upstream g of the batch's
+shape. A quarter of the draws start instead from a case of the kind's reported-bug families (a few of its rows or
+queries): the families seed the search.
+
+Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
+than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from hypothesis import strategies as st
 
 from .. import kinds
+from ..cases import REPORTED, families_for
 from ..reference import Format, round_to
+from . import _bits
+
+#: Lengths where tiled kernels change path: tile edges of 32, 64 and 128 (the reported-bug families use them too).
+EDGE_LENGTHS = (33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257)
+#: The most elements a drawn batch of rows has (rows x n).
+MAX_ROW_ELEMENTS = 8192
+#: The most multiply-adds of q k^T a drawn attention input has (batch x Lq x Lk x d).
+MAX_SCORE_WORK = 2**19
+#: The gradient kinds' bounds: attention_grad's reference takes minutes on long rows of large scores (Lk = 192,
+#: scores of 1e5: 35 s to 5 min), seconds at most up to 33 keys.
+MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**13, 33
+#: Reported-bug cases larger than this (elements in all) do not seed the hunt: each draw would cost a long reference.
+MAX_SEED_ELEMENTS = 2**14
+
+
+def _top(fmt: Format) -> float:
+    return fmt.max_float if math.isfinite(fmt.max_float) else 1.7e308
 
 
 def _raw_floats(fmt: Format):
@@ -22,56 +51,142 @@ def _raw_floats(fmt: Format):
     return st.floats(allow_nan=False, allow_infinity=False, width=width) | st.sampled_from([-math.inf, 0.0, -0.0])
 
 
-@st.composite
-def rows(draw, kind: str, fmt: Format):
-    """(inputs dict in the dtype, mask or None) for softmax, log_softmax, logsumexp and masked_softmax."""
-    top = fmt.max_float if math.isfinite(fmt.max_float) else 1.7e308
-    n = draw(st.integers(1, 64) | st.integers(65, 2048))
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
+@functools.cache
+def thresholds(fmt: Format) -> tuple[float, ...]:
+    """Values of the dtype where softmax-like code changes behaviour: the smallest x whose exp overflows (about
+    log(max)), its negative, the largest x whose exp underflows to 0 (about log of half the smallest subnormal), and
+    the largest finite value (x - max overflows past it)."""
+    top = _top(fmt)
+    overflow = _bits.first_above(math.log(top), fmt.dtype)
+    underflow = _bits.first_above(-(fmt.min_subnormal_exp - 1) * math.log(2), fmt.dtype)
+    found = [float(overflow), -float(overflow)] if overflow is not None else []
+    found += [-float(underflow)] if underflow is not None else []
+    return tuple(found + [top])
+
+
+def _special(fmt: Format):
+    """One special value of the dtype: a threshold give or take two values (the threshold itself first), or a raw
+    float."""
+    if not _bits.ordered(fmt.dtype):
+        return _raw_floats(fmt)
+    near = st.tuples(st.sampled_from(thresholds(fmt)), st.integers(-2, 2)).map(lambda t: _step(t[0], t[1], fmt))
+    return near | _raw_floats(fmt)
+
+
+def _step(value: float, steps: int, fmt: Format) -> float:
+    """The value `steps` values of the dtype away from `value`, away from zero for steps > 0."""
+    k = max(0, _bits.key(np.array(value).astype(fmt.dtype), fmt.dtype) + steps)
+    return float(_bits.with_key(k, value < 0, fmt.dtype))
+
+
+def _logits(draw, rng, fmt: Format, shape: tuple) -> np.ndarray:
+    """Rows of logits from a drawn recipe, rounded to the dtype."""
+    top, n = _top(fmt), shape[-1]
     spread = 10.0 ** draw(st.floats(-3, 4))
     offset = draw(st.sampled_from([0.0, 1.0, -1.0])) * min(10.0 ** draw(st.floats(0, 38)), top / 4)
-    x = rng.standard_normal(n) * spread + offset
-    if draw(st.booleans()):  # one logit standing out by a gap, at a chosen place
-        gap = 10.0 ** draw(st.floats(-2, 3))
-        x[draw(st.integers(0, n - 1))] = x.max() + gap
-    if draw(st.booleans()):  # ties
-        x[: draw(st.integers(1, n))] = x[0]
-    x = x / draw(st.sampled_from([1.0, 1e-3, 1e-1, 10.0, 1e3]))  # temperature
-    raw = draw(st.lists(_raw_floats(fmt), max_size=min(n, 4)))
-    x[: len(raw)] = raw
+    apart = min(draw(st.sampled_from([0.0, 1.0, 1e2, 1e4])), top / 4)  # rows sit apart by about this much
+    x = rng.standard_normal(shape) * spread + offset + rng.standard_normal(shape[:-1] + (1,)) * apart
+    with np.errstate(over="ignore", invalid="ignore"):
+        if draw(st.booleans()):  # one logit per row standing out by a gap, at a chosen place
+            x[..., draw(st.integers(0, n - 1))] = x.max(axis=-1) + 10.0 ** draw(st.floats(-2, 3))
+        if draw(st.booleans()):  # ties
+            x[..., : draw(st.integers(1, n))] = x[..., :1]
+        x = x / draw(st.sampled_from([1.0, 1e-3, 1e-1, 10.0, 1e3]))  # temperature
+        special = draw(st.lists(_special(fmt), max_size=min(x.size, 4)))
+        x.reshape(-1)[: len(special)] = special  # the first row first
+        return round_to(np.clip(x, -1.7e308, 1.7e308), fmt.dtype)
+
+
+def _junk(draw, fmt: Format):
+    """What masked slots hold: nothing special (None), 0, +-max, +-inf or NaN."""
+    top = _top(fmt)
+    return draw(st.sampled_from([None, 0.0, top, -top, math.inf, -math.inf, math.nan]))
+
+
+def _in_dtype(value, fmt: Format) -> np.ndarray:
     with np.errstate(over="ignore"):
-        x = round_to(np.clip(x, -1.7e308, 1.7e308), fmt.dtype)
+        return np.asarray(value).astype(fmt.dtype)
+
+
+@st.composite
+def rows(draw, kind: str, fmt: Format):
+    """(inputs dict in the dtype, mask or None) for softmax, log_softmax, logsumexp and masked_softmax: x of
+    rows x n."""
+    if _seeds(kind, fmt) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt))
+    count = draw(st.integers(1, 4) | st.integers(5, 16))
+    n = draw(st.integers(1, 64) | st.sampled_from(EDGE_LENGTHS) | st.integers(65, 2048))
+    n = max(1, min(n, MAX_ROW_ELEMENTS // count))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    x = _logits(draw, rng, fmt, (count, n))
     if not kinds.get(kind).masked:
-        return {"x": x[None, :]}, None
-    mask = rng.random(n) < draw(st.floats(0, 1))
+        return {"x": x}, None
+    mask = rng.random(x.shape) < draw(st.floats(0, 1))
     if draw(st.booleans()):
-        mask[: draw(st.integers(0, n))] = False  # a padding-like run, possibly the whole row
-    junk = draw(st.sampled_from([None, 0.0, top, -top, math.inf, -math.inf, math.nan]))
+        mask[:, : draw(st.integers(0, n))] = False  # a padding-like run, possibly the whole row
+    mask[rng.random(count) < draw(st.sampled_from([0.0, 0.5, 1.0]))] = False  # fully masked rows
+    junk = _junk(draw, fmt)
     if junk is not None:
-        with np.errstate(over="ignore"):
-            x = np.where(mask, x, np.asarray(junk).astype(fmt.dtype))
-    return {"x": x[None, :]}, mask[None, :]
+        x = np.where(mask, x, _in_dtype(junk, fmt))
+    return {"x": x}, mask
+
+
+def _attention_mask(draw, rng, batch: tuple, lq: int, lk: int) -> np.ndarray | None:
+    """None, or a mask (Lq, Lk) or (batch..., Lq, Lk): random, padding, causal top-left or bottom-right, with fully
+    masked queries."""
+    style = draw(st.sampled_from(["none", "random", "padding", "causal", "causal_bottom_right"]))
+    if style == "none":
+        return None
+    shape = (batch if draw(st.booleans()) else ()) + (lq, lk)
+    if style == "random":
+        mask = rng.random(shape) < draw(st.floats(0, 1))
+    elif style == "padding":
+        mask = np.arange(lk) < rng.integers(0, lk + 1, shape[:-1])[..., None]
+    else:  # query i sees keys up to i (top-left) or up to i + Lk - Lq (bottom-right, as a KV cache aligns)
+        mask = np.broadcast_to(np.tril(np.ones((lq, lk), bool), k=0 if style == "causal" else lk - lq), shape).copy()
+    mask[rng.random(shape[:-1]) < draw(st.sampled_from([0.0, 0.25, 1.0]))] = False  # fully masked queries
+    return mask
+
+
+def _unattended_keys(mask: np.ndarray, lk: int) -> np.ndarray:
+    """The keys (Lk,) no query attends in any batch entry."""
+    return ~mask.reshape(-1, lk).any(axis=0)
 
 
 @st.composite
 def attention(draw, kind: str, fmt: Format):
-    """(q, k, v in the dtype, mask or None) for attention."""
-    seed = draw(st.integers(0, 2**16))
-    rng = np.random.default_rng(seed)
+    """(q, k, v in the dtype, mask or None) for attention: q (batch..., Lq, d), k (kv batch..., Lk, d), v (kv
+    batch..., Lk, dv). Gradient kinds get one batch shape for q, k and v (attention_grad's reference asks for it)."""
+    if _seeds(kind, fmt) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt))
+    forward = kinds.get(kind).upstream is None
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    kv_batch = batch
+    if forward:
+        kv_batch = tuple(1 if draw(st.booleans()) else b for b in batch)  # K, V broadcast along this axis
+        groups = draw(st.sampled_from([1, 2, 4]))  # grouped-query: `groups` query heads share a K, V head
+        batch, kv_batch = (batch + (groups,), kv_batch + (1,)) if groups > 1 else (batch, kv_batch)
     d = draw(st.sampled_from([1, 2, 8, 16, 64, 128]))
-    lq, lk = draw(st.integers(1, 8)), draw(st.integers(1, 256))
-    top = fmt.max_float if math.isfinite(fmt.max_float) else 1.7e308
-    scale = min(10.0 ** draw(st.floats(-2, 3)), math.sqrt(top))
-    q, k = (rng.standard_normal(s) * scale for s in ((lq, d), (lk, d)))
-    v = rng.standard_normal((lk, d)) * 10.0 ** draw(st.floats(-2, 2))
-    inputs = {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}
-    mask = None
-    if draw(st.booleans()):
-        mask = rng.random((lq, lk)) < draw(st.floats(0, 1))
-        if draw(st.booleans()):
-            mask &= np.tril(np.ones((lq, lk), bool), k=lk - lq)
-    return inputs, mask
+    dv = draw(st.sampled_from([d, 1, 8]))
+    lq = draw(st.integers(1, 8) | st.integers(9, 64))
+    lk = draw(st.integers(1, 256) | st.sampled_from(EDGE_LENGTHS))
+    work, keys = (MAX_SCORE_WORK, lk) if forward else (MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS)
+    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    scale = min(10.0 ** draw(st.floats(-2, 3)), math.sqrt(_top(fmt)))
+    q, k = rng.standard_normal(batch + (lq, d)) * scale, rng.standard_normal(kv_batch + (lk, d)) * scale
+    v = rng.standard_normal(kv_batch + (lk, dv)) * 10.0 ** draw(st.floats(-2, 2))
+    mask = _attention_mask(draw, rng, batch, lq, lk)
+    if mask is not None:
+        junk = _junk(draw, fmt)
+        if junk is not None:  # (PyTorch #101967: NaN in a masked-out key gave NaN)
+            free = _unattended_keys(mask, lk)
+            # Junk a product multiplies by exact zeros stays finite (0 x NaN is NaN in every product form): V's in
+            # P V, and for the gradients K's too (dQ = dS K).
+            finite = junk if math.isfinite(junk) else _top(fmt)
+            k[..., free, :1], v[..., free, :1] = junk if forward else finite, finite
+    with np.errstate(over="ignore"):
+        return {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}, mask
 
 
 @st.composite
@@ -81,6 +196,8 @@ def gradients(draw, kind: str, fmt: Format):
     8 decades."""
     entry = kinds.get(kind)
     inputs, mask = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt))
+    if "g" in inputs:  # a seed: the family gave its g
+        return inputs, mask
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     g = entry.part("upstream")(entry, inputs, mask, rng)
     style = draw(st.sampled_from(["gaussian", "constant", "onehot", "wide"]))
@@ -92,3 +209,37 @@ def gradients(draw, kind: str, fmt: Format):
         g = g * 10.0 ** rng.uniform(-4, 4, g.shape)
     with np.errstate(over="ignore"):
         return inputs | {"g": round_to(g, fmt.dtype)}, mask
+
+
+@functools.cache
+def _seeds(kind: str, fmt: Format) -> tuple:
+    """The kind's cases of its reported-bug families (quick suite, up to MAX_SEED_ELEMENTS elements each), rounded
+    to the dtype: (inputs, mask) pairs."""
+    found = []
+    for family in families_for(kind):
+        if family.name not in REPORTED:
+            continue
+        for case in family.cases(kind, fmt, "quick"):
+            if sum(a.size for a in case.arrays.values()) <= MAX_SEED_ELEMENTS:
+                with np.errstate(over="ignore"):
+                    found.append(({n: round_to(a, fmt.dtype) for n, a in case.arrays.items()}, case.mask))
+    return tuple(found)
+
+
+@st.composite
+def _seeded(draw, kind: str, fmt: Format):
+    """A reported-bug case, cut to a run of its rows (row kinds) or its queries (attention)."""
+    seeds = _seeds(kind, fmt)
+    inputs, mask = seeds[draw(st.integers(0, len(seeds) - 1))]
+    axis = 0 if kinds.get(kind).row_wise else -2
+    names = ("x", "g") if kinds.get(kind).row_wise else ("q", "g")
+    size = inputs[names[0]].shape[axis]
+    start = draw(st.integers(0, size - 1))
+    keep = slice(start, start + draw(st.integers(1, size - start)))
+
+    def cut(a):
+        if a is None or a.ndim < -axis or a.shape[axis] == 1:
+            return a
+        return np.moveaxis(np.moveaxis(a, axis, 0)[keep], 0, axis)
+
+    return {n: cut(a) if n in names else a for n, a in inputs.items()}, cut(mask)

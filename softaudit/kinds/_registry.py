@@ -11,6 +11,17 @@ _ROW_FAMILIES = ("textbook", "gaussian", "offset", "wide_spread", "ties", "domin
 _UNDEFINED = ("undefined",)
 _MASKED_FAMILIES = ("padding", "causal", "random_mask", "fully_masked", "masked_extremes", "below_fill")
 _ATTENTION_FAMILIES = ("attn_gaussian", "attn_shapes", "attn_long", "attn_large_activations", "attn_masks")
+#: Families from reported bugs (softaudit/cases/_reported.py): the forward row kinds', and attention's. The gradient
+#: kinds do not run them (the main job's time), nor does attention_grad (its reference is slow).
+_REPORTED_ROWS = ("reported_vectors", "uniform_512", "equal_sum_overflow", "tile_edges", "mask_planes")
+_REPORTED_ATTENTION = (
+    "attn_nan_masked_key",
+    "attn_tile_edges",
+    "attn_fp8_keys_128",
+    "attn_causal_alignment",
+    "attn_broadcast_kv",
+    "attn_exact_probes",
+)
 
 _ROWS = "softaudit.kinds._rows"
 #: What the row kinds share: x of rows x n, reduced along its last axis.
@@ -26,7 +37,7 @@ SOFTMAX = Kind(
               "softmax.division_free", "softmax.log1p_form"),
     best="softmax.max_shifted_f32acc",
     best_practice="max-shift and sum in float32, round once (softmax.max_shifted_f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED, reduces=False, logarithmic=False,
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=False, logarithmic=False,
     invariants=("shift", "permutation", "monotonic"), measures=_PROBABILITIES, causes=("subnormal",), **_ROW,
 )  # fmt: skip
 
@@ -36,7 +47,7 @@ LOG_SOFTMAX = Kind(
     standard=("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
     best="log_softmax.log1p_form_f32acc",
     best_practice="x - max - log1p(sum of the others) in float32, round once (log_softmax.log1p_form_f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED, reduces=False, logarithmic=True,
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=False, logarithmic=True,
     invariants=("shift", "permutation", "monotonic"), measures=("argmax_flips",), causes=("absorbed", "subnormal"),
     **_ROW,
 )  # fmt: skip
@@ -48,7 +59,7 @@ LOGSUMEXP = Kind(
     best="logsumexp.log1p_form_f32acc",
     best_practice="max + log1p(sum of the others) in float32, round once (logsumexp.log1p_form_f32acc)",
     # (no subnormal cause: a result below the normal range is judged as any other)
-    families=_ROW_FAMILIES + _UNDEFINED, reduces=True, logarithmic=True,
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=True, logarithmic=True,
     invariants=("permutation", "lse_below_max"), causes=("absorbed",), **_ROW,
 )  # fmt: skip
 
@@ -58,7 +69,7 @@ MASKED_SOFTMAX = Kind(
     standard=("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
     best="masked_softmax.where",
     best_practice="where over the kept entries in float32, round once (masked_softmax.where)",
-    families=_ROW_FAMILIES + _MASKED_FAMILIES, reduces=False, logarithmic=False,
+    families=_ROW_FAMILIES + _MASKED_FAMILIES + _REPORTED_ROWS, reduces=False, logarithmic=False,
     invariants=("shift", "permutation", "monotonic", "masked_values", "masked_equals_kept"), measures=_PROBABILITIES,
     causes=("subnormal",), fixes={"nan": "take the max over the kept entries only and exclude masked ones with where"},
     **_ROW,
@@ -71,7 +82,7 @@ ATTENTION = Kind(
     standard=("attention.naive", "attention.tiled_b64"),
     best="attention.upcast",
     best_practice=_ATTENTION_BEST,
-    families=_ATTENTION_FAMILIES,
+    families=_ATTENTION_FAMILIES + _REPORTED_ATTENTION,
     reference="softaudit.kinds._attention:reference", conditioning="softaudit.kinds._attention:conditioning",
     element_inputs="softaudit.kinds._attention:element_inputs", diagnose="softaudit.causes:diagnose_scores",
     strategy="softaudit.hunt._strategies:attention", reduction=("k", -2), row_wise=False, reduces=False,

@@ -1,0 +1,59 @@
+"""The hunt's strategies draw what `softaudit run` audits: batches, fully masked rows and queries, batch and head axes,
+broadcast K and V, the gradient kinds' g with the batch, and the reported-bug families' cases as seeds."""
+
+import math
+
+import numpy as np
+from hypothesis import find, settings
+
+from softaudit.hunt._strategies import attention, gradients, rows, thresholds
+from softaudit.reference import format_of
+
+F16, BF16 = format_of("float16"), format_of("bfloat16")
+QUICK = settings(database=None, derandomize=True, max_examples=2000)
+
+
+def test_rows_come_in_batches_with_fully_masked_rows_beside_kept_ones():
+    def wanted(drawn):
+        kept = drawn[1].any(axis=-1)
+        return kept.any() and not kept.all()
+
+    inputs, mask = find(rows("masked_softmax", F16), wanted, settings=QUICK)
+    assert inputs["x"].shape[0] >= 2 and inputs["x"].shape == mask.shape
+
+
+def test_attention_has_batch_and_head_axes_broadcast_k_and_v_and_fully_masked_queries():
+    def wanted(drawn):
+        (q, k, v), mask = (drawn[0][n] for n in "qkv"), drawn[1]
+        broadcast = q.ndim >= 3 and k.shape[-3] == 1 < q.shape[-3]
+        lonely = mask is not None and (~mask.any(axis=-1)).any() and mask.any()
+        return broadcast and lonely and q.shape[-2] != k.shape[-2]
+
+    inputs, _ = find(attention("attention", F16), wanted, settings=QUICK)
+    q, k, v = (inputs[n] for n in "qkv")
+    assert np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) == q.shape[:-2]
+
+
+def test_the_gradient_kinds_draw_g_with_the_batch():
+    row = find(gradients("softmax_grad", F16), lambda d: d[0]["x"].shape[0] >= 3, settings=QUICK)[0]
+    assert row["g"].shape == row["x"].shape and row["g"].dtype == np.float16
+    lse = find(gradients("logsumexp_grad", F16), lambda d: d[0]["x"].shape[0] >= 3, settings=QUICK)[0]
+    assert lse["g"].shape == lse["x"].shape[:-1]
+    att = find(gradients("attention_grad", F16), lambda d: d[0]["q"].ndim >= 3, settings=QUICK)[0]
+    assert att["q"].shape[:-2] == att["k"].shape[:-2] == att["g"].shape[:-2]  # (one batch shape: its reference's)
+    assert att["g"].shape[-2:] == (att["q"].shape[-2], att["v"].shape[-1])
+
+
+def test_the_reported_bug_families_seed_the_search():
+    def wanted(drawn):
+        return drawn[0]["x"].shape[-1] == 512 and (drawn[0]["x"] == 0).all()
+
+    inputs, _ = find(rows("softmax", BF16), wanted, settings=QUICK)
+    assert inputs["x"].shape[-1] == 512  # uniform_512's row of 512 zeros (ExecuTorch PR #20089)
+
+
+def test_the_thresholds_sit_where_exp_overflows_in_the_dtype():
+    overflow = thresholds(F16)[0]
+    below = float(np.nextafter(np.float16(overflow), np.float16(0)))
+    with np.errstate(over="ignore"):
+        assert below < math.log(65504) < overflow and np.isinf(np.float16(math.exp(overflow)))
