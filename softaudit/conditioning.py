@@ -185,6 +185,9 @@ def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """
     with np.errstate(all="ignore"):
         q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
+        # A NaN or infinity in a key or value a query may not attend is no part of its output (p = 0 there) and must
+        # not reach its scale as 0 * NaN; a query that attends one is undefined, and its scale is never read.
+        q, k, v = (np.where(np.isfinite(a), a, 0.0) for a in (q, k, v))
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale)
         weight = p * ((np.abs(q) @ np.abs(kt)) * scale)  # p_j a_j
