@@ -27,6 +27,12 @@ def _probabilities(x: np.ndarray, kept: np.ndarray):
     return e / np.where(s > 0, s, 1.0), e, s, np.argmax(t, axis=-1)[..., None]
 
 
+def _finite(a: np.ndarray) -> np.ndarray:
+    """a with its NaN and inf entries as 0. In k or v they make the rows of the queries that keep their key undefined
+    (their scale is not used); at a key no query keeps they must count for nothing, and 0 x NaN would not."""
+    return np.where(np.isfinite(a), a, 0.0)
+
+
 def _weights(q, kt, keep, scale) -> np.ndarray:
     """Attention's weights softmax(scale q k^T) over the kept keys, in float64 (0 elsewhere; kt is k transposed)."""
     s = np.where(keep, (q @ kt) * scale, -np.inf)
@@ -151,12 +157,15 @@ def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, n
     with np.errstate(all="ignore"):
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
         dq, dk, dv = (np.asarray(r, dtype=np.float64) for r in grads)
+        k, v = _finite(k), _finite(v)
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale)
-        a = (np.abs(q) @ np.abs(kt)) * abs(scale)
+        # Every term below is a multiple of P, 0 at a key not kept: a, dP and b are 0 there too, so that a large k
+        # or v there cannot make 0 x inf NaN.
+        a = np.where(keep, (np.abs(q) @ np.abs(kt)) * abs(scale), 0.0)
         alpha = (p * a).sum(axis=-1, keepdims=True)
-        dp = g @ np.swapaxes(v, -1, -2)
-        b = np.abs(g) @ np.abs(np.swapaxes(v, -1, -2))
+        dp = np.where(keep, g @ np.swapaxes(v, -1, -2), 0.0)
+        b = np.where(keep, np.abs(g) @ np.abs(np.swapaxes(v, -1, -2)), 0.0)
         gap = np.abs(dp - (p * dp).sum(axis=-1, keepdims=True))
         delta = (p * (a * gap + b)).sum(axis=-1, keepdims=True)
         w = p * (2 * a * gap + 2 * b + gap)  # P (2 a gap + 2 b) + |dS|
@@ -185,12 +194,11 @@ def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """
     with np.errstate(all="ignore"):
         q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
-        # A NaN or infinity in a key or value a query may not attend is no part of its output (p = 0 there) and must
-        # not reach its scale as 0 * NaN; a query that attends one is undefined, and its scale is never read.
-        q, k, v = (np.where(np.isfinite(a), a, 0.0) for a in (q, k, v))
+        k, v = _finite(k), _finite(v)
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale)
-        weight = p * ((np.abs(q) @ np.abs(kt)) * scale)  # p_j a_j
+        # p_j a_j; 0 at a key not kept, where a large k would make 0 x inf NaN
+        weight = np.where(keep, p * ((np.abs(q) @ np.abs(kt)) * scale), 0.0)
         lead = np.broadcast_shapes(p.shape[:-2], v.shape[:-2], o.shape[:-2])
         p, weight, v, o = (np.broadcast_to(a, lead + a.shape[-2:]) for a in (p, weight, v, o))
         scores_part = np.empty(o.shape)

@@ -131,6 +131,34 @@ def test_attention_is_exact_in_keys_and_values_and_bounds_the_queries_part():
     assert (parts["q"] <= parts["k"] * (1 + 1e-9)).all()  # the queries' part is bounded by the keys' form
 
 
+def test_keys_not_kept_count_for_nothing_whatever_they_hold():
+    rng = np.random.default_rng(4)
+    q, k, v = rng.standard_normal((3, 4)), rng.standard_normal((5, 4)), rng.standard_normal((5, 2))
+    keep = np.array([True, True, True, False, False])
+    junk_k, junk_v = k.copy(), v.copy()
+    junk_k[3], junk_k[4, 0], junk_v[3:] = np.nan, np.inf, 1.7e308  # (PyTorch #101967: NaN in a masked-out key)
+    o = rng.standard_normal((3, 2))
+    clean = conditioning.attention(q, k[:3], v[:3], np.ones((3, 3), bool), o, 0.5)
+    junk = conditioning.attention(q, junk_k, junk_v, np.broadcast_to(keep, (3, 5)), o, 0.5)
+    for a, b in zip(clean, junk):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+
+
+def test_gradient_keys_not_kept_count_for_nothing_whatever_they_hold():
+    rng = np.random.default_rng(5)
+    q, k, v, g = (rng.standard_normal(s) for s in ((3, 4), (5, 4), (5, 2), (3, 2)))
+    keep = np.broadcast_to(np.array([True, True, True, False, False]), (3, 5))
+    grads = [rng.standard_normal(s) for s in ((3, 4), (5, 4), (5, 2))]
+    grads[1][3:], grads[2][3:] = 0.0, 0.0  # (a key no query attends has dk = dv = 0)
+    zeroed_k, zeroed_v = np.where(keep[0][:, None], k, 0.0), np.where(keep[0][:, None], v, 0.0)
+    junk_k, junk_v = k.copy(), v.copy()
+    junk_k[3], junk_k[4, 0], junk_v[3:] = np.nan, np.inf, 1.7e308
+    clean = conditioning.attention_grad(q, zeroed_k, zeroed_v, g, keep, grads, 0.5)
+    junk = conditioning.attention_grad(q, junk_k, junk_v, g, keep, grads, 0.5)
+    for a, b in zip(clean, junk):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+
+
 def test_attention_chunks_give_the_same_scale(monkeypatch):
     rng = np.random.default_rng(0)
     q, k, v = rng.standard_normal((2, 9, 4)), rng.standard_normal((2, 7, 4)), rng.standard_normal((2, 7, 3))

@@ -14,6 +14,13 @@ from ._ops import const, dtype_sum, exp, row_max, rowwise, running_sum, work_dty
 from .softmax import max_shifted_f32acc
 
 
+def _normalised(e, s, mask):
+    """e / s, and zeros on the fully masked rows only: guarding on s > 0 instead would turn a kept NaN (NaN > 0 is
+    false) and a row of kept -inf entries into zeros, where the exact result is NaN."""
+    kept = mask.any(axis=-1, keepdims=True)
+    return np.where(kept, e / np.where(kept, s, np.ones((), s.dtype)), np.zeros((), e.dtype))
+
+
 def _filled(x, mask, fill):
     return max_shifted_f32acc.__wrapped__(np.where(mask, x, const(fill, x.dtype)))
 
@@ -57,8 +64,7 @@ def where(x, mask):
     w = x.astype(work_dtype(x.dtype))
     m = np.where(mask, w, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
     e = np.where(mask, exp(w - np.where(np.isfinite(m), m, 0)), 0)
-    s = dtype_sum(e)
-    return np.where(s > 0, e / np.where(s > 0, s, 1), 0).astype(x.dtype)
+    return _normalised(e, dtype_sum(e), mask).astype(x.dtype)
 
 
 @candidate(kind="masked_softmax", name="masked_softmax.where_in_dtype")
@@ -71,8 +77,7 @@ def where_in_dtype(x, mask):
     # finfo.min stands in for -inf as the masked entries' value: float8_e4m3fn has no -inf
     m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))
     e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
-    s = dtype_sum(e)
-    return np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)
+    return _normalised(e, dtype_sum(e), mask)
 
 
 @candidate(kind="masked_softmax", name="masked_softmax.where_running")
@@ -83,5 +88,4 @@ def where_running(x, mask):
     zero = np.zeros((), x.dtype)
     m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))
     e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
-    s = running_sum(e)
-    return np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)
+    return _normalised(e, running_sum(e), mask)

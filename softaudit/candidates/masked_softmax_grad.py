@@ -11,6 +11,7 @@ import numpy as np
 
 from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, row_max, rowwise, work_dtype
+from .masked_softmax import _normalised
 from .softmax_grad import f32acc as _softmax_grad_f32acc
 from .softmax_grad import vjp
 
@@ -32,8 +33,7 @@ def _where_vjp(x, mask, g):
     zero = np.zeros((), x.dtype)
     m = row_max(np.where(mask, x, const("finfo_min", x.dtype)))  # (float8_e4m3fn has no -inf)
     e = np.where(mask, exp(x - np.where(np.isfinite(m), m, zero)), zero)
-    s = dtype_sum(e)
-    p = np.where(s > zero, e / np.where(s > zero, s, np.ones((), x.dtype)), zero)
+    p = _normalised(e, dtype_sum(e), mask)
     return np.where(mask, vjp(p, np.where(mask, g.astype(x.dtype), zero)), zero)
 
 

@@ -3,7 +3,7 @@
 Each drawn input is judged exactly as `softaudit run` judges a family (reference, measures, the plain and
 best-practice implementations on the same input, the policy). `hypothesis.target` on the conditioning-scaled error
 and on the event count drives the search toward the worst inputs; a failure (a `fail` verdict, or a `warn` under a
-strict policy) is shrunk to a small input and saved to the corpus.
+strict policy) is shrunk to a small input, moved to the boundary of its failure (`_shrink`) and saved to the corpus.
 """
 
 from __future__ import annotations

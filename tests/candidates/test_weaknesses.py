@@ -118,3 +118,16 @@ def test_shifted_softmax_error_stays_under_the_theorem_bound_on_mnist():
     bound = x.shape[1] + 2 + 2 * (xs.max(axis=1) - xs.min(axis=1))
     assert (ratio <= bound).all()
     assert ratio.max() > 0.5  # the measurement is not vacuous
+
+
+def test_the_where_idiom_zeroes_fully_masked_rows_only_and_lets_a_kept_nan_through():
+    # (it once zeroed every row whose sum was not > 0: a kept NaN came out 0; the hunt found it)
+    x = np.array([[np.nan, 1.0], [-np.inf, -np.inf], [1.0, 2.0]], np.float16)
+    mask = np.array([[True, True], [True, True], [False, False]])
+    g = np.ones(x.shape, np.float16)
+    for name in ("where", "where_in_dtype", "where_running"):
+        y = getattr(candidates.masked_softmax, name)(x, mask).astype(np.float64)
+        assert np.isnan(y[:2]).all() and (y[2] == 0).all(), name
+    for name in ("where", "where_in_dtype"):
+        dx = getattr(candidates.masked_softmax_grad, name)(x, mask, g).astype(np.float64)
+        assert np.isnan(dx[:2]).all() and (dx[2] == 0).all(), name
