@@ -12,10 +12,10 @@ candidate's families itself, in the plan's order.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import multiprocessing.util
 import shutil
 import signal
 import tempfile
@@ -198,5 +198,8 @@ def task(fn, isolation: str, memory_mib: int | None, *args):
     key = (isolation, memory_mib)
     if key not in executors:
         executors[key] = executor(isolation, memory_mib)
-        atexit.register(executors[key].close)
+        # Closed before multiprocessing joins the worker's children on its way out (loky retires a worker whose
+        # memory grew, mapped families included): an isolated executor's own worker would otherwise be waited
+        # for forever.
+        multiprocessing.util.Finalize(None, executors[key].close, exitpriority=10)
     return fn(*args, ex=Scoped(executors[key]))
