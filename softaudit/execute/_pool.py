@@ -16,6 +16,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import multiprocessing.util
+import os
 import shutil
 import signal
 import tempfile
@@ -175,14 +176,33 @@ class Local(Serial):
 
 def _private_folder(folder: Path | None) -> Path:
     """A fresh private folder in the cache folder (the same file system: a kept family is linked, not copied), else
-    in the system's temporary folder."""
+    in the system's temporary folder. Those a killed audit left behind there are removed first."""
     if folder is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            return Path(tempfile.mkdtemp(prefix=".share-", dir=folder))
+            _remove_abandoned(folder)
+            return Path(tempfile.mkdtemp(prefix=f".share-{os.getpid()}-", dir=folder))
         except OSError:
             pass
-    return Path(tempfile.mkdtemp(prefix="softaudit-share-"))
+    return Path(tempfile.mkdtemp(prefix=f"softaudit-share-{os.getpid()}-"))
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the private folders whose audit's process is gone (killed before it could remove its own)."""
+    for path in folder.glob(".share-*-*"):
+        pid = int(path.name.split("-")[1]) if path.name.split("-")[1].isdigit() else None
+        if pid is not None and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
 
 
 def _ignore_sigint() -> None:

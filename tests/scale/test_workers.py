@@ -4,6 +4,7 @@ declares: there is no GPU here); interruption keeps finished rows; without Dask,
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -249,3 +250,21 @@ def test_the_hunt_spreads_its_searches_over_workers(tmp_path, monkeypatch, clust
         scheduler=cluster.scheduler_address,
     )
     assert [f.failed for f in on_dask] == [True]
+
+
+def test_private_folders_of_killed_audits_are_removed_by_the_next(tmp_path):
+    from softaudit.execute._pool import Local
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f".share-{int(dead.stdout)}-x"  # (a process that has exited)
+    live = tmp_path / f".share-{os.getpid()}-y"
+    for folder in (abandoned, live):
+        folder.mkdir()
+        (folder / "1.pkl").write_bytes(b"a family")
+    mine = Local(2, "worker", None, tmp_path)
+    try:
+        assert mine.share.parent == tmp_path and mine.share.is_dir()
+        assert not abandoned.exists() and live.exists()
+    finally:
+        mine.close()
+    assert not mine.share.exists()
