@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -27,17 +28,27 @@ from softaudit import candidates, kinds, prepare, runner
 DTYPES = ["float32", "bfloat16"]
 
 
-def timed(options: dict, workers: int) -> float:
-    """Seconds for one audit (the in-process cache emptied first, as a new process starts)."""
+def timed(options: dict, workers: int) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process and every process it started) for one audit, the in-process
+    cache emptied first, as a new process starts. CPU time does not depend on what else the machine runs: it
+    says what running on workers costs, and so what it gives on idle cores."""
     prepare.clear_cache()
+    before = _cpu()
     start = time.perf_counter()
     softaudit.audit(workers=workers, **options)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, _cpu() - before
 
 
-def best(options: dict, counts: list[int], rounds: int) -> dict[int, float]:
-    """The best of `rounds` per worker count, the counts interleaved (a slow spell on the machine hits all)."""
-    found = dict.fromkeys(counts, float("inf"))
+def _cpu() -> float:
+    """CPU seconds (user and system) of this process and of its children that have ended, theirs included."""
+    mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
+
+
+def best(options: dict, counts: list[int], rounds: int) -> dict[int, tuple[float, float]]:
+    """The best (wall, CPU) of `rounds` per worker count, the counts interleaved (a slow spell on the machine hits
+    all)."""
+    found = dict.fromkeys(counts, (float("inf"), float("inf")))
     for _ in range(rounds):
         for workers in counts:
             found[workers] = min(found[workers], timed(options, workers))
@@ -94,29 +105,44 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="softaudit-bench-"))
     warm = {"targets": targets, "dtypes": DTYPES, "suite": args.suite, "cache_dir": folder}
     cold = warm | {"cache_dir": "off"}
-    print(f"{len(targets)} built-ins, {args.suite} suite, {' and '.join(DTYPES)}; {os.cpu_count()} cores; "
-          f"best of {args.rounds}, interleaved")
+    print(
+        f"{len(targets)} built-ins, {args.suite} suite, {' and '.join(DTYPES)}; {os.cpu_count()} cores; "
+        f"best of {args.rounds}, interleaved"
+    )
     timed(warm, 1)  # (fills the cache folder: untimed)
+    print("wall seconds (speed-up), CPU seconds of every process (ratio to 1 worker's)")
     for label, options in (("warm: families kept, calls and judging", warm), ("cold: nothing kept", cold)):
         found = best(options, [1, 2, 8], args.rounds)
-        print(f"{label:40s} 1 worker {found[1]:6.1f} s   2 workers {found[2]:6.1f} s ({found[1] / found[2]:.2f}x)"
-              f"   8 workers {found[8]:6.1f} s ({found[1] / found[8]:.2f}x)")
+        (wall, cpu), cells = found[1], []
+        for workers in (2, 8):
+            w, c = found[workers]
+            cells.append(f"{workers} workers {w:6.1f} s ({wall / w:.2f}x), cpu {c:6.1f} s ({c / cpu:.2f})")
+        print(f"{label:40s} 1 worker {wall:6.1f} s, cpu {cpu:6.1f} s   " + "   ".join(cells))
     seconds, start = unit_times(warm), pool_start()
     serial = sum(seconds)
-    print(f"simulated (warm): {len(seconds)} units, {serial:.1f} s in units, the largest {max(seconds):.2f} s; "
-          f"pool start {start:.2f} s")
+    print(
+        f"simulated (warm): {len(seconds)} units, {serial:.1f} s in units, the largest {max(seconds):.2f} s; "
+        f"pool start {start:.2f} s"
+    )
     for workers in (2, 4, 8, 16):
-        print(f"  {workers:2d} workers {dealt(seconds, workers) + start:6.1f} s "
-              f"({serial / (dealt(seconds, workers) + start):.2f}x)")
+        print(
+            f"  {workers:2d} workers {dealt(seconds, workers) + start:6.1f} s "
+            f"({serial / (dealt(seconds, workers) + start):.2f}x)"
+        )
     softmaxes = [c for c in candidates.builtins() if c.kind == "softmax"][:8]
     growth = {"dtypes": ["float32"], "suite": args.suite, "cache_dir": folder}
     print("cost by units (softmax built-ins, float32, 12 families each; warm), ratio to 1 candidate:")
     base = {}
     for count in (1, 2, 4, 8):
-        found = best(growth | {"targets": softmaxes[:count]}, [1, 2], args.rounds)
+        found = {
+            workers: wall
+            for workers, (wall, _) in best(growth | {"targets": softmaxes[:count]}, [1, 2], args.rounds).items()
+        }
         base = base or found
-        print(f"  {count} candidate(s), {12 * count:3d} units: 1 worker {found[1]:5.2f} s ({found[1] / base[1]:4.1f}x)"
-              f"   2 workers {found[2]:5.2f} s ({found[2] / base[2]:4.1f}x)")
+        print(
+            f"  {count} candidate(s), {12 * count:3d} units: 1 worker {found[1]:5.2f} s ({found[1] / base[1]:4.1f}x)"
+            f"   2 workers {found[2]:5.2f} s ({found[2] / base[2]:4.1f}x)"
+        )
     shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -1,4 +1,4 @@
-"""Prepared families on disk, so a new process need not compute the references again (`softaudit.runner`).
+"""Prepared families on disk, so a new process need not compute the references again (`softaudit.prepare`).
 
 One file per family: a pickle (protocol 5) whose arrays lie out of band in the same file, each 64-byte aligned.
 `load` maps the file and the arrays are read-only views of the mapping: nothing is copied, and the pages are
@@ -113,9 +113,12 @@ def prune(folder: Path) -> None:
         return
     files, now = [], time.time()
     for entry in os.scandir(folder):
-        if not entry.is_file():
+        try:
+            if not entry.is_file():
+                continue
+            stat = entry.stat()
+        except FileNotFoundError:  # (another process's file, renamed or removed meanwhile)
             continue
-        stat = entry.stat()
         if not is_temporary(entry.name):
             files.append((stat.st_mtime, stat.st_size, entry.path))
         elif stat.st_mtime < now - 3600:  # left by a process killed while writing

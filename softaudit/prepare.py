@@ -225,9 +225,8 @@ def family(
     found = _mapped(path) if path else None
     if found is None:
         found = PreparedFamily([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
-        if (
-            path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex)
-        ):  # (a failed comparison is not kept)
+        # (a family whose comparisons failed to run is not kept)
+        if path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex):
             for pc in found.prepared:
                 pc.complete()
             try:
@@ -285,7 +284,7 @@ def shared(fam: PreparedFamily | str) -> PreparedFamily:
 
 
 def finish(folder: Path | None) -> None:
-    """After an audit: prune the cache folder if the audit wrote to it (an audit that wrote nothing leaves it)."""
+    """Prune the cache folder if this process wrote to it since it was last pruned (otherwise it is left unread)."""
     if folder in _WRITTEN:
         _WRITTEN.discard(folder)
         _store.prune(folder)

@@ -124,3 +124,20 @@ def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
     assert list(tables[0].verdict) == ["fail"]
     assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
     assert len(list((tmp_path / "cache").iterdir())) == 1 and not (tmp_path / "other").exists()
+
+
+def test_pruning_passes_over_a_file_another_process_moves_meanwhile(tmp_path, monkeypatch):
+    """Worker processes write families into one folder at once: a temporary file listed by one may be renamed
+    into place by another before it is looked at."""
+    _store.save(tmp_path / "kept.pkl", np.zeros(10))
+    (tmp_path / ".tmp-moving").write_bytes(b"x")
+    listed = os.scandir
+
+    def listing_then_moved(folder):
+        entries = list(listed(folder))
+        (tmp_path / ".tmp-moving").unlink()
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", listing_then_moved)
+    _store.prune(tmp_path)
+    assert [p.name for p in tmp_path.iterdir()] == ["kept.pkl"]

@@ -12,10 +12,11 @@ candidate's families itself, in the plan's order.
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import contextlib
 import dataclasses
+import multiprocessing.util
+import os
 import shutil
 import signal
 import tempfile
@@ -149,7 +150,9 @@ class Local(Serial):
 
         super().__init__(None)
         self.settings, self.width = (isolation, memory_mib), workers
-        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+        # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
+        # retire it again and again, each time starting its isolation child and mapping the families anew.
+        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint, env=_NO_LEAK_CHECK)
         self.share = _private_folder(folder)
 
     def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
@@ -171,20 +174,41 @@ class Local(Serial):
 
 def _private_folder(folder: Path | None) -> Path:
     """A fresh private folder in the cache folder (the same file system: a kept family is linked, not copied), else
-    in the system's temporary folder."""
+    in the system's temporary folder. Those a killed audit left behind there are removed first."""
     if folder is not None:
         try:
             folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            return Path(tempfile.mkdtemp(prefix=".share-", dir=folder))
+            _remove_abandoned(folder)
+            return Path(tempfile.mkdtemp(prefix=f".share-{os.getpid()}-", dir=folder))
         except OSError:
             pass
-    return Path(tempfile.mkdtemp(prefix="softaudit-share-"))
+    return Path(tempfile.mkdtemp(prefix=f"softaudit-share-{os.getpid()}-"))
+
+
+def _remove_abandoned(folder: Path) -> None:
+    """Remove the private folders whose audit's process is gone (killed before it could remove its own)."""
+    for path in folder.glob(".share-*-*"):
+        pid = int(path.name.split("-")[1]) if path.name.split("-")[1].isdigit() else None
+        if pid is not None and not _alive(pid):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # (another user's process)
+        return True
+    return True
 
 
 def _ignore_sigint() -> None:
     """A worker leaves Ctrl-C to softaudit's process, which stops the run and then closes the pool."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
+
+_NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
 
 _held = threading.local()  # per worker thread: (isolation, memory_mib) -> its executor
 
@@ -196,5 +220,8 @@ def task(fn, isolation: str, memory_mib: int | None, *args):
     key = (isolation, memory_mib)
     if key not in executors:
         executors[key] = executor(isolation, memory_mib)
-        atexit.register(executors[key].close)
+        # Closed before multiprocessing joins the worker's children on its way out (loky retires a worker whose
+        # memory grew, mapped families included): an isolated executor's own worker would otherwise be waited
+        # for forever.
+        multiprocessing.util.Finalize(None, executors[key].close, exitpriority=10)
     return fn(*args, ex=Scoped(executors[key]))

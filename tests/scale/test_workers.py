@@ -4,18 +4,22 @@ declares: there is no GPU here); interruption keeps finished rows; without Dask,
 
 import os
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
 
 import dask
+import numpy as np
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 import softaudit
+from softaudit import Candidate
 from softaudit.cli import main
 from softaudit.execute import NOT_AGAIN
+from softaudit.execute._pool import task
 from softaudit.hunt import hunt
 
 from ..execute.test_wiring import REPORTS, rows, start_run, wait_for
@@ -202,6 +206,36 @@ def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
     assert 0 < len(table) < 2 * 12 and "Traceback" not in output  # (12 families each: not all of them ran)
 
 
+def _inner_pid(*, ex) -> int:
+    """A task that calls a candidate through its worker's executor: the pid of the process the call ran in."""
+    pid = Candidate("softmax", "pid", lambda x, axis=-1: np.full(x.shape, float(os.getpid())))
+    return int(ex.call(pid, {"x": np.zeros((1, 2))}, None, (1, 2), np.float64, 60)[0][0, 0])
+
+
+def _retire_after_each_task() -> None:
+    """A loky worker's initializer: it counts as leaking memory after a task or two, so loky retires it."""
+    import loky.process_executor
+
+    loky.process_executor._MAX_MEMORY_LEAK_SIZE = -1  # (any growth, none included)
+    loky.process_executor._MEMORY_LEAK_CHECK_DELAY = 0.0
+
+
+def test_a_worker_that_retires_closes_its_isolated_calls_first():
+    """loky retires a worker whose memory grew (in an audit, mapped families grow it): on its way out,
+    multiprocessing waits for the worker's children, so the isolated calls' own worker must be gone by then (it was
+    not: the worker, and with it the whole run, waited forever)."""
+    from loky import ProcessPoolExecutor
+
+    workers = ProcessPoolExecutor(max_workers=1, initializer=_retire_after_each_task)
+    try:
+        pids = [workers.submit(task, _inner_pid, "worker", None).result(timeout=60) for _ in range(4)]
+    finally:
+        workers.shutdown(wait=False, kill_workers=True)  # (a worker stuck on its way out would block `with`)
+    assert len(set(pids)) > 1  # (a retired worker's calls ran in a child of its own)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
 def test_the_hunt_spreads_its_searches_over_workers(tmp_path, monkeypatch, cluster):
     monkeypatch.setenv("CI", "1")
     (tmp_path / "broken.py").write_text(BROKEN)
@@ -216,3 +250,21 @@ def test_the_hunt_spreads_its_searches_over_workers(tmp_path, monkeypatch, clust
         scheduler=cluster.scheduler_address,
     )
     assert [f.failed for f in on_dask] == [True]
+
+
+def test_private_folders_of_killed_audits_are_removed_by_the_next(tmp_path):
+    from softaudit.execute._pool import Local
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f".share-{int(dead.stdout)}-x"  # (a process that has exited)
+    live = tmp_path / f".share-{os.getpid()}-y"
+    for folder in (abandoned, live):
+        folder.mkdir()
+        (folder / "1.pkl").write_bytes(b"a family")
+    mine = Local(2, "worker", None, tmp_path)
+    try:
+        assert mine.share.parent == tmp_path and mine.share.is_dir()
+        assert not abandoned.exists() and live.exists()
+    finally:
+        mine.close()
+    assert not mine.share.exists()
