@@ -36,7 +36,7 @@ def main() -> None:
     print(f"long family, default suite: {len(xs)} cases, {sum(x.size for x in xs)} elements, float32")
     print("first: nothing kept (cases generated, reference and comparison computed, the family written to the")
     print("cache folder); new process: the family mapped from that folder; repeated: a later audit in the same")
-    print("process (softaudit.runner.CACHE_BYTES). Best of 5, interleaved with the candidate's own time.")
+    print("process (softaudit.prepare.CACHE_BYTES). Best of 5, interleaved with the candidate's own time.")
     print("own: the candidate's best time, before any audit and between audits (malloc's state differs: the")
     print("smaller sets the ratios).")
     softmaxes = [c for c in candidates.builtins() if c.name.startswith("softmax.")]

@@ -46,10 +46,10 @@ def _kernel():
 def fused_softmax(x, axis=-1):
     """Triton tutorial fused softmax: one program per row, float32 arithmetic, tl.exp."""
     only(x.dtype, ("float16", "bfloat16", "float32"), "the kernel loads 16- and 32-bit floats only")
-    n = x.shape[axis]
+    (moved,) = on_gpu(x.movedim(axis, -1))  # first: without a GPU, that is the reason to give
+    n = moved.shape[-1]
     if n > MAX_ROW:
         raise softaudit.CandidateSkip(f"rows of {n} > {MAX_ROW}: the kernel holds a row in registers")
-    (moved,) = on_gpu(x.movedim(axis, -1))
     triton, kernel = _kernel()
     rows = moved.reshape(-1, n) if n else moved.reshape(-1, 0)
     out = rows.new_empty(rows.shape)

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING
 __version__ = "0.1.0"
 
 _PUBLIC = {
-    "KINDS": ".adapters._candidate",
-    "Candidate": ".adapters._candidate",
-    "candidate": ".adapters._candidate",
-    "CandidateSkip": ".adapters._bridge",
-    "CandidateError": ".adapters._call",
-    "TargetError": ".adapters._targets",
+    "KINDS": ".adapters",
+    "Candidate": ".adapters",
+    "candidate": ".adapters",
+    "CandidateSkip": ".adapters",
+    "CandidateError": ".adapters",
+    "TargetError": ".adapters",
     "CaseFileError": ".cases",
     "Policy": ".policy",
-    "AuditResult": ".runner",
+    "AuditResult": ".results",
     "audit": ".runner",
     "assert_accurate": "._assertions",
     "reference": ".reference",
@@ -34,15 +34,15 @@ _PUBLIC = {
 if TYPE_CHECKING:
     from . import reference as reference
     from ._assertions import assert_accurate as assert_accurate
-    from .adapters._bridge import CandidateSkip as CandidateSkip
-    from .adapters._call import CandidateError as CandidateError
-    from .adapters._candidate import KINDS as KINDS
-    from .adapters._candidate import Candidate as Candidate
-    from .adapters._candidate import candidate as candidate
-    from .adapters._targets import TargetError as TargetError
+    from .adapters import KINDS as KINDS
+    from .adapters import Candidate as Candidate
+    from .adapters import CandidateError as CandidateError
+    from .adapters import CandidateSkip as CandidateSkip
+    from .adapters import TargetError as TargetError
+    from .adapters import candidate as candidate
     from .cases import CaseFileError as CaseFileError
     from .policy import Policy as Policy
-    from .runner import AuditResult as AuditResult
+    from .results import AuditResult as AuditResult
     from .runner import audit as audit
 
 

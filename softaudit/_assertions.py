@@ -17,8 +17,7 @@ def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"),
         result = audit(fn, kind=kind, dtypes=dtypes, suite=suite, policy=policy, families=families, **options)
     except ValueError as exc:  # a mistake in the call (an unknown kind or dtype, a target that does not load...)
         raise exc.with_traceback(None) from None  # from here: the test's line and one message, as the CLI says it
-    table = result.table
-    bad = table[table.verdict.isin(result.policy.failing)]
+    table, bad = result.table, result.failing
     if len(bad):
         lines = [f"{len(bad)} of {len(table)} audits did not pass for {kind} candidate {table.candidate[0]}:"]
         width = max(len(f) for f in bad.family)

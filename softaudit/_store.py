@@ -20,9 +20,10 @@ import os
 import pickle
 import struct
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from ._atomic import atomic_file, is_temporary
 
 MAGIC = b"softaud1"
 ALIGN = 64
@@ -56,7 +57,7 @@ def fingerprint() -> str:
 
 
 def save(path: Path, obj) -> None:
-    """Write obj to path atomically (a temporary file in the same folder, then a rename)."""
+    """Write obj to path atomically (softaudit/_atomic.py), readable only by its owner."""
     buffers = []
     header = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -65,18 +66,12 @@ def save(path: Path, obj) -> None:
         offsets.append((at, raw.nbytes))
         at = _aligned(at + raw.nbytes)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(MAGIC + struct.pack("<QQ", len(header), len(raws)))
-            f.write(b"".join(struct.pack("<QQ", o, n) for o, n in offsets) + header)
-            for (offset, _), raw in zip(offsets, raws):
-                f.write(b"\0" * (offset - f.tell()))
-                f.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path, binary=True, private=True) as f:
+        f.write(MAGIC + struct.pack("<QQ", len(header), len(raws)))
+        f.write(b"".join(struct.pack("<QQ", o, n) for o, n in offsets) + header)
+        for (offset, _), raw in zip(offsets, raws):
+            f.write(b"\0" * (offset - f.tell()))
+            f.write(raw)
 
 
 def load(path: Path):
@@ -121,7 +116,7 @@ def prune(folder: Path) -> None:
         if not entry.is_file():
             continue
         stat = entry.stat()
-        if not entry.name.startswith(".tmp-"):
+        if not is_temporary(entry.name):
             files.append((stat.st_mtime, stat.st_size, entry.path))
         elif stat.st_mtime < now - 3600:  # left by a process killed while writing
             Path(entry.path).unlink(missing_ok=True)

@@ -8,7 +8,6 @@ the finished rows are kept and written, marked interrupted).
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import reprlib
 import shutil
@@ -19,63 +18,36 @@ from pathlib import Path
 
 import click
 
+from . import settings
 from ._signals import Interruption
 
-CONFIG_KEYS = {
-    "targets": list, "kind": str, "dtypes": list, "suite": str, "cases": list, "families": list, "out": str,
-    "formats": list, "baseline": str, "factor": float, "min_ulp": float, "defect_fraction": float,
-    "fully_masked": str, "strict": bool, "timeout": float, "seed": int, "tolerance": float, "corpus": str,
-    "budget": float, "cache_dir": str, "device": str, "isolation": str, "memory_limit": int,
-}  # fmt: skip
-#: The settings with a fixed set of values (the command line's choices too).
-CHOICES = {"isolation": ("worker", "none")}
-
-
-#: The numeric settings and the bound each must pass: one rule for the command line and for [tool.softaudit].
-BOUNDS = {"timeout": ">", "budget": ">", "factor": ">", "tolerance": ">=", "min_ulp": ">=", "defect_fraction": ">=",
-          "memory_limit": ">"}  # fmt: skip
-_TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
-
-
 _device_option = click.option("--device", help="where torch and jax candidates not pinned to a device run: cpu, "
-                              "cuda, cuda:N, gpu (default cpu)")  # fmt: skip
+                              "cuda, cuda:N, gpu (default cpu)")
+
+
+def _shown(key: str, command: str = "run") -> str:
+    """A setting's default as the help text says it: "60", "float16 bfloat16", "reports/corpus"."""
+    value = settings.default(key, command)
+    if isinstance(value, (tuple, list)):
+        return " ".join(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
 
 
 def _isolation_options(command):
-    """--isolation and --memory-limit, for run and hunt."""
+    """--isolation, --memory-limit, --workers and --scheduler, for run and hunt."""
+    command = click.option("--scheduler", help="a Dask scheduler's address (tcp://HOST:PORT): units run on its workers "
+                           "(needs pip install 'softaudit[dask]'; --workers is then ignored)")(command)
+    command = click.option("--workers", type=_Number("workers"), help="units run in this many processes on this "
+                           f"machine (default {_shown('workers')}: in softaudit's process)")(command)
     command = click.option("--memory-limit", type=_Number("memory_limit"), help="the worker's memory limit in MiB "
-                           "(address space; default none; leave it off for GPU candidates)")(command)  # fmt: skip
-    return click.option("--isolation", type=click.Choice(CHOICES["isolation"]), help="where candidates run: worker "
-                        "(a process of its own: a crash or hang is an error row; default) or none (in this process)")(command)  # fmt: skip
+                           "(address space; default none; leave it off for GPU candidates)")(command)
+    return click.option("--isolation", type=click.Choice(settings.choices("isolation")),
+                        help="where candidates run: worker (a process of its own: a crash or hang is an error row) or "
+                        f"none (in this process); default {_shown('isolation')}")(command)
 
 
 class ConfigError(click.ClickException):
     exit_code = 2
-
-
-def _requirement(key: str) -> str:
-    """What a setting's value must be, said to the user: "must be a number > 0"."""
-    if key in CHOICES:
-        return f"must be one of {', '.join(CHOICES[key])}"
-    bound = f" {BOUNDS[key]} 0" if key in BOUNDS else ""
-    return f"must be {_TYPE_NAMES[CONFIG_KEYS[key]]}{bound}"
-
-
-def _valid(key: str, value) -> bool:
-    """Whether `value` is right for the setting `key`: its type (a bool is no number here, though Python says it
-    is an int) and, for a number, its bound; nan and infinity pass no bound."""
-    want = CONFIG_KEYS[key]
-    if key in CHOICES:
-        return value in CHOICES[key]
-    if want is list:
-        return isinstance(value, list) and all(isinstance(item, str) for item in value)
-    if want not in (int, float):
-        return isinstance(value, want)
-    if isinstance(value, bool) or not isinstance(value, int if want is int else (int, float)):
-        return False
-    if key not in BOUNDS:
-        return True
-    return math.isfinite(value) and (value > 0 if BOUNDS[key] == ">" else value >= 0)
 
 
 class _Number(click.ParamType):
@@ -89,11 +61,11 @@ class _Number(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            number = int(value) if CONFIG_KEYS[self.key] is int else float(value)
+            number = int(value) if settings.SETTINGS[self.key].type is int else float(value)
         except (TypeError, ValueError):
             number = None
-        if number is None or not _valid(self.key, number):
-            self.fail(f"{_requirement(self.key)}, got {value}", param, ctx)
+        if number is None or not settings.valid(self.key, number):
+            self.fail(f"{settings.requirement(self.key)}, got {value}", param, ctx)
         return number
 
 
@@ -106,21 +78,24 @@ def read_config(start: Path) -> dict:
                 data = tomllib.loads(path.read_text(encoding="utf-8")).get("tool", {}).get("softaudit", {})
             except tomllib.TOMLDecodeError as exc:
                 raise ConfigError(f"{path}: {exc}") from None
-            unknown = sorted(set(data) - set(CONFIG_KEYS))
+            unknown = sorted(set(data) - set(settings.SETTINGS))
             if unknown:
-                raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.softaudit]; known: {', '.join(CONFIG_KEYS)}")
+                known = ", ".join(settings.SETTINGS)
+                raise ConfigError(f"{path}: unknown key {unknown[0]!r} in [tool.softaudit]; known: {known}")
             for key, value in data.items():
-                if not _valid(key, value):
-                    raise ConfigError(f"{path}: [tool.softaudit] {key} {_requirement(key)}, got {reprlib.repr(value)}")
+                if not settings.valid(key, value):
+                    problem = f"{settings.requirement(key)}, got {reprlib.repr(value)}"
+                    raise ConfigError(f"{path}: [tool.softaudit] {key} {problem}")
             return data
     return {}
 
 
-def _pick(cli_value, config: dict, key: str, default):
-    """Command line > config > default (an empty tuple from a repeatable option counts as not given)."""
+def _pick(cli_value, config: dict, key: str, command: str = "run"):
+    """Command line > config > the setting's default for the command (an empty tuple from a repeatable option
+    counts as not given)."""
     if cli_value not in (None, ()):
         return cli_value
-    return config.get(key, default)
+    return config.get(key, settings.default(key, command))
 
 
 @click.group()
@@ -148,26 +123,30 @@ def _progress(quiet: bool):
 @main.command()
 @click.argument("targets", nargs=-1)
 @click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
-@click.option("--dtype", "dtypes", multiple=True, help="dtype to audit in (repeatable; default float16 bfloat16 float32 float64)")
-@click.option("--suite", type=click.Choice(["quick", "default", "full"]), help="case sizes (default: default)")
+@click.option("--dtype", "dtypes", multiple=True, help=f"dtype to audit in (repeatable; default {_shown('dtypes')})")
+@click.option("--suite", type=click.Choice(settings.choices("suite")), help=f"case sizes (default: {_shown('suite')})")
 @click.option("--cases", "cases", multiple=True, help="a case file, .npy or .npz (repeatable)")
 @click.option("--family", "families", multiple=True, help="only this built-in family (repeatable)")
-@click.option("--out", help="folder for the reports (default: reports)")
-@click.option("--format", "formats", multiple=True, type=click.Choice(["csv", "html", "md", "json", "junit", "github"]),
+@click.option("--out", help=f"folder for the reports (default: {_shown('out')})")
+@click.option("--format", "formats", multiple=True, type=click.Choice(settings.choices("formats")),
               help="report format (repeatable; default: every file format; github prints annotations)")
 @click.option("--baseline", help="baseline JSON: fail only on regressions against it")
 @click.option("--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)")
-@click.option("--factor", type=_Number("factor"), help="fail past factor x the worst standard same-dtype algorithm's error, warn past "
-              "factor x best practice's (default 2)")
-@click.option("--min-ulp", type=_Number("min_ulp"), help="max ULP error that never warns (default 1)")
+@click.option("--factor", type=_Number("factor"), help="fail past factor x the worst standard same-dtype algorithm's "
+              f"error, warn past factor x best practice's (default {_shown('factor')})")
+@click.option("--min-ulp", type=_Number("min_ulp"),
+              help=f"max ULP error that never warns (default {_shown('min_ulp')})")
 @click.option("--defect-fraction", type=_Number("defect_fraction"), help="an accuracy fail also needs an error past "
-              "2**(fraction x precision) x the conditioning (default 0.25: a quarter of the significand)")
-@click.option("--fully-masked", type=click.Choice(["zeros", "nan", "uniform", "any"]), help="required output of a fully masked row")
+              f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
+              "significand)")
+@click.option("--fully-masked", type=click.Choice(settings.choices("fully_masked")),
+              help=f"required output of a fully masked row (default {_shown('fully_masked')})")
 @click.option("--strict", is_flag=True, default=None, help="a warn fails the run too (exit 1)")
-@click.option("--tolerance", type=_Number("tolerance"), help="relative growth of max ULP error the gate accepts (default 0.1)")
-@click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 60)")
-@click.option("--seed", type=int, help="varies the random families (default 0)")
-@click.option("--corpus", help="folder of hunt findings replayed as the family `corpus` (default reports/corpus)")
+@click.option("--tolerance", type=_Number("tolerance"),
+              help=f"relative growth of max ULP error the gate accepts (default {_shown('tolerance')})")
+@click.option("--timeout", type=_Number("timeout"), help=f"seconds per candidate call (default {_shown('timeout')})")
+@click.option("--seed", type=int, help=f"varies the random families (default {_shown('seed')})")
+@click.option("--corpus", help=f"folder of hunt findings replayed as the family `corpus` (default {_shown('corpus')})")
 @_device_option
 @click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
               "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
@@ -176,32 +155,30 @@ def _progress(quiet: bool):
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
 def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
         defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, isolation,
-        memory_limit, quiet, verbose):  # fmt: skip
+        memory_limit, workers, scheduler, quiet, verbose):  # fmt: skip
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
-    from . import gate
-    from .adapters._targets import TargetError
+    from . import _store, gate
+    from .adapters import TargetError
     from .cases import CaseFileError
     from .policy import Policy
     from .report import FILE_FORMATS, annotations
-    from . import _store
-    from .runner import DEFAULT_DTYPES, audit
+    from .runner import audit
 
     config = read_config(Path.cwd())
-    folder = _store.folder(_pick(cache_dir, config, "cache_dir", None))
-    targets = _pick(targets, config, "targets", None) or None
-    kind = _pick(kind, config, "kind", None)
-    cases = _pick(cases, config, "cases", [])
-    corpus = _pick(corpus, config, "corpus", "reports/corpus")
-    out = Path(_pick(out, config, "out", "reports"))
-    formats = _pick(formats, config, "formats", FILE_FORMATS)
-    baseline = _pick(baseline, config, "baseline", None)
+    folder = _store.folder(_pick(cache_dir, config, "cache_dir"))
+    targets = _pick(targets, config, "targets") or None
+    kind = _pick(kind, config, "kind")
+    cases = _pick(cases, config, "cases")
+    corpus = _pick(corpus, config, "corpus")
+    out = Path(_pick(out, config, "out"))
+    formats = _pick(formats, config, "formats")
+    baseline = _pick(baseline, config, "baseline")
     new_baseline = (Path(baseline) if baseline else out / "baseline.json") if update_baseline else None
+    given = {"factor": factor, "min_ulp": min_ulp, "defect_fraction": defect_fraction, "fully_masked": fully_masked,
+             "strict": strict}
     # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:
-        policy = Policy(factor=_pick(factor, config, "factor", 2.0), min_ulp=_pick(min_ulp, config, "min_ulp", 1.0),
-                        defect_fraction=_pick(defect_fraction, config, "defect_fraction", 0.25),
-                        fully_masked=_pick(fully_masked, config, "fully_masked", "zeros"),
-                        strict=bool(_pick(strict, config, "strict", False)))  # fmt: skip
+        policy = Policy(**{key: _pick(given[key], config, key) for key in settings.POLICY_KEYS})
         known = gate.read_baseline(baseline) if baseline and not update_baseline else None
     except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
@@ -210,23 +187,24 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
         try:
             bar, progress = _progress(quiet)
             with bar or contextlib.nullcontext():
-                result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes", DEFAULT_DTYPES),
-                               suite=_pick(suite, config, "suite", "default"), cases=cases,
-                               families=_pick(families, config, "families", None), policy=policy,
-                               timeout=_pick(timeout, config, "timeout", 60.0), seed=_pick(seed, config, "seed", 0),
-                               corpus=corpus, progress=progress, device=_pick(device, config, "device", None),
+                result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes"),
+                               suite=_pick(suite, config, "suite"), cases=cases,
+                               families=_pick(families, config, "families"), policy=policy,
+                               timeout=_pick(timeout, config, "timeout"), seed=_pick(seed, config, "seed"),
+                               corpus=corpus, progress=progress, device=_pick(device, config, "device"),
                                # one audit per process: families are kept for later runs only where they are mapped
                                # from the folder (pages the system may drop), never only in this process's memory
                                cache=folder is not None, cache_dir=folder or "off",
-                               isolation=_pick(isolation, config, "isolation", "worker"),
-                               memory_limit_mib=_pick(memory_limit, config, "memory_limit", None),
-                               stop=interruption.stop)  # fmt: skip
+                               isolation=_pick(isolation, config, "isolation"),
+                               memory_limit_mib=_pick(memory_limit, config, "memory_limit"),
+                               workers=_pick(workers, config, "workers"), scheduler=_pick(scheduler, config, "scheduler"),
+                               stop=interruption.stop)
         except (TargetError, CaseFileError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
-        interrupted = result.settings["interrupted"]
+        interrupted = result.interrupted
         comparison = None
         if known is not None and not interrupted:
-            tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance", 0.1))
+            tol = gate.Tolerance(relative=_pick(tolerance, config, "tolerance"))
             comparison = gate.compare(known, gate.baseline_of(result), tol)
         if interrupted and known is not None:
             _warn("the run was interrupted: not compared with the baseline (a partial run is no comparison)")
@@ -239,7 +217,7 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
                 click.echo(line)
             summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary_path:
-                from .report.markdown import summary
+                from .report import summary
 
                 try:
                     with open(summary_path, "a", encoding="utf-8") as f:
@@ -300,38 +278,51 @@ def _check_folders(out: Path | None, corpus, new_baseline: Path | None) -> None:
 
 
 def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None, held) -> _Saved:
-    """Write the reports as one set, and the baseline (new_baseline: where; None: not asked). When no report could
-    go into `out`, they all go into the temporary folder; so does a baseline that could not be written.
+    """Write the reports as one set (`_save_set`), and the baseline (new_baseline: where; None: not asked). A
+    baseline that could not be written goes into the temporary folder."""
+    from . import gate
+    from .report import WRITERS
+
+    saved = _save_set(result, out, formats, comparison, WRITERS, held, ("the reports", "report"))
+    if new_baseline is not None:
+        if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
+            saved.elsewhere(f"the baseline to {new_baseline}",
+                            lambda folder: [gate.write_baseline(result, folder / "baseline.json")])
+    return saved
+
+
+def _save_set(subject, out: Path, formats, comparison, writers: dict, held, names: tuple[str, str]) -> _Saved:
+    """Write the chosen formats of `writers` (softaudit.report's registry) for `subject` (an audit's result, a
+    hunt's findings) into `out` as one set. When none could go into `out`, they all go into the temporary folder.
+    names: what the set and one of its formats are called in a warning ("the reports", "report").
 
     The set is written into a hidden folder inside `out`, then each file is renamed into place, results.json last,
-    under held() (a second Ctrl-C waits for the last rename); report files of formats this run did not write are
-    removed. So `out` never holds a half-written file, nor, once the renames are done, files of two runs; during
-    the renames (microseconds) a reader may find some files already new and the rest still old."""
-    from . import gate
-    from .report import FILE_FORMATS, FILES, write_reports
+    under held() (a second Ctrl-C waits for the last rename); files of the registry's formats this run did not
+    write are removed. So `out` never holds a half-written file, nor, once the renames are done, files of two runs;
+    during the renames (microseconds) a reader may find some files already new and the rest still old."""
+    from .report import write_reports
 
+    whole, each = names
     saved = _Saved()
-    wanted = [f for f in FILE_FORMATS if f in formats]
-    staging = saved.attempt_folder(out, f"the reports in {out}") if wanted else None
+    wanted = [fmt for fmt in writers if fmt in formats]
+    staging = saved.attempt_folder(out, f"{whole} in {out}") if wanted else None
     if staging is not None:
         try:
-            staged = {fmt: saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: write_reports(result, staging, (fmt,), comparison),
-                                         keep=False) for fmt in wanted}  # fmt: skip
+            staged = {fmt: saved.attempt(f"the {fmt} {each} in {out}", keep=False, writer=lambda fmt=fmt: write_reports(
+                subject, staging, (fmt,), comparison, writers)) for fmt in wanted}
             staged = {fmt: paths for fmt, paths in staged.items() if paths}
             with held():
                 for fmt in sorted(staged, key=lambda f: f == "json"):
-                    saved.attempt(f"the {fmt} report in {out}", lambda fmt=fmt: [_move(p, out) for p in staged[fmt]])
-                for fmt in FILE_FORMATS:  # another run's files: gone, so that the folder holds one run's set
-                    for name in FILES[fmt] if fmt not in staged else ():
+                    saved.attempt(f"the {fmt} {each} in {out}", lambda fmt=fmt: [_move(p, out) for p in staged[fmt]])
+                for fmt in writers:  # another run's files: gone, so that the folder holds one run's set
+                    for name in writers[fmt] if fmt not in staged else ():
                         with contextlib.suppress(OSError):  # (a folder in the way stays)
                             (out / name).unlink(missing_ok=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     if saved.failures and not saved.written:
-        saved.elsewhere(f"the reports to {out}", lambda folder: write_reports(result, folder, formats, comparison))
-    if new_baseline is not None:
-        if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
-            saved.elsewhere(f"the baseline to {new_baseline}", lambda folder: [gate.write_baseline(result, folder / "baseline.json")])
+        saved.elsewhere(f"{whole} to {out}",
+                        lambda folder: write_reports(subject, folder, formats, comparison, writers))
     return saved
 
 
@@ -392,13 +383,14 @@ class _Saved:
 def _print_summary(result, comparison, written, verbose: bool, quiet: bool, failed: bool) -> None:
     """The run in the terminal: the counts, then what to act on, each finding with its cause and fix (against a
     baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed."""
-    from .report._findings import counts_line, families_text, issues
+    from .report import families_text, issues
+    from .results import summary_line
 
     if quiet and not failed:
         return
     table = result.table
     if not quiet:
-        click.echo(counts_line(table))
+        click.echo(summary_line(table))
     if comparison is not None:
         if not quiet:
             where = "" if comparison.same_platform else f" (made on another platform: {comparison.platform_change})"
@@ -426,53 +418,49 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @main.command()
 @click.argument("targets", nargs=-1)
 @click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
-@click.option("--dtype", "dtypes", multiple=True, help="dtype to hunt in (repeatable; default float32)")
-@click.option("--budget", type=_Number("budget"), help="seconds for the whole search (default 60)")
-@click.option("--timeout", type=_Number("timeout"), help="seconds per candidate call (default 10)")
-@click.option("--corpus", help="folder for the failures found (default reports/corpus)")
-@click.option("--out", help="folder for hunt.csv and hunt.md (default reports)")
+@click.option("--dtype", "dtypes", multiple=True,
+              help=f"dtype to hunt in (repeatable; default {_shown('dtypes', 'hunt')})")
+@click.option("--budget", type=_Number("budget"),
+              help=f"seconds for the whole search (default {_shown('budget', 'hunt')})")
+@click.option("--timeout", type=_Number("timeout"),
+              help=f"seconds per candidate call (default {_shown('timeout', 'hunt')})")
+@click.option("--corpus", help=f"folder for the failures found (default {_shown('corpus', 'hunt')})")
+@click.option("--out", help=f"folder for hunt.csv and hunt.md (default {_shown('out', 'hunt')})")
 @_device_option
 @_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, quiet):
+def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, workers, scheduler,
+         quiet):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
-    import numpy as np
-    import pandas as pd
-
-    from .adapters._targets import TargetError
+    from .adapters import TargetError
     from .hunt import describe
     from .hunt import hunt as run_hunt
-    from .report._files import write_atomic
+    from .report import HUNT_WRITERS, hunt_table
 
     config = read_config(Path.cwd())
-    out = Path(_pick(out, config, "out", "reports"))
-    corpus = _pick(corpus, config, "corpus", "reports/corpus")
+    out = Path(_pick(out, config, "out", "hunt"))
+    corpus = _pick(corpus, config, "corpus", "hunt")
     _check_folder(out, "--out")  # before the search: what it finds must have somewhere to go
     if corpus:
         _check_folder(Path(corpus), "--corpus")
     try:
         bar, progress = _progress(quiet)
         with bar or contextlib.nullcontext():
-            findings = run_hunt(_pick(targets, config, "targets", None) or None, kind=_pick(kind, config, "kind", None),
-                                dtypes=_pick(dtypes, config, "dtypes", ("float32",)), budget=_pick(budget, config, "budget", 60.0),
-                                corpus=corpus, timeout=_pick(timeout, config, "timeout", 10.0), progress=progress,
-                                device=_pick(device, config, "device", None),
-                                isolation=_pick(isolation, config, "isolation", "worker"),
-                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", None))  # fmt: skip
+            findings = run_hunt(_pick(targets, config, "targets", "hunt") or None,
+                                kind=_pick(kind, config, "kind", "hunt"),
+                                dtypes=_pick(dtypes, config, "dtypes", "hunt"),
+                                budget=_pick(budget, config, "budget", "hunt"),
+                                corpus=corpus, timeout=_pick(timeout, config, "timeout", "hunt"), progress=progress,
+                                device=_pick(device, config, "device", "hunt"),
+                                isolation=_pick(isolation, config, "isolation", "hunt"),
+                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", "hunt"),
+                                workers=_pick(workers, config, "workers", "hunt"),
+                                scheduler=_pick(scheduler, config, "scheduler", "hunt"))
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    table = pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
-                           "found": "FAIL" if f.failed else "none", "max_cond_err": f.max_cond_err, "seconds": round(f.seconds, 2),
-                           "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
-                           "reason": f.reason, "corpus": f.corpus_file or ""} for f in findings])  # fmt: skip
-    header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
-    body = "".join("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False))
-    tables = {"hunt.csv": table.to_csv(index=False), "hunt.md": "# softaudit hunt\n\n" + header + body}
-    saved = _Saved()
-    for name, text in tables.items():
-        saved.attempt(str(out / name), lambda name=name, text=text: [write_atomic(out / name, text)])
-    if saved.failures and not saved.written:
-        saved.elsewhere(f"the hunt's tables to {out}", lambda folder: [write_atomic(folder / n, t) for n, t in tables.items()])
+    saved = _save_set(findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext,
+                      ("the hunt's tables", "table"))
+    table = hunt_table(findings)
     if not quiet:
         click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(index=False))
         for finding in (f for f in findings if f.failed):
@@ -510,7 +498,8 @@ def list_candidates(kind):
 @main.command()
 @click.argument("old")
 @click.argument("new")
-@click.option("--tolerance", type=_Number("tolerance"), default=0.1, show_default=True, help="relative growth of max ULP accepted")
+@click.option("--tolerance", type=_Number("tolerance"), default=settings.default("tolerance"), show_default=True,
+              help="relative growth of max ULP accepted")
 def compare(old, new, tolerance):
     """Compare two results: baselines or results.json files. Exit 1 on a regression."""
     from . import gate
@@ -555,6 +544,7 @@ def _rows_of(path) -> dict:
 def _rows_of_results(results, path) -> dict:
     """The baseline rows of a results.json's results, or one line on the first result that cannot be one."""
     from . import gate
+    from .results import row_key
 
     if not isinstance(results, list):
         raise gate.BaselineError(f"{path}: 'results' is not a list")
@@ -565,7 +555,7 @@ def _rows_of_results(results, path) -> dict:
         missing = [field for field in ("candidate", "dtype", "family", "verdict") if field not in result]
         if missing:
             raise gate.BaselineError(f"{path}: result {i} has no {missing[0]!r}")
-        key = gate.row_key(result)
+        key = row_key(result)
         for field in ("max_ulp", *gate.EVENTS):
             value = result.get(field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):

@@ -28,8 +28,8 @@ def _probabilities(x: np.ndarray, kept: np.ndarray):
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
-    """a with its NaN and inf entries as 0. In k or v they make the rows of the queries that keep their key undefined
-    (their scale is not used); at a key no query keeps they must count for nothing, and 0 x NaN would not."""
+    """a with its NaN and inf entries as 0, for the attention scales: an entry a query may not attend must count for
+    nothing there (0 x NaN would not), and a query that meets one it attends is undefined (its scale is never read)."""
     return np.where(np.isfinite(a), a, 0.0)
 
 
@@ -120,15 +120,17 @@ def _deviation(p, top, g):
 
 
 def log_softmax_grad(x, mask, g, r) -> np.ndarray:
-    """scale of dx = g - p sum(g), 0 where not kept: |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the
-    upstream gradient's part) + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact."""
+    """scale of dx = g - p sum(g): |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the upstream gradient's part)
+    + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact. g is read at -inf logits too (p = 0
+    there, so dx_i = g_i and the scale is 2 |g_i|); 0 where masked."""
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
-        g = np.where(kept, np.asarray(g, dtype=np.float64), 0.0)
+        read = kept | (x == -np.inf) if mask is None else kept
+        g = np.where(read, np.asarray(g, dtype=np.float64), 0.0)
         ag = np.abs(g)
         upstream = _one_minus(p, e, s, top) * ag + p * np.maximum(ag.sum(axis=-1, keepdims=True) - ag, 0.0)
         logits = np.abs(g.sum(axis=-1, keepdims=True)) * p * _spread(p, e, s, top, ax)
-        return np.where(kept, np.abs(r) + upstream + logits, 0.0)
+        return np.where(read, np.abs(r) + upstream + np.where(kept, logits, 0.0), 0.0)
 
 
 def logsumexp_grad(x, mask, g, r) -> np.ndarray:
@@ -192,7 +194,9 @@ def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """
     with np.errstate(all="ignore"):
         q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
-        k, v = _finite(k), _finite(v)
+        # A NaN or infinity in a key or value a query may not attend is no part of its output (p = 0 there) and must
+        # not reach its scale as 0 * NaN; a query that attends one is undefined, and its scale is never read.
+        q, k, v = (_finite(a) for a in (q, k, v))
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale)
         # p_j a_j; 0 at a key not kept, where a large k would make 0 x inf NaN

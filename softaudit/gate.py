@@ -2,8 +2,8 @@
 
 A baseline holds, per candidate x dtype x family, the verdict, the max ULP and conditioning-scaled errors and the
 event counts, with the library versions, the machine and its platform key (the CPU features numpy dispatches to,
-the BLAS and its kernels, the numeric libraries: report/_files.py). It is sorted and indented so that a diff of it
-reads well.
+the BLAS and its kernels, the numeric libraries: softaudit.report.platform_key). It is sorted and indented so that
+a diff of it reads well.
 
 On the platform the baseline was made on, every change for the worse is a regression: a verdict, a new event, an
 error grown past the tolerance. On another platform the same code may round differently (numpy's SIMD functions
@@ -19,9 +19,10 @@ import math
 import reprlib
 from pathlib import Path
 
-from .policy import SEVERITY
-from .report._files import machine, platform_key, versions, write_atomic
-from .report._findings import row_key
+from ._atomic import write_atomic
+from .report import machine, platform_key, versions
+from .results import SEVERITY, row_key
+from .settings import default
 
 EVENTS = ("nan", "overflow", "underflow", "flushed", "mask_leak")
 FORMAT_VERSION = 2
@@ -140,7 +141,7 @@ class Comparison:
 class Tolerance:
     """How much the max ULP error may grow before it is a regression: max(old * (1 + relative), old + absolute)."""
 
-    relative: float = 0.1
+    relative: float = default("tolerance")
     absolute: float = 0.5
 
     def allows(self, old: float | None, new: float | None) -> bool:

@@ -1,4 +1,4 @@
-"""Invariants that need no reference, checked with extra calls of the candidate on transformed inputs.
+"""Invariants that need no reference, checked on the candidate's outputs for transformed inputs.
 
 Each returns the number of output elements (or rows) that break it; `softaudit run` reports them in the
 `invariants` column and docs/metrics.md defines each. Sum to 1 and no negative probabilities are the `sum_err`
@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from . import kinds
-from .adapters._call import call
 from .reference import round_to
 
 #: Cases with more output elements than this are not checked: the checks call the candidate three or four times
@@ -54,7 +53,7 @@ class Probes:
     def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
         checks = kinds.get(kind).invariants
         rng = np.random.default_rng(seed)
-        self.mask, self.dtype = mask, dtype
+        self.mask, self.dtype, self.checks = mask, dtype, checks
         x = inputs["x"].astype(np.float64)
         kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
         self.defined = np.isfinite(np.where(kept, x, 0.0)).all(axis=-1) & kept.any(axis=-1)
@@ -78,32 +77,40 @@ class Probes:
         if "masked_equals_kept" in checks:
             self.alone = [(row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]]
 
+    def calls(self, shape: tuple) -> list[tuple]:
+        """The candidate's calls the checks need, (inputs, mask, output shape) each, in the order `check` reads
+        their outputs: the execute step makes them (softaudit/execute/), so checking never calls a candidate."""
+        found = [] if self.shifted is None else [({"x": self.shifted}, self.mask, shape)]
+        found.append(({"x": self.permuted}, self.permuted_mask, shape))
+        if "masked_values" in self.checks:
+            found.append(({"x": self.junk}, self.mask, shape))
+        for _, alone in self.alone if "masked_equals_kept" in self.checks else ():
+            found.append(({"x": alone}, np.ones(alone.shape, bool), alone.shape))
+        return found
 
-def check(candidate, probes: Probes, y, shape, timeout, max_ulp: float, ex=None) -> dict[str, int]:
-    """Violations per invariant for one case (kinds with invariants only; attention has its leak probe).
 
-    ex: the executor the candidate is called through (softaudit.execute; None: in this process, as
-    adapters._call.call does).
+def check(kind: str, probes: Probes, y, outputs: list, max_ulp: float) -> dict[str, int]:
+    """Violations per invariant for one case (kinds with invariants only; attention has its leak probe), from the
+    candidate's output y and its outputs on the probes' inputs (`Probes.calls`, in that order).
 
     Reordering a sum moves a result by up to twice the candidate's error, so the permutation and kept-entries
     checks allow 2 max(E, 0.5) + 1 ulps, E the candidate's max ULP error on this case: a larger difference means
     the transformed input exposes an error the original does not.
     """
-    if not kinds.get(candidate.kind).invariants:
+    if not kinds.get(kind).invariants:
         return {}
     with np.errstate(all="ignore"):  # NaN and inf outputs are compared, not warned about
-        return _check(candidate, probes, y, shape, timeout, max_ulp, call if ex is None else ex.call)
+        return _check(kinds.get(kind), probes, y, iter(outputs), max_ulp)
 
 
-def _check(candidate, p: Probes, y, shape, timeout, max_ulp, call) -> dict[str, int]:
-    kind, dtype, defined = kinds.get(candidate.kind), p.dtype, p.defined
+def _check(kind, p: Probes, y, outputs, max_ulp) -> dict[str, int]:
+    dtype, defined = p.dtype, p.defined
     checks = kind.invariants
     y = np.asarray(y).astype(np.float64)
     out: dict[str, int] = {}
 
-    def again(x, mask=p.mask, out_shape=shape):
-        result, _ = call(candidate, {"x": x}, mask, out_shape, dtype, timeout)
-        return result.astype(np.float64)
+    def again():
+        return np.asarray(next(outputs)).astype(np.float64)
 
     tolerance = 2 * max(max_ulp if np.isfinite(max_ulp) else 0.0, 0.5) + 1
 
@@ -111,8 +118,8 @@ def _check(candidate, p: Probes, y, shape, timeout, max_ulp, call) -> dict[str, 
         return _differ(a, b) & (np.abs(a - b) > tolerance * np.abs(np.spacing(np.asarray(b).astype(dtype)).astype(np.float64)))
 
     if p.shifted is not None:
-        out["shift"] = int(np.count_nonzero(_differ(again(p.shifted), y) & defined[..., None]))
-    permuted = again(p.permuted, p.permuted_mask)
+        out["shift"] = int(np.count_nonzero(_differ(again(), y) & defined[..., None]))
+    permuted = again()
     expected = y if kind.reduces else np.take(y, p.perm, axis=-1)  # (5x faster than y[..., p.perm])
     out["permutation"] = int(np.count_nonzero(beyond(permuted, expected) & (defined if kind.reduces else defined[..., None])))
     if "lse_below_max" in checks:
@@ -121,11 +128,10 @@ def _check(candidate, p: Probes, y, shape, timeout, max_ulp, call) -> dict[str, 
         ys = np.where(p.kept, y, -np.inf).reshape(-1)[p.order].reshape(y.shape)  # kept entries only: a leak is mask_leak
         out["monotonic"] = int(np.count_nonzero(p.rises & (np.diff(ys, axis=-1) < 0)))
     if "masked_values" in checks:
-        out["masked_values"] = int(np.count_nonzero(_differ(again(p.junk), y) & defined[..., None]))
+        out["masked_values"] = int(np.count_nonzero(_differ(again(), y) & defined[..., None]))
     if "masked_equals_kept" in checks:
         violations = 0
-        for row, alone in p.alone:  # the kept entries alone, as a row of their own
-            got = again(alone, np.ones(alone.shape, bool), alone.shape)
-            violations += int(beyond(got[0], y[row][p.kept[row]]).sum())
+        for row, _ in p.alone:  # the kept entries alone, as a row of their own
+            violations += int(beyond(again()[0], y[row][p.kept[row]]).sum())
         out["masked_equals_kept"] = violations
     return out

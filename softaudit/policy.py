@@ -14,11 +14,7 @@ import math
 from . import kinds
 from .metrics import Tally
 from .reference import Format
-
-FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
-#: Every verdict a row can get, least to most severe; `skip` (the candidate cannot run this dtype) stands apart.
-VERDICTS = ("pass", "warn", "fail", "error", "skip")
-SEVERITY = {"pass": 0, "skip": 1, "warn": 1, "fail": 2, "error": 3}
+from .settings import FULLY_MASKED_RULES, default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,19 +28,22 @@ class Reason:
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """The default is the one documented in docs/policy.md; every field can be changed."""
+    """The default is the one documented in docs/policy.md; every field can be changed. The fields a user sets
+    from the command line or [tool.softaudit] take their defaults from softaudit/settings.py."""
 
-    factor: float = 2.0  # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
-    min_ulp: float = 1.0  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    defect_fraction: float = 0.25  # an accuracy fail also needs an error past 2**(defect_fraction x precision)
-    fully_masked: str = "zeros"  # what a row with nothing kept must give: zeros, nan, uniform, or any
+    # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
+    factor: float = default("factor")
+    min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
+    # an accuracy fail also needs an error past 2**(defect_fraction x precision)
+    defect_fraction: float = default("defect_fraction")
+    fully_masked: str = default("fully_masked")  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
     fail_on_overflow: bool = True  # +-inf where the reference is finite
     fail_on_mask_leak: bool = True  # probability on a masked entry; attention that moves with masked values
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
     warn_on_flush: bool = True  # subnormal results flushed to zero
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
-    strict: bool = False  # a warn fails the run too (exit 1), as a fail does
+    strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
 
     def __post_init__(self):
         if self.fully_masked not in FULLY_MASKED_RULES:

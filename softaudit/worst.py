@@ -1,4 +1,4 @@
-"""The worst input of each row, exact and replayable, and `replay`, which reproduces a row's worst error.
+"""Replaying the worst input of a row (`softaudit.results.WorstInput`): `replay` reproduces a row's worst error.
 
 A row's worst element is the one with the largest conditioning-scaled error (or, where nothing could be compared,
 the first NaN or inf). Its record holds the whole case the candidate was called on (every array, as hex floats)
@@ -12,76 +12,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import shlex
 
 import numpy as np
 
 from . import kinds
-from .cases import hex_rows
-
-
-@dataclasses.dataclass
-class WorstInput:
-    """The element behind a row's worst error, the case it is in, and how to get that case again."""
-
-    candidate: str
-    target: str | None  # what loads the candidate again ("pkg.mod:func", "file.py:func"); None for a closure
-    kind: str
-    dtype: str
-    family: str
-    case: str  # the case's description
-    case_index: int
-    element: list[int]  # position in the case's output
-    cond_err: float  # error / (u max(scale, smallest normal)) at the element (inf: NaN or inf there)
-    ulp_err: float
-    scale: float  # the element's conditioning scale, max(scale, smallest normal) (NaN: not compared)
-    output: float
-    reference: float  # the exact result correctly rounded to the dtype
-    cause: str
-    explanation: str
-    recipe: dict  # suite, seed, family, case_index, and the case file or corpus folder where there is one
-    inputs: dict | None = None  # name -> the whole case's array in the dtype (mask: boolean); None when too big
-    device: str | None = None  # where the candidate ran (torch and JAX candidates: "cuda", ...); None: the default
-    output_name: str = ""  # which output of a kind with several (attention_grad's "dq", "dk", "dv"); "": the only one
-
-    #: Cases with more values than this keep only the recipe.
-    MAX_VALUES = 512
-
-    def as_json(self) -> dict:
-        """Every float as a hex string (float.hex), so the case replays bit for bit."""
-        out = dataclasses.asdict(self) | {"output": float(self.output).hex(), "reference": float(self.reference).hex()}
-        if self.inputs is not None:
-            out["inputs"] = {name: _exact(a) for name, a in self.inputs.items()}
-        return out
-
-    def command(self, out: str = "softaudit-replay") -> str:
-        """The command that audits this row again (same candidate, dtype, family and cases)."""
-        if self.target is None:
-            return ""
-        words = ["softaudit", "run", self.target, "--kind", self.kind, "--dtype", self.dtype, "--family", self.family,
-                 "--suite", self.recipe["suite"], "--seed", str(self.recipe["seed"]), "--out", out]  # fmt: skip
-        if "case_file" in self.recipe:
-            words += ["--cases", self.recipe["case_file"]]
-        if "corpus" in self.recipe:
-            words += ["--corpus", self.recipe["corpus"]]
-        if self.device:
-            words += ["--device", self.device]
-        return shlex.join(words)
-
-
-def _exact(a) -> dict:
-    a = np.asarray(a)
-    values = a.reshape(-1).tolist() if a.dtype == np.bool_ else hex_rows(a.reshape(1, -1))[0]
-    return {"shape": list(a.shape), "values": values}
-
-
-def _array(spec: dict, dtype) -> np.ndarray:
-    values = spec["values"]
-    if values and isinstance(values[0], bool):
-        return np.array(values, bool).reshape(spec["shape"])
-    from .reference import round_to
-
-    return round_to(np.array([float.fromhex(v) for v in values], np.float64).reshape(spec["shape"]), dtype)
+from .results import WorstInput
 
 
 def case_of(record: dict):
@@ -93,7 +28,7 @@ def case_of(record: dict):
     fmt = format_of(record["dtype"])
     kind, recipe = record["kind"], record["recipe"]
     if record.get("inputs"):
-        arrays = {name: _array(spec, fmt.dtype) for name, spec in record["inputs"].items()}
+        arrays = dict(WorstInput.from_json(record).inputs)
         mask = arrays.pop("mask", None)
         arrays = {name: a.astype(np.float64) for name, a in arrays.items()}
         return Case(kind, record["family"], arrays, mask, None, record["case"])
@@ -114,18 +49,18 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
     CandidateError naming the cause. Returns {"cond_err", "ulp_err", "element", "output", "reference"}: the same
     numbers the row had.
     """
-    from .adapters import _targets
+    from .adapters import load_target
     from .execute import executor
     from .metrics import measure
     from .reference import format_of
-    from .runner import Prepared
+    from .prepare import Prepared
 
     record = record.as_json() if isinstance(record, WorstInput) else record
     if candidate is None or not hasattr(candidate, "kind"):
         source = record["target"] if candidate is None else candidate
         if source is None:
             raise ValueError(f"{record['candidate']} cannot be loaded again by name: pass the function")
-        candidate = _targets.load_target(source, record["kind"])[0]
+        candidate = load_target(source, record["kind"])[0]
         if record.get("device") and candidate.framework != "numpy" and candidate.device is None:
             candidate = dataclasses.replace(candidate, device=record["device"])  # where the row ran
     fmt = format_of(record["dtype"])

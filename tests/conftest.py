@@ -17,10 +17,10 @@ os.environ["SOFTAUDIT_CACHE_DIR"] = "off"
 def counted_references(monkeypatch):
     """An empty cache of prepared families in this process (each comes from the disk or is computed), and the list
     that gains an entry for each reference the runner computes."""
-    from softaudit import runner
+    from softaudit import prepare
     from softaudit.kinds import _attention, _rows
 
-    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    monkeypatch.setattr(prepare, "_CACHE", type(prepare._CACHE)())
     calls = []
     for module, name in ((_rows, "evaluate"), (_attention, "evaluate_attention")):  # (the kinds' references)
         real = getattr(module, name)

@@ -4,7 +4,7 @@ import re
 from pathlib import Path
 
 import softaudit
-from softaudit.runner import COLUMNS
+from softaudit.results import COLUMNS
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "metrics.md"
 
@@ -36,11 +36,13 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_the_readme_lists_every_config_key_and_every_option_of_run_and_hunt():
     import click
 
-    from softaudit.cli import CONFIG_KEYS, main
+    from softaudit.cli import main
+    from softaudit.settings import SETTINGS
 
     text = README.read_text()
     keys = re.search(r"^Keys: (.*?)\(and budget, for `hunt`\)\.$", text, re.S | re.M)[1]
-    assert sorted(k.strip() for k in keys.replace("\n", " ").split(",") if k.strip()) == sorted(set(CONFIG_KEYS) - {"budget"})
+    listed = sorted(k.strip() for k in keys.replace("\n", " ").split(",") if k.strip())
+    assert listed == sorted(set(SETTINGS) - {"budget"})
     for command in ("run", "hunt"):
         for param in main.commands[command].params:
             if isinstance(param, click.Option):

@@ -33,5 +33,4 @@ def test_without_a_gpu_an_example_audits_to_skips_that_say_why(example, tmp_path
     result = softaudit.audit(str(EXAMPLES / example), dtypes=["float16", "float64"], suite="quick", cache=False)
     table = result.table
     assert set(table.verdict) == {"skip"}, table[["candidate", "dtype", "verdict", "note"]].to_string()
-    # (a row longer than the Triton kernel holds, equal_sum_overflow's 2**16, is skipped before the GPU is asked for)
-    assert table[table.dtype == "float16"].note.str.contains("needs a CUDA GPU|the kernel holds a row in registers").all()
+    assert table[table.dtype == "float16"].note.str.contains("needs a CUDA GPU").all()

@@ -150,9 +150,9 @@ def scribbles(x, axis=-1):
 
 
 def test_a_candidate_writing_into_its_input_changes_nothing_for_the_others(monkeypatch):
-    from softaudit import runner
+    from softaudit import prepare
 
-    monkeypatch.setattr(runner, "_CACHE", type(runner._CACHE)())
+    monkeypatch.setattr(prepare, "_CACHE", type(prepare._CACHE)())
     options = {"kind": "softmax", "dtypes": ["float32"], "suite": "quick", "families": ["gaussian", "offset"]}
     alone = softaudit.audit(good, **options).table
     both = softaudit.audit([scribbles, good], **options).table
@@ -195,23 +195,23 @@ def test_an_output_that_is_the_input_buffer_is_measured_before_the_buffer_is_reu
 
 
 def test_a_second_audit_reuses_the_prepared_families(monkeypatch, counted_references):
-    from softaudit import runner
+    from softaudit import prepare
 
     calls = counted_references
     options = {"kind": "softmax", "dtypes": ["float16"], "suite": "quick", "families": ["gaussian", "ties"]}
     first = softaudit.audit(good, **options).table
     computed = len(calls)
-    assert computed > 0 and len(runner._CACHE) == 2
+    assert computed > 0 and len(prepare._CACHE) == 2
     second = softaudit.audit(good, **options).table
     assert len(calls) == computed  # no reference computed again
     assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
     softaudit.audit(good, cache=False, **options | {"families": ["dominant"]})
-    assert len(runner._CACHE) == 2 and len(calls) > computed  # not kept
-    monkeypatch.setattr(runner, "CACHE_BYTES", 1)
+    assert len(prepare._CACHE) == 2 and len(calls) > computed  # not kept
+    monkeypatch.setattr(prepare, "CACHE_BYTES", 1)
     softaudit.audit(good, **options | {"families": ["dominant"]})
-    assert list(runner._CACHE) == [("dominant", "softmax", "float16", "quick", 0)]  # the older ones dropped
-    runner.clear_cache()
-    assert not runner._CACHE
+    assert list(prepare._CACHE) == [("dominant", "softmax", "float16", "quick", 0)]  # the older ones dropped
+    prepare.clear_cache()
+    assert not prepare._CACHE
 
 
 def test_a_family_with_no_case_in_a_dtype_gives_no_row():

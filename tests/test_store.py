@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import softaudit
-from softaudit import _store, runner
+from softaudit import _store, prepare
 
 from .test_runner import good
 
@@ -49,11 +49,11 @@ def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, 
     assert computed > 0
     assert sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir()) == [
         "gaussian-softmax-bfloat16-quick-0.pkl", "ties-softmax-bfloat16-quick-0.pkl"]  # fmt: skip
-    runner.clear_cache()  # as a new process would start
+    prepare.clear_cache()  # as a new process would start
     second = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
     assert len(counted_references) == computed  # nothing computed again
     assert first.drop(columns="seconds").equals(second.drop(columns="seconds"))
-    runner.clear_cache()
+    prepare.clear_cache()
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS | {"seed": 1})  # other cases: other files
     assert len(counted_references) > computed and len(list(tmp_path.iterdir())) == 4
 
@@ -61,7 +61,7 @@ def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, 
 def test_other_code_does_not_read_the_files(tmp_path, counted_references, monkeypatch):
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
     computed = len(counted_references)
-    runner.clear_cache()
+    prepare.clear_cache()
     monkeypatch.setattr(_store, "fingerprint", lambda: "0ther")
     softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
     assert len(counted_references) == 2 * computed
@@ -101,13 +101,26 @@ def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, c
 
 
 def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
+    """Twice with the folder (the second run reads what the first kept), once with --cache-dir off (nothing kept
+    anywhere): the same verdict, exit code and table each time."""
+    import pandas as pd
+
     env = os.environ | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run", "softaudit.candidates.softmax:naive", "--dtype", "float32",
-               "--suite", "quick", "--family", "gaussian", "--out", str(tmp_path / "out"), "-q"]  # fmt: skip
-    for _ in range(2):
-        done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path)
-        assert done.returncode in (0, 1), done.stderr
-    assert [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()] == ["gaussian-softmax-float32-quick-0.pkl"]
-    subprocess.run(command + ["--cache-dir", "off"], env=env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")},
-                   capture_output=True, cwd=tmp_path, check=False)  # fmt: skip
-    assert not (tmp_path / "other").exists()
+    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run",
+               "softaudit.candidates.softmax:naive", "--dtype", "float32", "--suite", "quick", "--family", "gaussian",
+               "-q"]
+    runs = [(env, []), (env, []), (env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")}, ["--cache-dir", "off"])]
+    tables = []
+    for i, (run_env, extra) in enumerate(runs):
+        out = tmp_path / f"out{i}"
+        done = subprocess.run([*command, "--out", str(out), *extra], env=run_env, capture_output=True, text=True,
+                              cwd=tmp_path)
+        assert done.returncode == 1, done.stderr  # naive softmax overflows on the gaussian family: a fail
+        assert done.stdout.startswith("FAIL  softmax.naive float32 (gaussian): ") and not done.stderr
+        tables.append(pd.read_csv(out / "results.csv").drop(columns="seconds"))
+        if i == 0:
+            kept = [p.name.split("-", 1)[1] for p in (tmp_path / "cache").iterdir()]
+            assert kept == ["gaussian-softmax-float32-quick-0.pkl"]
+    assert list(tables[0].verdict) == ["fail"]
+    assert tables[0].equals(tables[1]) and tables[0].equals(tables[2])
+    assert len(list((tmp_path / "cache").iterdir())) == 1 and not (tmp_path / "other").exists()

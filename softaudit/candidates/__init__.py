@@ -10,8 +10,7 @@ STANDARD same-dtype algorithms beside it, and BEST, the best practice (computed 
 rounded once, in the dtype itself otherwise). Each kind names its own (softaudit.kinds); these tables read them.
 """
 
-from ..adapters._candidate import Candidate
-from ..adapters._targets import load_target
+from ..adapters import Candidate, load_target
 from ..kinds import KINDS
 from . import (attention, attention_grad, log_softmax, log_softmax_grad, logsumexp, logsumexp_grad, masked_softmax,
                masked_softmax_grad, softmax, softmax_grad)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, matmul, row_max, work_dtype
 
 

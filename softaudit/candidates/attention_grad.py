@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
 from .attention import tiled_attention, tiled_b64
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import dtype_sum, exp, log, log1p, row_max, rowwise, running_sum, work_dtype
 from .softmax import _rest_sum, max_shifted
 

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import dtype_sum, exp, rowwise, work_dtype
 from .log_softmax import log1p_form as _log1p_form
 from .log_softmax import shifted as _shifted

@@ -9,7 +9,7 @@ import functools
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import dtype_sum, exp, log, row_max, rowwise, work_dtype
 
 

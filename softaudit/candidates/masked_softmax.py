@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, row_max, rowwise, running_sum, work_dtype
 from .softmax import max_shifted_f32acc
 

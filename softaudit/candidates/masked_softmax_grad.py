@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, row_max, rowwise, work_dtype
 from .masked_softmax import _normalised
 from .softmax_grad import f32acc as _softmax_grad_f32acc

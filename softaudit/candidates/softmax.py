@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, log, log1p, row_max, rowwise, running_sum, work_dtype
 from ._ops import exp2 as _exp2  # the name exp2 is the candidate below
 

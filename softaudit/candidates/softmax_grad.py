@@ -6,7 +6,7 @@ pairwise in the dtype (`dtype_sum`).
 
 from __future__ import annotations
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._ops import dtype_sum, exp, row_max, rowwise, work_dtype
 from .log_softmax import shifted as _log_softmax_in_dtype
 from .softmax import max_shifted as _softmax_in_dtype

@@ -4,10 +4,10 @@ Suites quick (seconds), default (minutes) and full hold the same families at gro
 (`load_case_file`) becomes a family of its own.
 """
 
+from ..settings import SUITES as SUITES
 from . import _attention, _grad, _reported, _rows  # noqa: F401  (they register their families)
 from ._case import FAMILIES as FAMILIES
 from ._case import SIZES as SIZES
-from ._case import SUITES as SUITES
 from ._case import Case as Case
 from ._case import Family as Family
 from ._case import families_for as families_for

@@ -11,8 +11,6 @@ import numpy as np
 from .. import kinds as _kinds
 from ..reference import Format
 
-SUITES = ("quick", "default", "full")
-
 
 @dataclasses.dataclass(frozen=True)
 class Case:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import kinds as _kinds
-from ..adapters._candidate import check_kind
+from ..adapters import check_kind
 from ._case import Case
 
 NPY_MAGIC = b"\x93NUMPY"

@@ -1,37 +1,38 @@
-"""Where a candidate call runs: in softaudit's own process, or in worker processes (isolation).
+"""Execute: where an audit's work runs, one seam at two levels.
 
-One seam for the runner: an executor's `call_all(candidate, arrays, mask, shapes, dtype, timeout)` returns
-(outputs, note) or raises CandidateError / CandidateSkip exactly as `adapters._call.call_all` does (`call`: one
-output), so an error row or a skip row follows as today. `executor(isolation, memory_mib)` makes the one an audit
-uses; `with executor(...) as ex:` (or `ex.close()`) releases the workers.
+Where a unit (candidate x dtype x family) runs: `pool(workers, scheduler, isolation, memory_mib)` gives `Serial`
+(this process, the plan's order), `Local` (`workers` processes on this machine: loky) or `Dask` (a cluster's
+workers; GPU candidates only on workers with a GPU resource). Each runs a task as `fn(*args, ex=executor)`.
 
-- `InProcess`: today's behaviour (SIGALRM time limits); `--isolation none`, for debugging.
+Where a candidate call runs: an executor's `call_all(candidate, arrays, mask, shapes, dtype, timeout)` returns
+(outputs, note) or raises CandidateError / CandidateSkip exactly as `adapters.call_all` does (`call`: one
+output), so an error row or a skip row follows. `executor(isolation, memory_mib)` makes one; `with executor(...) as
+ex:` (or `ex.close()`) releases its worker. `calls(candidate, prepared, timeout, ex)` makes a unit's calls: the
+candidate's own on each case, and those its checks need (the invariants' probes, attention's leak probe).
+
+- `InProcess`: the calling process itself (SIGALRM time limits); `--isolation none`, for debugging.
 - `Isolated`: each call in a reused worker process; a crash, abort, exit, hang or memory blow-up in a candidate is
   a CandidateError naming the cause ("killed by SIGSEGV", "exited with status 3", "called sys.exit(0)",
   "no answer in 60 s: killed", "ran out of memory (...)"), and the next call gets a fresh worker.
 
 Both remember a candidate that ran past its time limit: later calls of it in that dtype raise
-CandidateError(NOT_AGAIN) at once (`past_limit(candidate, dtype)` tells), for the executor's life.
+CandidateError(NOT_AGAIN) at once (`past_limit(candidate, dtype)` tells), for the executor's life (a worker's
+tasks each see it `Scoped`: their own memory).
 """
 
+from ._calls import Called as Called
+from ._calls import calls as calls
 from ._executor import NOT_AGAIN as NOT_AGAIN
 from ._executor import Executor as Executor
 from ._executor import InProcess as InProcess
 from ._executor import TimedOut as TimedOut
 from ._isolated import Isolated as Isolated
+from ._pool import ISOLATION as ISOLATION
+from ._pool import executor as executor
+from ._pool import located as located
+from ._pool import needs_gpu as needs_gpu
+from ._pool import pool as pool
+from ._pool import sendable as sendable
 
-#: The values of `isolation` (`softaudit run --isolation`, the config key, `audit(isolation=...)`).
-ISOLATION = ("worker", "none")
-
-
-def executor(isolation: str = "worker", memory_mib: int | None = None) -> Executor:
-    """The executor for an audit: "worker" Isolated(memory_mib), "none" InProcess (memory_mib then has no effect).
-    ValueError (one line) for anything else."""
-    if isolation not in ISOLATION:
-        raise ValueError(f"isolation must be one of {', '.join(ISOLATION)}, got {isolation!r}")
-    if memory_mib is not None and (isinstance(memory_mib, bool) or not isinstance(memory_mib, int) or memory_mib <= 0):
-        raise ValueError(f"memory limit must be a whole number of MiB > 0, got {memory_mib!r}")
-    return Isolated(memory_mib=memory_mib) if isolation == "worker" else InProcess()
-
-
-__all__ = ["ISOLATION", "NOT_AGAIN", "Executor", "InProcess", "Isolated", "TimedOut", "executor"]
+__all__ = ["ISOLATION", "NOT_AGAIN", "Called", "Executor", "InProcess", "Isolated", "TimedOut", "calls", "executor",
+           "located", "needs_gpu", "pool", "sendable"]

@@ -9,6 +9,7 @@ removes on close or exit (a parent killed with SIGKILL leaves it behind, as any 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import mmap
 import os
@@ -69,7 +70,8 @@ class Arena:
     def _release(self) -> None:
         if self._map is not None:
             self._map.close()
-            os.unlink(self.path)
+            with contextlib.suppress(FileNotFoundError):  # (at exit, the folder's finalizer may have gone first)
+                os.unlink(self.path)
             self._map = None
 
     def close(self) -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from ..adapters import _call
-from ..adapters._call import CandidateError
+from ..adapters import CandidateError, call_all, load_target
 
 NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
 
@@ -67,15 +68,44 @@ def _unit(candidate, dtype) -> tuple:
     return candidate.kind, candidate.name, candidate.source, candidate.framework, candidate.device, np.dtype(dtype).name
 
 
+_loaded: dict[tuple, object] = {}  # (kind, source) -> the callable, loaded once per process
+
+
+def loaded(candidate):
+    """A candidate sent by its source, its callable loaded here (once per process); CandidateError (one line) if
+    the source does not load here."""
+    key = (candidate.kind, candidate.source)
+    if key not in _loaded:
+        try:
+            _loaded[key] = load_target(candidate.source, candidate.kind)[0].call
+        except Exception as exc:
+            raise CandidateError(f"does not load in a worker: {type(exc).__name__}: {exc}") from None
+    return dataclasses.replace(candidate, call=_loaded[key])
+
+
 class InProcess(Executor):
     """Candidates called in softaudit's own process, limited by SIGALRM (the main thread only): a crash, an exit or
     a hang that ignores the alarm takes the run with it. For `--isolation none`: debugging, profiling, prints."""
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+        if candidate.call is None:  # (sent to this process by its source: softaudit.execute.sendable)
+            candidate = loaded(candidate)
         try:
-            return _call.call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
         except CandidateError as exc:
-            # (adapters._call says a timeout only in its message; wired in, it can raise TimedOut itself)
+            # (adapters.call_all says a timeout only in its message; wired in, it can raise TimedOut itself)
             if str(exc).startswith("ran past the time limit"):
                 raise TimedOut(str(exc)) from exc
             raise
+
+
+class Scoped(Executor):
+    """Another executor's calls, with a memory of its own of the candidates past their time limit: one task's, so
+    that what a task gets never depends on what ran before it in the same worker."""
+
+    def __init__(self, shared: Executor):
+        super().__init__()
+        self._shared = shared
+
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+        return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)

@@ -11,9 +11,10 @@ The pool is loky's (the engine under joblib and scikit-learn), not multiprocessi
   exception cannot stop that); the standard library's executor cannot kill a running task at all;
 - cloudpickle is built in: a lambda or closure given to `softaudit.audit()` can reach the worker.
 
-One worker: the runner calls one candidate at a time; parallel units are a later step. A hung worker is killed and
-replaced: the next call starts a fresh interpreter and loads its candidate again (about 0.3 s with numpy only,
-seconds with torch or JAX: see docs/isolation.md); a call's time limit never counts that start or load.
+One worker: an executor makes one call at a time (parallel units each have their own executor, in their own worker
+process: softaudit/execute/_pool.py). A hung worker is killed and replaced: the next call starts a fresh
+interpreter and loads its candidate again (about 0.3 s with numpy only, seconds with torch or JAX: see
+docs/isolation.md); a call's time limit never counts that start or load.
 The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
 """
 
@@ -24,8 +25,7 @@ import re
 import signal
 from concurrent.futures import BrokenExecutor
 
-from ..adapters._call import CandidateError
-from ..adapters._bridge import CandidateSkip
+from ..adapters import CandidateError, CandidateSkip
 from . import _worker
 from ._arena import Arena
 from ._executor import Executor, InProcess, TimedOut
@@ -62,7 +62,7 @@ class Isolated(Executor):
             outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
             return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
         ticket = dataclasses.replace(candidate, call=None)
-        timeout = timeout or None  # (0 is no limit, as adapters._call.call has it)
+        timeout = timeout or None  # (0 is no limit, as adapters.call has it)
         if self._arena is None:
             self._arena = Arena()
         specs, outs = self._arena.put([*arrays.values(), mask], shapes, dtype)

@@ -15,9 +15,7 @@ import signal
 
 import numpy as np
 
-from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, call_all
-from ..adapters._targets import load_target
+from ..adapters import CandidateError, CandidateSkip, call_all, load_target
 from ._arena import view, worker_views
 
 _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
@@ -57,7 +55,7 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
 
 
 def run(key: str, ticket, names: list, arena: tuple) -> tuple:
-    """Call a loaded candidate as adapters._call.call_all does (no time limit: the parent keeps time), its inputs and
+    """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), its inputs and
     outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs):
     ("ok", note), ("skip", reason), ("error", message) or ("unloaded",)."""
     fn = _loaded.get(key)

@@ -8,8 +8,7 @@ sees a GPU), where the computation follows them.
 
 from __future__ import annotations
 
-from ..adapters._bridge import CandidateSkip
-from ..adapters._candidate import candidate
+from ..adapters import CandidateSkip, candidate
 from ._need import need
 
 need("jax", "jax")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..adapters._candidate import candidate
+from ..adapters import candidate
 from ._need import need
 
 need("scipy", "scipy")

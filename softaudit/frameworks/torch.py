@@ -9,8 +9,7 @@ makes a candidate pinned to a device whatever the run's; `sdpa_grad(...)` likewi
 
 from __future__ import annotations
 
-from ..adapters._bridge import CandidateSkip
-from ..adapters._candidate import candidate
+from ..adapters import CandidateSkip, candidate
 from ._need import need
 
 need("torch", "torch")

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .._atomic import write_atomic
 from ..cases import Case, hex_rows
-from ..report._files import write_atomic
 
 
 def file_for(corpus: Path, candidate: str) -> Path:

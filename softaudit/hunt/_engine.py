@@ -8,7 +8,6 @@ strict policy) is shrunk to a small input, moved to the boundary of its failure 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 import os
@@ -18,17 +17,20 @@ import numpy as np
 from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis.errors import Flaky
 
-from .. import candidates as builtin
-from .. import invariants, kinds
-from ..adapters._bridge import CandidateSkip
-from ..adapters._call import CandidateError, time_limits
-from ..execute import Executor, InProcess, executor
+from .. import kinds
 from ..cases import Case
+from ..execute import Executor, calls, needs_gpu, pool
+from ..judge import unit
+from ..plan import candidates_for
 from ..policy import Policy
+from ..results import SEVERITY
+from ..prepare import Prepared, PreparedFamily, compare
 from ..reference import format_of
-from ..runner import Prepared, candidates_for
-from ..metrics import Tally, measure
 from . import _corpus, _shrink
+
+
+#: (suite, seed, corpus) of a hunt's input: none regenerates it (the corpus keeps the input itself).
+HUNT_RECIPE = (None, None, None)
 
 
 class _OutOfTime(BaseException):
@@ -51,57 +53,48 @@ class Finding:
     mask: object = None
 
 
-def judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
-    """(verdict, reasons, max conditioning-scaled error, events) for one input, by the rules of `softaudit run`.
+def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
+    """(verdict, reasons, max conditioning-scaled error, events) for one input, judged as `softaudit run` judges a
+    family (softaudit.prepare, execute, judge: the candidate's calls with the invariants' and the leak probe's,
+    the rows' rules, a candidate error an `error`, a comparison that cannot run a note); ex: the executor every
+    call goes through.
 
-    comparisons: (the standard same-dtype algorithms of the kind, its best-practice implementation); ex: the
-    executor every call goes through."""
+    The comparisons run only where they can change the verdict (the bounds are never below their floors): the
+    input is judged against the floors first, and again with the comparisons when its errors pass a floor."""
     case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
-    pc = Prepared(case, fmt, 0)
-    try:
-        ys, _ = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)
-    except CandidateError as exc:
-        return "fail", [str(exc)], math.inf, 1
-    standard, best = comparisons
-    theirs = {}  # a comparison's outputs, called once for every output judged
+    fam = PreparedFamily([Prepared(case, fmt, 0)])
+    seen = []  # (the outputs stay valid: reuse=False)
+    called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
+    result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE)
+    floors = policy.fail_above(fmt, None), policy.min_ulp
+    if any(t.elements and (t.max_cond_err > floors[0] or t.max_ulp > floors[1]) for t in result.tallies):
+        compare(fam, kind, timeout, ex)
+        result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE)
+    # An output with nothing to compare (every row undefined in the dtype: the input overflows it) says nothing about
+    # the candidate: no verdict, and an input with nothing to judge at all is passed over, as a skip is.
+    judged = [row for row in result.rows if row["cause"] != "nothing_compared"]
+    verdict = max((row["verdict"] for row in judged), key=SEVERITY.get, default="skip")
+    several = len(kinds.get(kind).outputs) > 1
+    failed = [row for row in judged if row["verdict"] != "pass"]
+    reasons = [f"{row['output']}: {row['note']}" if several else row["note"] for row in failed]
+    if not result.tallies:  # the candidate raised, crashed or hung: steer towards it
+        return verdict, reasons, math.inf, 1
+    worst = float(np.fmax.reduce([t.max_cond_err for t in result.tallies]))
+    # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
+    events = sum(t.nan + t.overflow + t.mask_leak + t.nan_not_propagated + sum(t.invariants.values())
+                 for t in result.tallies)
+    return verdict, reasons, worst, events
 
-    def outputs_of(c):
-        if c.name not in theirs:
-            theirs[c.name] = ex.call_all(c, pc.inputs, pc.mask, pc.output_shapes, fmt.dtype, timeout)[0]
-        return theirs[c.name]
 
-    names = kinds.get(kind).outputs
-    reasons, texts, worst, events = [], [], math.nan, 0
-    for index, y in enumerate(ys):
-        view = pc.output(index)
-        tally = measure(view.basis, y, case_index=0)
-
-        def errors(c) -> Tally | None:
-            found = measure(view.basis, outputs_of(c)[index], case_index=0)
-            return found if found.elements else None
-
-        # The comparisons run only where they can change the verdict (the bounds are never below their floors):
-        # the standard algorithms past the defect floor, best practice past min_ulp.
-        plain_cond = best_ulp = None
-        if tally.elements and tally.max_cond_err > policy.fail_above(fmt, None):
-            plain_cond = max((t.max_cond_err for t in map(errors, standard) if t), default=None)
-        if tally.elements and tally.max_ulp > policy.min_ulp:
-            best_ulp = getattr(errors(best), "max_ulp", None)
-        found = policy.judge(kind, fmt, tally, plain_cond, best_ulp)
-        reasons += found
-        texts += [f"{names[index]}: {r.text}" if len(names) > 1 else r.text for r in found]
-        worst = float(np.fmax(worst, tally.max_cond_err))  # (NaN where no output had anything compared)
-        broken = {}
-        if index == 0 and pc.probes is not None:  # (the invariants: forward row kinds, one output)
-            broken = invariants.check(candidate, pc.probes, y, pc.output_shape, timeout, tally.max_ulp, ex)
-        # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
-        events += tally.nan + tally.overflow + tally.mask_leak + tally.nan_not_propagated + sum(broken.values())
-    return policy.verdict(reasons), texts, worst, events
+def _kept(called, seen: list):
+    """The calls, each kept in `seen` as it comes (to judge them again without calling again)."""
+    for done in called:
+        seen.append(done)
+        yield done
 
 
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: Executor) -> Finding:
     kind = candidate.kind
-    comparisons = (builtin.standard(kind), builtin.best(kind))
     strategy = kinds.get(kind).part("strategy")(kind, fmt)
     state = {"examples": 0, "last": None}
     start = time.monotonic()
@@ -115,9 +108,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
         inputs, mask = drawn
         state["examples"] += 1
-        try:
-            verdict, reasons, error, events = judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
-        except CandidateSkip:
+        verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
+        if verdict == "skip":
             return
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
@@ -139,7 +131,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
 
         def judged(inputs, mask):
-            return judge(candidate, comparisons, kind, fmt, inputs, mask, policy, timeout, ex)
+            return judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
 
         fails = _shrink.fails_as(reasons[0], judged, policy)
         inputs, mask = _shrink.to_boundary(kind, inputs, mask, fails, time.monotonic() + budget / 2)
@@ -150,30 +142,36 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
 
 def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
          policy: Policy | None = None, timeout: float = 10.0, progress=None, device=None, isolation: str = "worker",
-         memory_limit_mib: int | None = None) -> list[Finding]:  # fmt: skip
+         memory_limit_mib: int | None = None, workers: int = 1, scheduler=None) -> list[Finding]:
     """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`.
 
-    Targets, kind, device, isolation and memory_limit_mib as softaudit.audit takes them."""
+    Targets, kind, device, isolation, memory_limit_mib, workers and scheduler as softaudit.audit takes them: with
+    several workers the searches run side by side, each given a larger share of the budget."""
     policy = policy or Policy()
-    ex = executor(isolation, memory_limit_mib)
-    found = candidates_for(targets, kind, device)
-    formats = [format_of(d) for d in dtypes]
-    share = budget / max(1, len(found) * len(formats))
-    findings = []
-    with ex, time_limits() if isinstance(ex, InProcess) else contextlib.nullcontext():
-        for candidate in found:
-            for fmt in formats:
-                findings.append(_hunt_unit(candidate, fmt, share, policy, timeout, ex, corpus))
-                if progress:
-                    progress(len(findings), len(found) * len(formats), f"{candidate.name} {fmt.name}")
+    with pool(workers, scheduler, isolation, memory_limit_mib) as where:
+        found = candidates_for(targets, kind, device, check_devices=scheduler is None)
+        where.check(found)
+        units = [(candidate, format_of(d)) for candidate in found for d in dtypes]
+        share = budget / max(1, math.ceil(len(units) / where.width))
+        findings = []
+        for (candidate, fmt), search in zip(units, _searches(where, units, share, policy, timeout)):
+            findings.append(_saved(search.result(), candidate, corpus))
+            if progress:
+                progress(len(findings), len(units), f"{candidate.name} {fmt.name}")
     return findings
 
 
-def _hunt_unit(candidate, fmt, budget, policy, timeout, ex, corpus) -> Finding:
-    """One candidate in one dtype hunted; a failure saved to the corpus."""
-    finding = hunt_one(candidate, fmt, budget, policy, timeout, ex)
+def _searches(where, units: list, share: float, policy: Policy, timeout: float):
+    """Each unit's search, in order: all submitted at once where they run side by side, else one at a time."""
+    submitted = (where.submit(hunt_one, where.sent(c)[1], fmt, share, policy, timeout, gpu=needs_gpu(c))
+                 for c, fmt in units)
+    yield from list(submitted) if where.parallel else submitted
+
+
+def _saved(finding: Finding, candidate, corpus) -> Finding:
+    """A finding with its failure saved to the corpus."""
     if finding.failed and corpus:
-        path = _corpus.save(corpus, candidate.name, candidate.kind, fmt.name, finding.inputs, finding.mask,
+        path = _corpus.save(corpus, candidate.name, candidate.kind, finding.dtype, finding.inputs, finding.mask,
                             finding.reason, finding.max_cond_err)  # fmt: skip
         finding.corpus_file = str(path)
     return finding

@@ -32,8 +32,9 @@ MAX_BISECTED = 16
 
 
 def signature(reason: str) -> str:
-    """A reason with its numbers taken out: what stays the same while an input moves along its failure."""
-    return re.sub(r"\d[\d.e+-]*", "#", reason)
+    """A reason's first finding (a row's note lists them split by "; ", the verdict's own first) with its numbers
+    taken out: what stays the same while an input moves along its failure, whatever else it starts to show."""
+    return re.sub(r"\d[\d.e+-]*", "#", reason.split("; ")[0])
 
 
 def fails_as(first: str, judged, policy):

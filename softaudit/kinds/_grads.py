@@ -16,12 +16,6 @@ _ROW_SCALES = {"softmax_grad": _conditioning.softmax_grad, "masked_softmax_grad"
                "log_softmax_grad": _conditioning.log_softmax_grad, "logsumexp_grad": _conditioning.logsumexp_grad}  # fmt: skip
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
-#: Kinds whose gradient at a -inf logit reads g there: log-softmax's (y_i = x_i - lse(x) gives dx_i = g_i, and g_i
-#: enters every other entry's sum). The reference treats -inf logits as removed (dx = 0, g unread), as for softmax,
-#: so rows with one are left out (undefined) rather than judged against a different convention.
-_G_AT_NEG_INF = ("log_softmax_grad",)
-
-
 def _exact(ref) -> np.ndarray:
     return ref.hi if not ref.lo.any() else ref.hi + ref.lo
 
@@ -50,8 +44,6 @@ def row_conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     # for a row the mask keeps nothing of, which is defined: its gradient is exactly 0).
     no_softmax = reference.undefined_rows(x, mask) & (True if mask is None else np.broadcast_to(mask, x.shape).any(axis=-1))
     undefined = ref.undefined | no_softmax
-    if kind.name in _G_AT_NEG_INF:  # not judged: the reference and autograd differ on -inf logits (docs/gradients.md)
-        undefined = undefined | (x == -np.inf).any(axis=-1)
     extra = {"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale}
     return (extra | {"masked": ~kept} if kind.masked else extra,)
 

@@ -117,8 +117,7 @@ LOG_SOFTMAX_GRAD = Kind(
     "log_softmax_grad", "f(x, g, axis=-1) -> dx", arguments=("x", "g"), keywords=("axis",), outputs=("dx",),
     plain="log_softmax_grad.in_dtype", standard=("log_softmax_grad.in_dtype",), best="log_softmax_grad.f32acc",
     best_practice="p and g - p sum(g) in float32, round once (log_softmax_grad.f32acc)",
-    # (no neg_inf: at a -inf logit the reference and autograd differ, docs/gradients.md)
-    families=tuple(f for f in _ROW_FAMILIES if f != "neg_inf") + _UNDEFINED + _UPSTREAM_FAMILIES, **_ROW_GRAD,
+    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES, **_ROW_GRAD,
 )  # fmt: skip
 
 LOGSUMEXP_GRAD = Kind(
@@ -146,15 +145,15 @@ ATTENTION_GRAD = Kind(
     "attention_grad", "f(q, k, v, g, mask=None) -> (dq, dk, dv)", arguments=("q", "k", "v", "g"), keywords=("mask",),
     outputs=("dq", "dk", "dv"), plain="attention_grad.naive", standard=("attention_grad.naive", "attention_grad.flash2_b64"),
     best="attention_grad.upcast", best_practice=_ATTENTION_GRAD_BEST,
-    families=_ATTENTION_FAMILIES + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000",
-                                    "attn_d256_causal"),
+    # Not attn_large_activations: its scores spread over thousands, so nearly every gradient is far below float64's
+    # range and only its sign is left to decide, which tier B cannot and tier C does in minutes (docs/gradients.md).
+    families=tuple(f for f in _ATTENTION_FAMILIES if f != "attn_large_activations")
+    + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal"),
     reference=f"{_GRADS}:attention_reference", conditioning=f"{_GRADS}:attention_conditioning",
     element_inputs=f"{_GRADS}:attention_element_inputs", diagnose="softaudit.causes:diagnose_scores",
     strategy="softaudit.hunt._strategies:gradients",
     upstream=f"{_GRADS}:attention_upstream", reduction=("k", -2),
-    # Its reference has no double-double tier yet: float64 targets and the outputs tier A leaves go to mpmath,
-    # minutes per family (docs/reference.md), so the built-in run leaves it to --kind attention_grad.
-    default_run=False, row_wise=False, reduces=False, logarithmic=False,
+    row_wise=False, reduces=False, logarithmic=False,
     causes=("subnormal",), scale_terms="the terms of dP - D and their share of the scores",
     leak="keys no query may attend get a gradient",
     fixes={"nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",

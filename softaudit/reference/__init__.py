@@ -92,7 +92,8 @@ def softmax_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.nd
 
 
 def log_softmax_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
-    """The vector-Jacobian product of log-softmax: g_i - p_i sum_k g_k along `axis`; +0 on -inf entries."""
+    """The vector-Jacobian product of log-softmax: g_i - p_i sum_k g_k along `axis`, the sum over every entry: at a
+    -inf logit p_i = 0, so dx_i = g_i (y_i = x_i - lse(x)), as autograd gives. A row of -inf only is undefined."""
     return _evaluate_grad("log_softmax_grad", x, None, g, axis, dtype, prec, method, detail=False)
 
 
@@ -136,9 +137,12 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
         if g.shape != np.shape(x):
             raise ValueError(f"g must have x's shape {np.shape(x)}, got {g.shape}")
         g2 = np.moveaxis(g, ax, -1).reshape(x2.shape)
-        bad_g = (~np.isfinite(g2) & ~removed2).any(axis=1)
+        read = np.ones_like(removed2) if base == "log_softmax_grad" else ~removed2  # log-softmax reads g at -inf
+        bad_g = (~np.isfinite(g2) & read).any(axis=1)
     with np.errstate(invalid="ignore"):
         undefined = (((np.isnan(x2) | (x2 == np.inf)) & ~removed2).any(axis=1)) | bad_g
+    if base == "log_softmax_grad":  # its forward is NaN on a row of -inf only
+        undefined |= removed2.all(axis=1) & (x2.shape[1] > 0)
     out = round_grad_rows(base, x2, g2, removed2, undefined, fmt, method, detail)
 
     def restore(a):

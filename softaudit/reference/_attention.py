@@ -124,29 +124,45 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     ch, cl, c_rel = _dd.scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    eh, el, total_h, total_l, eta, sigma, unsure = weights_dd(sh, sl, ds, keep)
+    nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
+    nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
+    oh, ol = _dd.div(nh, nl, total_h[:, None], total_l[:, None])
+    a = (eh @ np.abs(v)) * (1 + 2 * _dd.gamma(lk))
+    b = ((eh * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * 2 * TINY * np.abs(v).max(axis=0, initial=0.0)
+    depth = _dd.depth(lk, 2) + 1
+    err = (depth * _dd.DD_OP_REL * a + b + sigma[:, None] * (a + b)) / total_h[:, None] * (1 + _SAFE)
+    err = err + 2 * _dd.DD_OP_REL * np.abs(oh) + 2 * TINY
+    err[unsure] = np.inf
+    return Approx(oh, ol, err, 0.0)
+
+
+def weights_dd(sh, sl, ds, keep):
+    """Softmax numerators e = exp(s - max) of scores sh + sl (within ds), as double-doubles, and their bounds.
+
+    Returns (eh, el, total_h, total_l, eta, sigma, unsure): e within relative eta per entry (plus 2 * 2**-1074
+    below 2**-969), their double-double sum within relative sigma per row, and the rows whose exps are not
+    certified (first-order terms above 2**-20: their bounds must not be used). Rows with no kept score get e = 0
+    and a sum of 1.
+    """
+    lk = sh.shape[1]
+    any_key = keep.any(axis=1, keepdims=True)
     # Shift by the largest score as a double-double (ties in hi broken by lo), so every t <= 0: shifting by hi
     # alone would leave the top score's lo, which for scores near 1e38 is far past exp's range.
     kept_h = np.where(keep, sh, -np.inf)
-    mh = kept_h.max(axis=1, keepdims=True)
-    ml = np.where(kept_h == mh, sl, -np.inf).max(axis=1, keepdims=True)
+    mh = np.where(any_key, kept_h.max(axis=1, keepdims=True), 0.0)
+    ml = np.where(any_key, np.where(kept_h == mh, sl, -np.inf).max(axis=1, keepdims=True), 0.0)
     th, tl = _dd.add(np.where(keep, sh, mh), np.where(keep, sl, ml), -mh, -ml)
     eh, el = _dd.exp_dd(th, tl)
     eh, el = np.where(keep, eh, 0.0), np.where(keep, el, 0.0)
     first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
     eta = np.where(keep, first * (1 + _SAFE) + _dd.EXP_DD_REL, 0.0)
     total_h, total_l = _dd.pairwise_sum(eh, el, one_sign=True)
+    total_h = np.where(any_key[:, 0], total_h, 1.0)
     depth = _dd.depth(lk, 2) + 1
     sigma = (_dd.pairwise_sum(eh * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
-    nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
-    nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
-    oh, ol = _dd.div(nh, nl, total_h[:, None], total_l[:, None])
-    a = (eh @ np.abs(v)) * (1 + 2 * _dd.gamma(lk))
-    b = ((eh * eta) @ np.abs(v)) * (1 + 2 * _dd.gamma(lk)) + lk * 2 * TINY * np.abs(v).max(axis=0, initial=0.0)
-    err = (depth * _dd.DD_OP_REL * a + b + sigma[:, None] * (a + b)) / total_h[:, None] * (1 + _SAFE)
-    err = err + 2 * _dd.DD_OP_REL * np.abs(oh) + 2 * TINY
     unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
-    err[unsure] = np.inf
-    return Approx(oh, ol, err, 0.0)
+    return eh, el, total_h, total_l, eta, sigma, unsure
 
 
 def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, device="auto") -> Result:

@@ -13,10 +13,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from . import _dd, _grad_exact
-from ._attention import _SAFE, prepare
+from . import _dd, _grad_exact, _ozaki
+from ._attention import _SAFE, prepare, weights_dd
 from ._dd import TINY, U
-from ._engine import Result, _Collector, fast_input, fast_target, tier_a_target
+from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
 from ._formats import Format, decide_arrays, exact_mpf
 from ._grad_exact import Form, Scale, group
@@ -81,6 +81,94 @@ def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
     return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
 
 
+def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[Approx, Approx, Approx]:
+    """Double-double, one batch entry (float64 arrays below 2**500), in blocks of query rows of about `block`
+    scores. Every matrix product is an Ozaki product (_ozaki: exact BLAS products of slices, `slices` per part);
+    the elementwise steps are double-double operations with tier A's bounds at DD_OP_REL. Products of exact
+    inputs are exact, so equal dP values give h = 0 exactly and constant rows give dS = 0 with bound 0."""
+    lq, d = q.shape
+    lk, dv = v.shape
+    ch, cl, c_rel = _dd.scale_dd(scale, d)
+    k_rows, v_rows = (_ozaki.slice_rows([a], slices) for a in (k, v))
+    # dq = c dS K = c dS (K - k_r) for any fixed key row k_r, as every row of dS sums to 0 (masked entries are 0).
+    # Centred on the key nearest the mean, K - k_r (exact, as a double-double) is small when the keys are alike
+    # (similar representations), and 0 when they are equal, which makes dq an exact 0 rather than noise.
+    centre = k[np.abs(k - k.mean(axis=0)).sum(axis=1).argmin()] if lk else np.zeros(d)
+    k_off = _dd.two_sum(k, -centre)
+    k_cols = _ozaki.slice_rows([a.T for a in k_off], slices)
+    k_off_size = np.abs(k_off[0]) * (1 + 2 * _dd.U)
+    dq_h, dq_l, dq_err = np.zeros((lq, d)), np.zeros((lq, d)), np.zeros((lq, d))
+    dk_sum, dv_sum = _ozaki.ExactSum((lk, d)), _ozaki.ExactSum((lk, dv))
+    dk_err, dv_err = np.zeros((lk, d)), np.zeros((lk, dv))
+    for rows in row_blocks(np.arange(lq), lk, block):
+        p, p_err = _probabilities(q[rows], k_rows, keep[rows], ch, cl, c_rel, slices)
+        ds, ds_err = _score_grad(p, p_err, g[rows], v_rows, keep[rows], slices)
+        dq_sum = _ozaki.ExactSum((len(p[0]), d))
+        err = _ozaki.product(_ozaki.slice_rows(list(ds), slices), k_cols, dq_sum)
+        hi, lo, own = dq_sum.result()
+        dq_h[rows], dq_l[rows], dq_err[rows] = hi, lo, err + own + _ozaki.spread(ds_err, k_off_size)
+        q_cols, g_cols = _ozaki.slice_rows([q[rows].T], slices), _ozaki.slice_rows([g[rows].T], slices)
+        dk_err += _ozaki.product(_ozaki.slice_rows([a.T for a in ds], slices), q_cols, dk_sum)
+        dk_err += _ozaki.spread(ds_err.T, np.abs(q[rows]))
+        dv_err += _ozaki.product(_ozaki.slice_rows([a.T for a in p], slices), g_cols, dv_sum)
+        dv_err += _ozaki.spread(p_err.T, np.abs(g[rows]))
+    grow = 1 + 2 * _dd.gamma(lq)  # the float64 sums of the blocks' bounds
+    dk_h, dk_l, own = dk_sum.result()
+    out = []
+    for hi, lo, err in ((dq_h, dq_l, dq_err), (dk_h, dk_l, dk_err * grow + own)):
+        hi, lo = _dd.mul(hi, lo, np.full_like(hi, ch), np.full_like(hi, cl))  # times c
+        err = abs(ch) * err * (1 + 2.0**-50) + np.abs(hi) * (c_rel + 2 * _dd.DD_OP_REL)
+        out.append(Approx(hi, lo, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0)), 0.0))
+    hi, lo, own = dv_sum.result()
+    return out[0], out[1], Approx(hi, lo, dv_err * grow + own, 0.0)
+
+
+def _probabilities(q, k_rows, keep, ch, cl, c_rel, slices):
+    """P = softmax(c q k^T) over the kept keys as a double-double (p_hi, p_lo) and its bound (inf on rows whose
+    exps are not certified); rows with no kept key get P = 0 exactly."""
+    total = _ozaki.ExactSum((len(q), k_rows.rest.shape[0]))
+    s_err = _ozaki.product(_ozaki.slice_rows([q], slices), k_rows, total)
+    sh, sl, own = total.result()
+    sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
+    ds = (abs(ch) * (s_err + own) * (1 + 2.0**-50) + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    eh, el, total_h, total_l, eta, sigma, unsure = weights_dd(sh, sl, ds, keep)
+    ph, pl = _dd.div(eh, el, total_h[:, None], total_l[:, None])
+    p_err = np.where(keep, ph * (eta + sigma[:, None] + 2 * _dd.DD_OP_REL) * (1 + _SAFE) + 4 * TINY, 0.0)
+    p_err[unsure] = np.inf
+    return (ph, pl), p_err
+
+
+def _score_grad(p, p_err, g, v_rows, keep, slices):
+    """dS = P (dP - D), D = rowsum(dP P), dP = g v^T, as a double-double and its bound. dP is centred per row on
+    one of its kept values (the centre cancels from dS exactly), so equal dP values give dS = 0 exactly."""
+    ph, pl = p
+    lk = ph.shape[1]
+    total = _ozaki.ExactSum(ph.shape)
+    dp_err = _ozaki.product(_ozaki.slice_rows([g], slices), v_rows, total)
+    dph, dpl, own = total.result()
+    dp_err = dp_err + own
+    guess = np.where(keep, ph * dph, 0.0).sum(axis=1)
+    pick = np.where(keep, np.abs(dph - guess[:, None]), np.inf).argmin(axis=1)
+    rows = np.arange(len(ph))
+    hh, hl = _dd.add(dph, dpl, -dph[rows, pick][:, None], -dpl[rows, pick][:, None])
+    hh, hl = np.where(keep, hh, 0.0), np.where(keep, hl, 0.0)
+    h_err = np.where(keep, dp_err + dp_err[rows, pick][:, None] + _dd.DD_OP_REL * np.abs(hh), 0.0)
+    th, tl = _dd.mul(ph, pl, hh, hl)
+    rh, rl = _dd.pairwise_sum(th, tl)
+    depth = _dd.depth(lk, 2) + 1
+    up = 1 + 2 * _dd.gamma(_dd.depth(lk))  # the float64 pairwise sums of the bounds below
+    weighted = _dd.pairwise_sum((ph + p_err) * np.abs(hh))[0]
+    r_err = (depth * _dd.DD_OP_REL * weighted + _dd.pairwise_sum(p_err * np.abs(hh) + (ph + p_err) * h_err)[0]) * up
+    r_err = r_err * (1 + _SAFE) + 4 * TINY * (hh != 0).sum(axis=1)
+    dh, dl = _dd.add(hh, hl, -rh[:, None], -rl[:, None])
+    d_err = h_err + r_err[:, None] + _dd.DD_OP_REL * np.abs(dh)
+    sh, sl = _dd.mul(ph, pl, dh, dl)
+    s_err = (ph + p_err) * d_err + p_err * np.abs(dh) + _dd.DD_OP_REL * np.abs(sh)
+    s_err = s_err * (1 + _SAFE) + 4 * TINY * ((dh != 0) | (d_err != 0))
+    s_err = np.where(keep, s_err, 0.0)
+    return (np.where(keep, sh, 0.0), np.where(keep, sl, 0.0)), s_err
+
+
 def _scale_parts(scale, d):
     """(Scale of the exponents, sign flip of the scores, Scale of dq and dk) for a given scale or None."""
     if scale is None:
@@ -133,6 +221,26 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
             yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
 
 
+def _fast_tiers(b, arrays, keep, scale, fmt: Format, outs, pending):
+    """Tiers A (targets of at most 24 bits) and B on batch entry b, each on what the one before left. Queries
+    whose gradient is undefined are left out (keep is False on their rows): nothing defined depends on them, and
+    their non-finite values are replaced by 0 so no product carries them."""
+    head = [np.where(np.isfinite(a[b]), a[b], 0).astype(np.float64) for a in arrays]
+    tiers = [(1, tier_a)] if tier_a_target(fmt) else []
+    if max(np.abs(a).max(initial=0.0) for a in head) < 2.0**500:
+        tiers.append((2, lambda *args: tier_b(*args, slices=3 if fmt.precision <= 24 else 5)))
+    for tier, run in tiers:
+        if not any(m[b].any() for m in pending):
+            return
+        with np.errstate(all="ignore"):
+            approxes = run(*head, keep, scale)
+            for o, m, approx in zip(outs, pending, approxes):
+                rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                decided &= m[b]
+                o.put_block(b, rounded, approx, decided, tier)
+                m[b] &= ~decided
+
+
 def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
     """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
     three Results (undefined per query for dq, per key for dk and dv)."""
@@ -155,17 +263,9 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     pending = [np.broadcast_to(m[:, :, None], o.values.shape).copy() for m, o in zip((~bad, ~bad_key, ~bad_key), outs)]
     for o, m in zip(outs, pending):
         o.fill(~m, np.nan)
-    if method == "auto" and fast_target(fmt) and tier_a_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
-        for b in range(nb):
-            if bad[b].any():
-                continue
-            with np.errstate(all="ignore"):
-                approxes = tier_a(*(a[b].astype(np.float64) for a in (qs, ks, vs, g3)), keep[b], problem.scale)
-                for o, m, approx in zip(outs, pending, approxes):
-                    rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
-                    decided &= m[b]
-                    o.put_block(b, rounded, approx, decided, 1)
-                    m[b] &= ~decided
+    if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
+        for b in np.flatnonzero([any(m[b].any() for m in pending) for b in range(nb)]):
+            _fast_tiers(b, (qs, ks, vs, g3), keep[b] & ~bad[b][:, None], problem.scale, fmt, outs, pending)
     for b in range(nb):
         if any(m[b].any() for m in pending):
             args = (qs[b], ks[b], vs[b], g3[b], keep[b], problem.scale, fmt, [m[b] for m in pending], bad[b])

@@ -20,13 +20,14 @@ from fractions import Fraction
 import math
 
 import numpy as np
+from mpmath import libmp
 
 from . import _dd, _grad_exact, _rows
 from ._dd import TINY, U
 from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
 from ._grad_exact import Form
-from ._formats import Format, decide_arrays, exact_mpf
+from ._formats import Format, decide_arrays, exact_mpf, round_mpf
 from ._rows import Approx
 
 KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
@@ -75,8 +76,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         dx = p * g[:, None]
         err = (p_err * np.abs(g)[:, None] + U * np.abs(dx)) * _SECOND_ORDER + _floor(g[:, None] != 0)
         return Approx(dx, None, err, np.sign(g)[:, None])
-    g = np.where(removed, 0.0, g)
-    if kind == "log_softmax_grad":
+    if kind == "log_softmax_grad":  # the sum reads g at -inf logits too (their own dx, g_i, is decided up front)
         total = _dd.pairwise_sum(g)[0]
         size = _dd.pairwise_sum(np.abs(g))[0]
         total_err = _dd.gamma(_dd.depth(n)) * size * (1 + 2 * _dd.gamma(_dd.depth(n)))
@@ -85,6 +85,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         dx = g - q
         err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor((q != 0) | (q_err != 0))
         return Approx(dx, None, err, 0.0)
+    g = np.where(removed, 0.0, g)
     # softmax_grad: h = g - c with c a kept g near <g, p>; dx = p (h - r), r = sum p h (c cancels exactly).
     rows = np.arange(len(x))
     guess = (p * g).sum(axis=1)
@@ -116,9 +117,8 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         dh, dl = _dd.mul_d(ph, pl, gb)
         err = (p_err * np.abs(gb) + 2 * rel * np.abs(dh)) * _SECOND_ORDER + _floor(gb != 0)
         return Approx(dh, dl, err, np.sign(g)[:, None])
-    g = np.where(removed, 0.0, g)
     depth = _dd.depth(n, 2) + 1
-    if kind == "log_softmax_grad":
+    if kind == "log_softmax_grad":  # the sum reads g at -inf logits too
         th, tl = _dd.pairwise_sum(g, np.zeros_like(g))
         t_err = depth * rel * _dd.pairwise_sum(np.abs(g))[0] * (1 + 2 * _dd.gamma(_dd.depth(n)))
         qh, ql = _dd.mul(ph, pl, th[:, None], tl[:, None])
@@ -126,6 +126,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         q_err = p_err * np.abs(th)[:, None] + (np.abs(ph) + p_err) * t_err[:, None] + 2 * rel * np.abs(qh)
         err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor((qh != 0) | (q_err != 0))
         return Approx(dh, dl, err, 0.0)
+    g = np.where(removed, 0.0, g)
     rows = np.arange(len(x))
     guess = (ph * g).sum(axis=1)
     centre = g[rows, np.where(removed, np.inf, np.abs(g - guess[:, None])).argmin(axis=1)]
@@ -151,7 +152,14 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
     rows_total, n = x.shape
     out = _Collector((rows_total, n), fmt, detail)
     out.fill(np.broadcast_to(undefined[:, None], x.shape), np.nan)
-    out.fill(~undefined[:, None] & removed, 0.0)
+    if kind == "log_softmax_grad":  # dx_i = g_i at a -inf logit: g rounded, no arithmetic
+        for r, c in zip(*np.nonzero(~undefined[:, None] & removed)):
+            value = exact_mpf(g[r, c])
+            out.put_exact((r, c), round_mpf(value, bool(np.signbit(g[r, c])), fmt), value, libmp.fzero)
+            if detail:
+                out.tier[r, c] = 0  # no arithmetic
+    else:
+        out.fill(~undefined[:, None] & removed, 0.0)
     pending = ~undefined[:, None] & ~removed
     if method == "auto" and fast_target(fmt) and fast_input(x) and fast_input(g):
         tiers = ((1, tier_a), (2, tier_b)) if tier_a_target(fmt) else ((2, tier_b),)
@@ -171,8 +179,9 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
     for r in np.flatnonzero(pending.any(axis=1)):
         keep = np.flatnonzero(~removed[r])
         cols = np.flatnonzero(pending[r])
+        rest = _fractions(g[r, removed[r]]) if kind == "log_softmax_grad" else []  # g at -inf logits
         for col, entry in zip(cols, exact_row(kind, x[r, keep], g[r] if kind == "logsumexp_grad" else g[r, keep],
-                                              list(np.searchsorted(keep, cols)), fmt)):  # fmt: skip
+                                              list(np.searchsorted(keep, cols)), fmt, sum(rest, Fraction(0)))):  # fmt: skip
             out.put_exact((r, col), *entry)
     return out
 
@@ -181,8 +190,9 @@ def _fractions(values) -> list[Fraction]:
     return [_fraction(exact_mpf(v)) for v in values]
 
 
-def exact_row(kind: str, x, g, want: list[int], fmt: Format) -> list[_grad_exact.Entry]:
-    """Tier C for the kept entries of one row, at the positions `want` of the kept entries."""
+def exact_row(kind: str, x, g, want: list[int], fmt: Format, g_rest=Fraction(0)) -> list[_grad_exact.Entry]:
+    """Tier C for the kept entries of one row, at the positions `want` of the kept entries; g_rest: for
+    log_softmax_grad, the sum of g over the row's -inf logits (it enters every entry's sum g)."""
     xs = _fractions(x)
     top = max(xs)
     w = _grad_exact.Weights([v - top for v in xs])
@@ -192,7 +202,7 @@ def exact_row(kind: str, x, g, want: list[int], fmt: Format) -> list[_grad_exact
         return [_grad_exact.decide_terms([(weight, Form(w, mean={w.keys[i]: unit}))], one, fmt) for i in want]
     gs = _fractions(g)
     if kind == "log_softmax_grad":  # a_j = g_i - [j = i] sum g
-        total = sum(gs, Fraction(0))
+        total = sum(gs, g_rest)
         forms = (Form(w, mean=_grad_exact.combine(gs[i], w.counts, -total, {w.keys[i]: unit})) for i in want)
         return [_grad_exact.decide_terms([(unit, f)], one, fmt) for f in forms]
     grouped = _grad_exact.group(w.keys, gs)  # softmax_grad: cov(onehot_i, g)

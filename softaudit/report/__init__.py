@@ -1,39 +1,46 @@
-"""Reports: each module writes one format from the results table (and the gate's comparison), atomically."""
+"""Reports: each module renders one format; one registry says which files each format writes, and `write_reports`
+writes them (atomically, softaudit/_atomic.py). `softaudit run` and `softaudit hunt` both write through it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from .._atomic import write_atomic
+from ._files import machine as machine
+from ._files import platform_key as platform_key
+from ._files import versions as versions
+from ._findings import families_text as families_text
+from ._findings import issues as issues
 from .github import annotations as annotations
-from .html import write_html
-from .junit import write_junit
-from .markdown import write_summary
-from .results_json import write_results_json
-from .tables import write_results_csv, write_worst_csv
+from .html import report_html
+from .hunt_tables import hunt_csv, hunt_md
+from .hunt_tables import hunt_table as hunt_table
+from .junit import junit
+from .markdown import summary as summary
+from .results_json import results_json
+from .tables import results_csv, worst_csv
 
-#: The report formats; "github" prints annotations instead of writing a file.
-FORMATS = ("csv", "html", "md", "json", "junit", "github")
-FILE_FORMATS = ("csv", "html", "md", "json", "junit")
-#: The files each file format writes: together, one run's set of reports.
-FILES = {"csv": ("results.csv", "worst.csv"), "html": ("report.html",), "md": ("summary.md",), "json": ("results.json",),
-         "junit": ("junit.xml",)}  # fmt: skip
+#: An audit's report formats: format -> {file name: render(result, comparison) -> the file's text}.
+WRITERS = {
+    "csv": {"results.csv": results_csv, "worst.csv": worst_csv},
+    "html": {"report.html": report_html},
+    "md": {"summary.md": summary},
+    "json": {"results.json": results_json},
+    "junit": {"junit.xml": junit},
+}
+#: A hunt's report formats: format -> {file name: render(findings, None) -> the file's text}.
+HUNT_WRITERS = {"csv": {"hunt.csv": hunt_csv}, "md": {"hunt.md": hunt_md}}
+#: The formats that write files, and every format ("github" prints annotations instead: see `annotations`).
+FILE_FORMATS = tuple(WRITERS)
+FORMATS = (*FILE_FORMATS, "github")
 
 
-def write_reports(result, out, formats=FILE_FORMATS, comparison=None) -> list[Path]:
-    """Write the chosen formats into `out`; return the paths written."""
+def write_reports(result, out, formats=FILE_FORMATS, comparison=None, writers: dict = WRITERS) -> list[Path]:
+    """Write the chosen formats of `writers` (a format it has not is left out) into `out`; the paths written."""
     out = Path(out)
-    written = []
-    if "csv" in formats:
-        written += [write_results_csv(result, out), write_worst_csv(result, out)]
-    if "json" in formats:
-        written.append(write_results_json(result, out, comparison))
-    if "md" in formats:
-        written.append(write_summary(result, out, comparison))
-    if "junit" in formats:
-        written.append(write_junit(result, out, comparison))
-    if "html" in formats:
-        written.append(write_html(result, out, comparison))
-    return written
+    return [write_atomic(out / name, render(result, comparison))
+            for fmt in writers if fmt in formats for name, render in writers[fmt].items()]
 
 
-__all__ = ["FILES", "FILE_FORMATS", "FORMATS", "annotations", "write_reports"]
+__all__ = ["FILE_FORMATS", "FORMATS", "HUNT_WRITERS", "WRITERS", "annotations", "families_text", "hunt_table",
+           "issues", "machine", "platform_key", "summary", "versions", "write_reports"]

@@ -1,4 +1,5 @@
-"""What every report says about the rows: the counts line, the verdict matrix, and the rows to act on.
+"""What every report says about the rows: the interrupted banner, the verdict matrix, and the rows to act on
+(the counts line is `softaudit.results.summary_line`).
 
 Rows to act on (warn, fail, error) are grouped by candidate, dtype, verdict and cause, so one idiom failing on
 eight families reads as one finding with its families listed, its worst numbers, its note and its known fix.
@@ -12,26 +13,12 @@ import math
 ORDER = ("error", "fail", "warn", "skip", "pass")
 
 
-def row_key(row) -> str:
-    """A row's name in baselines, annotations and junit: 'candidate | dtype | family', and ' | output' for a kind
-    with several outputs."""
-    output = row.get("output") or ""
-    return f"{row['candidate']} | {row['dtype']} | {row['family']}" + (f" | {output}" if output else "")
-
-
 def interrupted_line(result) -> str:
     """What an interrupted run's reports say first ("" for a run that finished)."""
-    if not result.settings.get("interrupted"):
+    if not result.interrupted:
         return ""
     return ("Interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished. These are the rows that "
             "finished; the rest were not run, and the baseline gate did not compare this run.")  # fmt: skip
-
-
-def counts_line(table) -> str:
-    """'N rows: a pass, b warn, c fail, d error' (and skips, when there are any)."""
-    counts = table.verdict.value_counts()
-    line = f"{len(table)} rows: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in ("pass", "warn", "fail", "error"))
-    return line + (f", {counts['skip']} skip" if counts.get("skip") else "")
 
 
 def verdict_matrix(table) -> dict:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import math
 from html import escape
-from pathlib import Path
 
-from ._files import machine, platform_key, versions, write_atomic
-from ._findings import counts_line, families_text, interrupted_line, issues, number, verdict_matrix
+from ..results import summary_line
+from ._files import machine, platform_key, versions
+from ._findings import families_text, interrupted_line, issues, number, verdict_matrix
 from .plots import bar_chart, line_chart
 
 STYLE = """
@@ -123,7 +123,7 @@ def _family_tables(table) -> str:
 
 def _worst(result, limit: int = 40) -> str:
     rank = lambda w: -w.cond_err if not math.isnan(w.cond_err) else math.inf  # noqa: E731
-    rows = sorted(result.worst.values(), key=rank)[:limit]
+    rows = sorted(result.worst_inputs, key=rank)[:limit]
     body = "".join(
         f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td><td>{number(w.cond_err)}</td>"
         f"<td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td><td>{escape(str(w.case))} {escape(str(w.element))}</td>"
@@ -149,6 +149,7 @@ def _gate(comparison) -> str:
 
 
 def report_html(result, comparison=None) -> str:
+    """The page."""
     table = result.table
     settings = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items())
     env = versions() | machine() | {"platform": platform_key()}
@@ -157,7 +158,7 @@ def report_html(result, comparison=None) -> str:
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>softaudit report</title><style>{STYLE}</style></head><body>
 <h1>softaudit report</h1>
-{banner}<p>{escape(counts_line(table))} (candidate x dtype x family).</p>
+{banner}<p>{escape(summary_line(table))} (candidate x dtype x family).</p>
 {_gate(comparison)}
 <h2>Verdicts</h2>{_matrix(table)}
 <h2>What to fix</h2>{_fix_table(table)}
@@ -169,7 +170,3 @@ marks a case with NaN or inf outputs where the exact result is finite.</p>{_plot
 <h2>Settings</h2><table>{settings}</table><table>{env_rows}</table>
 </body></html>
 """
-
-
-def write_html(result, out: Path, comparison=None) -> Path:
-    return write_atomic(out / "report.html", report_html(result, comparison))

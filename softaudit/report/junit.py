@@ -5,14 +5,13 @@ A warn is a passing test whose <system-out> says why (a failure under a strict p
 
 from __future__ import annotations
 
-from pathlib import Path
 from xml.etree import ElementTree as ET
 
-from ._files import write_atomic
-from ._findings import row_key
+from ..results import row_key
 
 
 def junit(result, comparison=None) -> str:
+    """The XML: a regression against the baseline fails its testcase whatever the verdict."""
     regressions = {c.key: c.what for c in (comparison.regressions if comparison else [])}
     failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
@@ -43,7 +42,3 @@ def _why(row) -> str:
     note, fix = (row.get(k) for k in ("note", "fix"))
     text = "" if note != note or note is None else str(note)
     return text + (f". Fix: {fix}" if isinstance(fix, str) and fix else "")
-
-
-def write_junit(result, out: Path, comparison=None) -> Path:
-    return write_atomic(out / "junit.xml", junit(result, comparison))

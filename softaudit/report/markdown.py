@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from ._files import accelerator_line, write_atomic
-from ._findings import counts_line, families_text, interrupted_line, issues, number, verdict_matrix
+from ..results import summary_line
+from ._files import accelerator_line
+from ._findings import families_text, interrupted_line, issues, number, verdict_matrix
 
 SYMBOL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
 
 
 def summary(result, comparison=None) -> str:
+    """The summary's Markdown: counts, the gate's verdict, the verdict matrix and what to fix."""
     table = result.table
     dtypes = list(dict.fromkeys(table.dtype))
     cells = verdict_matrix(table)
     lines = ["# softaudit", ""]
     if interrupted_line(result):
         lines += [f"**{interrupted_line(result)}**", ""]
-    lines += [f"{counts_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
-    gpu = accelerator_line(w.device for w in result.worst.values())
+    lines += [f"{summary_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
+    gpu = accelerator_line(w.device for w in result.worst_inputs)
     if gpu:
         lines += [gpu, ""]
     if comparison is not None:
@@ -64,7 +64,3 @@ def _gate_section(comparison) -> list[str]:
     if comparison.vanished:
         lines += ["Rows in the baseline but not in this run:"] + [f"- `{k}`" for k in comparison.vanished] + [""]
     return lines
-
-
-def write_summary(result, out: Path, comparison=None) -> Path:
-    return write_atomic(out / "summary.md", summary(result, comparison))

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
-from ._files import machine, platform_key, versions, write_atomic
+from ._files import machine, platform_key, versions
 
 
 def _clean(value):
@@ -15,7 +14,8 @@ def _clean(value):
     return value
 
 
-def write_results_json(result, out: Path, comparison=None) -> Path:
+def results_json(result, comparison=None) -> str:
+    """The document: settings, versions, machine, platform key, the rows (and the gate's comparison)."""
     records = [{k: _clean(v) for k, v in row.items()} for row in result.table.to_dict(orient="records")]
     document = {
         "settings": result.settings,
@@ -26,4 +26,4 @@ def write_results_json(result, out: Path, comparison=None) -> Path:
     }
     if comparison is not None:
         document["gate"] = comparison.as_dict()
-    return write_atomic(out / "results.json", json.dumps(document, indent=2, sort_keys=True, default=str) + "\n")
+    return json.dumps(document, indent=2, sort_keys=True, default=str) + "\n"

@@ -151,7 +151,8 @@ def _softmax_values(xs):
 def grad_row(kind, row, g, keep, prec):
     """The plain vector-Jacobian product of one row at `prec` bits (a list; g a list, or one value for
     logsumexp_grad). softmax_grad uses the sum of exact differences p_i sum_k p_k (g_i - g_k), so a constant g gives 0.
-    Removed entries (masked or -inf) give 0; a row with no kept entry gives zeros."""
+    Removed entries (masked or -inf) give 0, but log_softmax_grad's -inf entries give g; a row with no kept entry
+    gives zeros."""
     row = [float(v) for v in np.asarray(row).astype(np.float64)]
     keep = [True] * len(row) if keep is None else list(keep)
     kept = [j for j, v in enumerate(row) if keep[j] and v != -math.inf]
@@ -166,8 +167,11 @@ def grad_row(kind, row, g, keep, prec):
                 out[j] = pj * gv
             return out
         gs = [mpmath.mpf(float(g[j])) for j in kept]
-        if kind == "log_softmax_grad":
-            total = mpmath.fsum(gs)
+        if kind == "log_softmax_grad":  # g is read at -inf logits too: p = 0 there, so dx = g
+            read = [j for j in range(len(row)) if keep[j]]
+            total = mpmath.fsum(mpmath.mpf(float(g[j])) for j in read)
+            for j in read:
+                out[j] = mpmath.mpf(float(g[j]))
             for j, pj, gj in zip(kept, p, gs):
                 out[j] = gj - pj * total
             return out
@@ -205,7 +209,11 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
         dP = [[mpmath.fsum(G[i][a] * V[j][a] for a in range(dv)) for j in range(lk)] for i in range(lq)]
         dS = [[P[i][j] * mpmath.fsum(P[i][l] * (dP[i][j] - dP[i][l]) for l in range(lk)) for j in range(lk)]
               for i in range(lq)]  # fmt: skip
-        dq = [[c * mpmath.fsum(dS[i][j] * K[j][a] for j in range(lk)) for a in range(d)] for i in range(lq)]
+        # dq as sum over key pairs of P_j P_l (dP_j - dP_l)(K_j - K_l): a column of K with equal values gives 0
+        # exactly, as it must (dS sums to 0 along a row), where sum_j dS_j K_j would leave rounding noise.
+        pairs = [(j, m) for j in range(lk) for m in range(j + 1, lk)]
+        dq = [[c * mpmath.fsum(P[i][j] * P[i][m] * (dP[i][j] - dP[i][m]) * (K[j][a] - K[m][a]) for j, m in pairs)
+               for a in range(d)] for i in range(lq)]  # fmt: skip
         dk = [[c * mpmath.fsum(dS[i][j] * Q[i][a] for i in range(lq)) for a in range(d)] for j in range(lk)]
         dvv = [[mpmath.fsum(P[i][j] * G[i][a] for i in range(lq)) for a in range(dv)] for j in range(lk)]
         return dq, dk, dvv

@@ -5,9 +5,9 @@ import xml.etree.ElementTree as ET
 import numpy as np
 
 import softaudit
+from softaudit._atomic import write_atomic
 from softaudit.policy import Policy
 from softaudit.report import annotations, write_reports
-from softaudit.report._files import write_atomic
 
 
 def weird(x, axis=-1):

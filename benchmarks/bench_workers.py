@@ -1,0 +1,124 @@
+"""What running units on worker processes buys, measured in one run (ratios, not a test).
+
+    python benchmarks/bench_workers.py [--suite quick|default] [--rounds N]
+
+An audit of the built-ins (the kinds of the default run, float32 and bfloat16) with 1 (this process), 2 and 8
+worker processes (`softaudit.audit(workers=N)`), interleaved, best of `rounds`: warm (prepared families kept in a
+cache folder, filled once untimed: the calls and judging) and cold (nothing kept: references and comparisons
+computed, which the workers share out too). A machine with 2 cores cannot show 8 workers, so 8 is also simulated:
+each unit's own time in the serial run, dealt to 8 workers in the plan's order (each unit to the first free
+worker, as the pool's queue does), plus the pool's measured start. Last, how the cost grows with the number of
+units: the same audit with 1, 2, 4 and 8 softmax candidates (12 families each), serial and on 2 workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import softaudit
+from softaudit import candidates, kinds, prepare, runner
+
+DTYPES = ["float32", "bfloat16"]
+
+
+def timed(options: dict, workers: int) -> float:
+    """Seconds for one audit (the in-process cache emptied first, as a new process starts)."""
+    prepare.clear_cache()
+    start = time.perf_counter()
+    softaudit.audit(workers=workers, **options)
+    return time.perf_counter() - start
+
+
+def best(options: dict, counts: list[int], rounds: int) -> dict[int, float]:
+    """The best of `rounds` per worker count, the counts interleaved (a slow spell on the machine hits all)."""
+    found = dict.fromkeys(counts, float("inf"))
+    for _ in range(rounds):
+        for workers in counts:
+            found[workers] = min(found[workers], timed(options, workers))
+    return found
+
+
+def unit_times(options: dict) -> list[float]:
+    """Each unit's seconds in a serial run, in the plan's order (the unit task timed where it runs)."""
+    seconds, real = [], runner._unit_task
+
+    def timing(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return real(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - start)
+
+    runner._unit_task = timing
+    try:
+        timed(options, 1)
+    finally:
+        runner._unit_task = real
+    return seconds
+
+
+def dealt(seconds: list[float], workers: int) -> float:
+    """The time until the last unit ends when units are dealt, in order, each to the first worker free."""
+    free = [0.0] * workers
+    for cost in seconds:
+        heapq.heappush(free, heapq.heappop(free) + cost)
+    return max(free)
+
+
+def pool_start() -> float:
+    """Seconds to start a pool of worker processes and run a first task there (what Local pays once per audit)."""
+    from softaudit.execute import pool
+
+    start = time.perf_counter()
+    with pool(workers=2) as where:
+        where.submit(_first_task).result()
+    return time.perf_counter() - start
+
+
+def _first_task(*, ex) -> int:
+    return os.getpid()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--suite", default="quick", choices=["quick", "default"])
+    parser.add_argument("--rounds", type=int, default=2)
+    args = parser.parse_args()
+    targets = [c for c in candidates.builtins() if kinds.get(c.kind).default_run]
+    folder = Path(tempfile.mkdtemp(prefix="softaudit-bench-"))
+    warm = {"targets": targets, "dtypes": DTYPES, "suite": args.suite, "cache_dir": folder}
+    cold = warm | {"cache_dir": "off"}
+    print(f"{len(targets)} built-ins, {args.suite} suite, {' and '.join(DTYPES)}; {os.cpu_count()} cores; "
+          f"best of {args.rounds}, interleaved")
+    timed(warm, 1)  # (fills the cache folder: untimed)
+    for label, options in (("warm: families kept, calls and judging", warm), ("cold: nothing kept", cold)):
+        found = best(options, [1, 2, 8], args.rounds)
+        print(f"{label:40s} 1 worker {found[1]:6.1f} s   2 workers {found[2]:6.1f} s ({found[1] / found[2]:.2f}x)"
+              f"   8 workers {found[8]:6.1f} s ({found[1] / found[8]:.2f}x)")
+    seconds, start = unit_times(warm), pool_start()
+    serial = sum(seconds)
+    print(f"simulated (warm): {len(seconds)} units, {serial:.1f} s in units, the largest {max(seconds):.2f} s; "
+          f"pool start {start:.2f} s")
+    for workers in (2, 4, 8, 16):
+        print(f"  {workers:2d} workers {dealt(seconds, workers) + start:6.1f} s "
+              f"({serial / (dealt(seconds, workers) + start):.2f}x)")
+    softmaxes = [c for c in candidates.builtins() if c.kind == "softmax"][:8]
+    growth = {"dtypes": ["float32"], "suite": args.suite, "cache_dir": folder}
+    print("cost by units (softmax built-ins, float32, 12 families each; warm), ratio to 1 candidate:")
+    base = {}
+    for count in (1, 2, 4, 8):
+        found = best(growth | {"targets": softmaxes[:count]}, [1, 2], args.rounds)
+        base = base or found
+        print(f"  {count} candidate(s), {12 * count:3d} units: 1 worker {found[1]:5.2f} s ({found[1] / base[1]:4.1f}x)"
+              f"   2 workers {found[2]:5.2f} s ({found[2] / base[2]:4.1f}x)")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

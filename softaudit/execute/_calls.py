@@ -1,0 +1,51 @@
+"""A candidate's calls on a family's cases: its own call on each case, and the calls its checks need (the invariants'
+transformed inputs, attention's leak probe), all through one executor; judging reads their outputs and calls
+nothing itself."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterator
+
+import numpy as np
+
+from ._executor import Executor
+
+
+@dataclasses.dataclass
+class Called:
+    """One case's calls: the candidate's outputs (one per output of its kind), its note, the seconds its own call
+    took, its outputs on the invariants' probes (`invariants.Probes.calls`, in order) and on the leak probe."""
+
+    pc: object  # the prepared case (softaudit.prepare.Prepared)
+    outputs: tuple
+    note: str
+    seconds: float
+    probed: list
+    moved: np.ndarray | None
+
+
+def calls(
+    candidate, prepared: list, timeout, ex: Executor, probes: bool = True, reuse: bool = True
+) -> Iterator[Called]:
+    """The candidate called on each prepared case in turn, a Called for each; CandidateError or CandidateSkip from
+    the first call that fails. probes: make the checks' calls too (the comparisons need none).
+
+    reuse: the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large inputs
+    copied without page faults), so an output that is its input is valid only until the next reusing call (the
+    next case's); the checks' calls get copies of their own. False: every output stays valid."""
+    for pc in prepared:
+        dtype = pc.fmt.dtype
+        start = time.perf_counter()
+        ys, note = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, dtype, timeout, reuse)
+        seconds = time.perf_counter() - start
+        probed, moved = [], None
+        if probes and pc.probes is not None:  # (forward row kinds: one output)
+            probed = [
+                ex.call(candidate, arrays, mask, shape, dtype, timeout)[0]
+                for arrays, mask, shape in pc.probes.calls(pc.output_shape)
+            ]
+        if probes and pc.leak_probe is not None:  # (forward attention: one output)
+            moved, _ = ex.call(candidate, pc.leak_probe[0], pc.mask, pc.output_shape, dtype, timeout)
+        yield Called(pc, ys, note, seconds, probed, moved)

@@ -1,0 +1,86 @@
+"""Units on a Dask distributed cluster (`softaudit run --scheduler tcp://HOST:PORT`): Dask's futures carry each
+prepared family from the worker that made it to those that audit its units (computed once per kind x dtype x
+family, moved only where needed), its resources route GPU candidates to workers that declare `GPU`, and its nannies
+restart a worker that dies. Candidate calls go through each worker's own executor (softaudit.execute._pool.task),
+so with isolation "worker" a candidate crash is an error row naming its cause, as in a serial run; that needs
+workers that may start processes: not daemonic (docs/scale.md says how to start them).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+
+from ..adapters import check_device
+from ._pool import Serial, needs_gpu, task
+
+INSTALL = "--scheduler needs Dask: pip install 'softaudit[dask]'"
+GPU_WORKERS = "dask worker tcp://HOST:PORT --resources GPU=1"
+
+
+class Dask(Serial):
+    """Units on the workers of the Dask cluster at `scheduler` (an address, or a distributed.Client to use as it
+    is). ValueError (one line): no Dask, no scheduler there, or workers that cannot run isolated calls."""
+
+    parallel = True
+    share = None  # (prepared families travel as Dask data)
+
+    def __init__(self, scheduler, isolation: str, memory_mib: int | None):
+        try:
+            import distributed
+        except ImportError:
+            raise ValueError(INSTALL) from None
+        super().__init__(None)
+        self.settings = (isolation, memory_mib)
+        self._own = not isinstance(scheduler, distributed.Client)
+        try:
+            self.client = distributed.Client(scheduler, set_as_default=False) if self._own else scheduler
+        except (OSError, TimeoutError) as exc:
+            raise ValueError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
+        self.width = max(1, sum(self.client.nthreads().values()))
+        if isolation == "worker" and any(self.client.run(_daemonic).values()):
+            self.close()
+            raise ValueError(
+                "the Dask workers are daemonic processes, which cannot start the processes isolation "
+                "runs candidates in: start them with DASK_DISTRIBUTED__WORKER__DAEMON=False, or run with "
+                "--isolation none"
+            )
+
+    def submit(self, fn, *args, gpu: bool = False):
+        """fn(*args, ex=...) on a worker (one with a GPU resource if gpu); its Dask future. A future among args
+        stands for its result, which Dask moves to that worker."""
+        return self.client.submit(task, fn, *self.settings, *args, resources={"GPU": 1} if gpu else None, pure=False)
+
+    def wait(self, futures: list, timeout: float | None = None) -> set:
+        import distributed
+
+        try:
+            with self.client.as_current():  # (Dask's wait asks for the current client)
+                return distributed.wait(futures, timeout, return_when="FIRST_COMPLETED").done
+        except distributed.TimeoutError:
+            return set()
+
+    def cancel(self, futures: list) -> list:
+        unfinished = [future for future in futures if not future.done()]
+        self.client.cancel(unfinished)
+        return unfinished
+
+    def check(self, candidates: list) -> None:
+        """ValueError (one line) when GPU candidates have no worker with a GPU resource to run on, or their
+        framework sees no such device there (checked on such a worker)."""
+        gpu = dict.fromkeys((c.framework, c.device) for c in candidates if needs_gpu(c))
+        if not gpu:
+            return
+        workers = self.client.scheduler_info(n_workers=-1)["workers"].values()
+        if not any(w.get("resources", {}).get("GPU") for w in workers):
+            raise ValueError(f"no Dask worker declares a GPU for the GPU candidates: start one with `{GPU_WORKERS}`")
+        for framework, device in gpu:
+            self.client.submit(check_device, framework, device, resources={"GPU": 1}, pure=False).result()
+
+    def close(self, killed: bool = False) -> None:
+        if self._own:
+            self.client.close()
+
+
+def _daemonic() -> bool:
+    """On a worker: whether its process is daemonic (multiprocessing then refuses it children)."""
+    return bool(multiprocessing.current_process().daemon)

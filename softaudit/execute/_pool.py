@@ -1,0 +1,200 @@
+"""Where an audit's units run: in this process (`Serial`), in worker processes on this machine (`Local`, a loky pool:
+`--workers N`), or on a Dask cluster (`softaudit.execute._dask.Dask`: `--scheduler tcp://HOST:PORT`).
+
+A task is a function called as `fn(*args, ex=executor)`: the pool gives it the executor its candidate calls go
+through. In this process that is the audit's own. In a worker process it is the process's (the thread's, on a
+Dask worker with several threads), made once and kept: with isolation "worker" the calls then run in a child
+process of that worker, as a serial run's do in a child of softaudit's process, so a crash is an error row there
+too. Each task sees it `Scoped`: a candidate that ran past its time limit in one task is not remembered in the
+next, so what a unit gives never depends on which worker ran it; the runner applies "not called again" across a
+candidate's families itself, in the plan's order.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import contextlib
+import dataclasses
+import shutil
+import signal
+import tempfile
+import threading
+from pathlib import Path
+
+from ..adapters import Candidate, parse_device, time_limits
+from ._executor import Executor, InProcess, Scoped
+from ._isolated import Isolated
+
+#: The values of `isolation` (`softaudit run --isolation`, the config key, `audit(isolation=...)`).
+ISOLATION = ("worker", "none")
+
+
+def executor(isolation: str = "worker", memory_mib: int | None = None) -> Executor:
+    """The executor for an audit: "worker" Isolated(memory_mib), "none" InProcess (memory_mib then has no effect).
+    ValueError (one line) for anything else."""
+    _check(isolation, memory_mib)
+    return Isolated(memory_mib=memory_mib) if isolation == "worker" else InProcess()
+
+
+def _check(isolation: str, memory_mib: int | None) -> None:
+    if isolation not in ISOLATION:
+        raise ValueError(f"isolation must be one of {', '.join(ISOLATION)}, got {isolation!r}")
+    if memory_mib is not None and (isinstance(memory_mib, bool) or not isinstance(memory_mib, int) or memory_mib <= 0):
+        raise ValueError(f"memory limit must be a whole number of MiB > 0, got {memory_mib!r}")
+
+
+def pool(
+    workers: int = 1,
+    scheduler=None,
+    isolation: str = "worker",
+    memory_mib: int | None = None,
+    folder: Path | None = None,
+):
+    """Where the units run: a Dask cluster if `scheduler` (an address or a distributed.Client) is given, else
+    `workers` processes on this machine (1: this process). folder: the cache folder, beside which Local keeps the
+    prepared families its workers map. ValueError (one line) for a bad value, or a scheduler without Dask."""
+    _check(isolation, memory_mib)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a whole number > 0, got {workers!r}")
+    if scheduler is not None:
+        from ._dask import Dask
+
+        return Dask(scheduler, isolation, memory_mib)
+    return Local(workers, isolation, memory_mib, folder) if workers > 1 else Serial(executor(isolation, memory_mib))
+
+
+def sendable(candidate: Candidate) -> Candidate:
+    """The candidate as it travels to a worker process: by its source (the worker loads it: a user's file or module
+    need not pickle), its callable only when it has none (then cloudpickle carries it)."""
+    return dataclasses.replace(candidate, call=None) if candidate.source else candidate
+
+
+def needs_gpu(candidate: Candidate) -> bool:
+    """Whether the candidate runs on a GPU (device "cuda", "cuda:N" or "gpu"): a cluster runs it only on workers
+    that declare one."""
+    return parse_device(candidate.device)[0] == "cuda"
+
+
+def located(candidate: Candidate) -> Candidate:
+    """The candidate with a file source's path made absolute, for a process whose working folder may differ."""
+    spec, colon, func = (candidate.source or "").rpartition(":")
+    if not (spec.endswith(".py") or "/" in spec or "\\" in spec):
+        return candidate
+    return dataclasses.replace(candidate, source=f"{Path(spec).resolve()}{colon}{func}")
+
+
+class Serial:
+    """Units in this process, one after another, each run when it is submitted (so the plan's order is the order
+    they run in), their calls through the audit's executor. Local and Dask run units elsewhere, with the same
+    interface."""
+
+    parallel = False
+    width = 1  # how many units run at once
+    share = None  # (prepared families are passed as they are)
+
+    def __init__(self, ex: Executor):
+        self.ex = ex
+        self._limits = contextlib.ExitStack()
+
+    def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
+        """fn(*args, ex=...) run now; its future (done). A future among args stands for its result."""
+        args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in args)
+        future = concurrent.futures.Future()
+        try:
+            future.set_result(fn(*args, ex=self.ex))
+        except Exception as exc:
+            future.set_exception(exc)
+        return future
+
+    def sent(self, candidate: Candidate) -> tuple[Candidate, Candidate]:
+        """(the candidate as its rows name it, the candidate as the unit's process calls it): itself here; in a
+        worker process, by its source, a file's path made absolute."""
+        return (sendable(candidate), located(sendable(candidate))) if self.parallel else (candidate, candidate)
+
+    def wait(self, futures: list, timeout: float | None = None) -> set:
+        """The futures done, waiting up to timeout for one to be."""
+        return set(futures)
+
+    def cancel(self, futures: list) -> list:
+        """Cancel the futures not started; those cancelled (none here: every unit ran when it was submitted)."""
+        return []
+
+    def check(self, candidates: list) -> None:
+        """Nothing to check: the plan checked the candidates' devices in this process."""
+
+    def close(self, killed: bool = False) -> None:
+        """Release the workers (killed: at once, as on a second Ctrl-C)."""
+        self.ex.close()
+
+    def __enter__(self):
+        if isinstance(self.ex, InProcess):  # (the SIGALRM handler installed once; each call only sets its timer)
+            self._limits.enter_context(time_limits())
+        return self
+
+    def __exit__(self, kind, *exc) -> None:
+        self._limits.close()
+        self.close(killed=kind is not None)
+
+
+class Local(Serial):
+    """Units in `workers` worker processes on this machine (loky: fresh interpreters, a dead one reported and
+    replaced), each with its own executor. Prepared families reach them through files they map (`share`: a
+    private folder beside the cache, removed on close), so a family is computed and copied once, not per unit."""
+
+    parallel = True
+
+    def __init__(self, workers: int, isolation: str, memory_mib: int | None, folder: Path | None):
+        from loky import ProcessPoolExecutor
+
+        super().__init__(None)
+        self.settings, self.width = (isolation, memory_mib), workers
+        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint)
+        self.share = _private_folder(folder)
+
+    def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
+        """fn(*args, ex=...) in a worker process; its future. A future among args stands for its result (waited for
+        here)."""
+        args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in args)
+        return self._pool.submit(task, fn, *self.settings, *args)
+
+    def wait(self, futures: list, timeout: float | None = None) -> set:
+        return concurrent.futures.wait(futures, timeout, return_when=concurrent.futures.FIRST_COMPLETED).done
+
+    def cancel(self, futures: list) -> list:
+        return [future for future in futures if future.cancel()]
+
+    def close(self, killed: bool = False) -> None:
+        self._pool.shutdown(wait=True, kill_workers=killed)
+        shutil.rmtree(self.share, ignore_errors=True)
+
+
+def _private_folder(folder: Path | None) -> Path:
+    """A fresh private folder in the cache folder (the same file system: a kept family is linked, not copied), else
+    in the system's temporary folder."""
+    if folder is not None:
+        try:
+            folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+            return Path(tempfile.mkdtemp(prefix=".share-", dir=folder))
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix="softaudit-share-"))
+
+
+def _ignore_sigint() -> None:
+    """A worker leaves Ctrl-C to softaudit's process, which stops the run and then closes the pool."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+_held = threading.local()  # per worker thread: (isolation, memory_mib) -> its executor
+
+
+def task(fn, isolation: str, memory_mib: int | None, *args):
+    """What a worker runs: fn(*args, ex=...) with this thread's executor, made on first use and closed when the
+    process exits, scoped to this task."""
+    executors = _held.__dict__.setdefault("executors", {})
+    key = (isolation, memory_mib)
+    if key not in executors:
+        executors[key] = executor(isolation, memory_mib)
+        atexit.register(executors[key].close)
+    return fn(*args, ex=Scoped(executors[key]))

@@ -1,0 +1,330 @@
+"""Judge: a candidate's outputs on a family measured against the prepared references (errors, events, invariants),
+judged by the policy (pass / warn / fail, in plain words with the known fix), and written as the family's rows.
+
+Judging reads outputs; it never calls a candidate: the calls, the invariants' and the leak probe's included, are
+the execute step's (softaudit/execute/), whose outcome (outputs, or the error or skip that stopped them) is what
+`unit` judges. `settle` applies the rules that look across a candidate's families in one dtype.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+from . import causes, invariants, kinds
+from .adapters import Candidate, CandidateError, CandidateSkip
+from .execute import NOT_AGAIN, Called, TimedOut
+from .metrics import Tally, measure
+from .policy import Policy, Reason
+from .reference import Format
+from .results import MEASURES, WorstInput
+from .worst import element_ulp, row_inputs
+
+
+@dataclasses.dataclass
+class Measured:
+    """One output's measures over a family: the tally, whether every output was NaN where something is defined
+    (None when nothing is), one record per case (for the plots) and each case's own tally."""
+
+    tally: Tally
+    all_nan: bool | None
+    per_case: list
+    parts: list
+
+
+@dataclasses.dataclass
+class UnitResult:
+    """A candidate's rows on one family in one dtype (one per output of its kind), with what the report needs
+    beside them: the worst inputs, per-case records, whether each output was NaN everywhere, and whether the
+    candidate ran past its time limit (its later families in this dtype are then not called)."""
+
+    rows: list
+    worst: dict = dataclasses.field(default_factory=dict)
+    case_rows: list = dataclasses.field(default_factory=list)
+    all_nan: list = dataclasses.field(default_factory=list)
+    timed_out: bool = False
+    tallies: list = dataclasses.field(default_factory=list)  # each output's measures, when the calls ran
+    heads: list = dataclasses.field(default_factory=list)  # the rows' columns known before any call
+
+    def not_again(self) -> "UnitResult":
+        """These rows as they are when the candidate is not called (it ran past its time limit earlier)."""
+        return UnitResult(
+            [row | {"verdict": "error", "cause": "error", "note": NOT_AGAIN} for row in self.heads],
+            timed_out=True,
+            heads=self.heads,
+        )
+
+
+def unit(
+    candidate: Candidate, fmt: Format, family: str, fam, called: Iterable[Called], policy: Policy, recipe: tuple
+) -> UnitResult:
+    """One candidate in one dtype on one prepared family (softaudit.prepare.PreparedFamily), from its calls: its
+    rows, one per output of its kind (`head_rows`). recipe: (suite, seed, corpus), which regenerate a case. A
+    CandidateError or CandidateSkip from the calls is an error or skip row."""
+    heads = head_rows(candidate, fmt, family, fam, policy)
+    try:
+        seconds, note, measured = measure_calls(candidate.kind, called)
+    except CandidateError as exc:
+        timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
+        return UnitResult(
+            [row | {"verdict": "error", "cause": "error", "note": str(exc)} for row in heads],
+            timed_out=timed_out,
+            heads=heads,
+        )
+    except CandidateSkip as exc:
+        return UnitResult([row | {"verdict": "skip", "cause": "skip", "note": str(exc)} for row in heads], heads=heads)
+    result = UnitResult([], tallies=[m.tally for m in measured], heads=heads)
+    failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
+    for index, (row, m) in enumerate(zip(heads, measured)):
+        pcs = [pc.output(index) for pc in fam.prepared]
+        tally, output = m.tally, row["output"]
+        if m.all_nan is not None:
+            result.all_nan.append(m.all_nan)
+        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family}
+        result.case_rows += [which | {"output": output} | c for c in m.per_case]
+        record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
+        if record is not None:
+            result.worst[record.key] = record
+        verdict, cause, text, fix = _verdict(
+            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], row["best_ulp"]
+        )
+        plain = fam.plain[index] if fam.plain else None
+        judged = {
+            "seconds": seconds,
+            "verdict": verdict,
+            "cause": cause,
+            "fix": fix,
+            "note": "; ".join(filter(None, [note, *failed, text])),
+            "fa_ratio": _fa_ratio(m.parts, plain),
+            "worst_scale": record.scale if record and tally.elements else math.nan,
+        }
+        result.rows.append(row | _row(tally) | judged)
+    return result
+
+
+def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Policy) -> list[dict]:
+    """The columns of a unit's rows known before any call: which row it is, the family's size and the bounds the
+    comparisons set, one row per output of the kind (the `output` column names it where the kind has several)."""
+    outputs = kinds.get(candidate.kind).outputs
+    heads = []
+    for index, name in enumerate(outputs if len(outputs) > 1 else ("",)):
+        plain, best = fam.plain_cond(index), fam.best_ulp(index)
+        heads.append(
+            {
+                "candidate": candidate.name,
+                "kind": candidate.kind,
+                "dtype": fmt.name,
+                "family": family,
+                "output": name,
+                "cases": len(fam.prepared),
+                "plain_cond_err": plain,
+                "best_ulp": best,
+                "fail_above": policy.fail_above(fmt, plain),
+                "warn_above": policy.warn_above(best),
+            }
+        )
+    return heads
+
+
+def settle(results: list[UnitResult]) -> list[UnitResult]:
+    """A candidate's units in one dtype, in family order, after the rules that look across them: a candidate that
+    ran past its time limit is not called again in that dtype (its later families say so, whatever order they ran
+    in), and one that returned NaN on every family gets error rows rather than verdicts (skip rows stay)."""
+    settled, stopped = [], False
+    for result in results:
+        settled.append(result.not_again() if stopped else result)
+        stopped = stopped or result.timed_out
+    flags = [flag for result in settled for flag in result.all_nan]
+    if flags and all(flags):
+        for result in settled:
+            result.rows = [
+                r | {"verdict": "error", "cause": "error", "note": "returned NaN everywhere"}
+                if r["verdict"] != "skip"
+                else r
+                for r in result.rows
+            ]
+    return settled
+
+
+def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str, list[Measured]]:
+    """A family's calls measured: the seconds spent in the candidate's own calls, its notes, and one Measured per
+    output of its kind (each output against its own reference; the invariants and the leak probe on the first)."""
+    kind = kinds.get(kind_name)
+    seconds, notes = 0.0, set()
+    measured = [Measured(Tally(), True, [], []) for _ in kind.outputs]
+    anything = [False] * len(kind.outputs)  # something is defined, on some case
+    for done in called:
+        pc = done.pc
+        seconds += done.seconds
+        notes.add(done.note)
+        for index, (m, y) in enumerate(zip(measured, done.outputs)):
+            view = pc.output(index)
+            part = measure(view.basis, y, case_index=pc.case_in_family)
+            defined = ~np.asarray(view.reference.undefined)
+            if defined.any():
+                anything[index] = True
+                m.all_nan = m.all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
+            if index == 0 and pc.probes is not None:
+                part.invariants = invariants.check(kind_name, pc.probes, y, done.probed, part.max_ulp)
+            if index == 0 and done.moved is not None:
+                unaffected = pc.leak_probe[1]
+                a, b = y.astype(np.float64)[..., unaffected, :], done.moved.astype(np.float64)[..., unaffected, :]
+                part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+            m.tally.merge(part)
+            m.parts.append(part)
+            compared = part.elements > 0
+            m.per_case.append(
+                {
+                    "case": pc.case.description,
+                    "size": int(y.size),
+                    "elements": part.elements,
+                    "max_cond_err": part.max_cond_err if compared else math.nan,
+                    "max_ulp": part.max_ulp if compared else math.nan,
+                    "mean_ulp": part.mean_ulp if compared else math.nan,
+                    "nonfinite": part.nan + part.overflow,
+                    "events": part.nan + part.overflow + part.mask_leak,
+                    **pc.case.params,
+                }
+            )
+    for m, any_defined in zip(measured, anything):
+        m.all_nan = m.all_nan if any_defined else None
+    return seconds, "; ".join(sorted(n for n in notes if n)), measured
+
+
+def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) -> tuple[str, str, str, str]:
+    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix."""
+    reasons = policy.judge(kind, fmt, tally, plain, best)
+    if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
+    if not reasons:
+        return "pass", "", "", ""
+    first = reasons[0]
+    cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    texts = [_explain(r, kind, fmt, pcs, tally, record) for r in reasons]
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause)
+
+
+def _explain(reason: Reason, kind, fmt, pcs, tally: Tally, record) -> str:
+    """A reason's text, with what explains it: the input pattern behind a NaN, the worst element's cause."""
+    if reason.rule in ("nan", "overflow") and tally.event_at is not None:
+        case, flat = tally.event_at
+        pc = pcs[case]
+        inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
+        why = causes.diagnose(kind, fmt, inputs, mask)
+        return f"{reason.text}: {why}" if why else reason.text
+    if reason.rule in ("defect", "below_best") and record is not None:
+        return f"{reason.text}; worst element: {record.explanation}"
+    return reason.text
+
+
+def _undefined_rows_judged(pcs) -> bool:
+    """Whether any case has rows the rules on undefined rows judge (a NaN to propagate, nothing kept)."""
+    return any(
+        (b.kept_nan_rows is not None and b.kept_nan_rows.any()) or (b.nothing_kept is not None and b.nothing_kept.any())
+        for b in (pc.basis for pc in pcs)
+    )
+
+
+def _nothing_compared(pcs, fmt) -> str:
+    """Why a row had nothing to judge: usually inputs that overflow the dtype (every row is then undefined)."""
+    values = sum(a.size for pc in pcs for a in pc.case.arrays.values())
+    overflowed = sum(
+        int(np.count_nonzero(np.isfinite(pc.case.arrays[n]) & ~np.isfinite(pc.inputs[n].astype(np.float64))))
+        for pc in pcs
+        for n in pc.inputs
+    )
+    why = f": {overflowed} of {values} input values overflow {fmt.name}" if overflowed else ""
+    return f"nothing could be compared (every row is undefined in {fmt.name}{why})"
+
+
+def _fa_ratio(parts: list[Tally], plain) -> float:
+    """FlashAttention's test ratio, max over cases of max|y - r| / max|plain - r| (NaN where none applies)."""
+    if plain is None:
+        return math.nan
+    ratios = []
+    for part, plain_abs in zip(parts, plain.case_abs):
+        if part.elements and math.isfinite(plain_abs):
+            ratios.append(
+                part.max_abs_err / plain_abs if plain_abs > 0 else (0.0 if part.max_abs_err == 0 else math.inf)
+            )
+    return max(ratios, default=math.nan)
+
+
+def _worst_record(
+    candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
+) -> WorstInput:
+    cond, case, flat, value = tally.worst
+    pc = pcs[case]
+    b = pc.basis
+    position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
+    exact = float(b.hi.reshape(-1)[flat]) + (0.0 if b.lo is None else float(b.lo.reshape(-1)[flat]))
+    rounded = float(b.rounded.reshape(-1)[flat])
+    inv = float(b.inv_scale.reshape(-1)[flat])
+    scale = 1 / inv if inv else math.nan
+    name, axis = kinds.get(candidate.kind).reduction
+    length = pc.inputs[name].shape[axis]
+    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length)
+    suite, seed, corpus = recipe
+    where = (
+        {"case_file": pc.case.description}
+        if family.startswith("file:")
+        else {"corpus": str(corpus)}
+        if family == "corpus"
+        else {}
+    )
+    arrays = dict(pc.inputs) | ({} if pc.mask is None else {"mask": pc.mask})
+    small = sum(np.size(a) for a in arrays.values()) <= WorstInput.MAX_VALUES
+    return WorstInput(
+        candidate.name,
+        candidate.source,
+        candidate.kind,
+        fmt.name,
+        family,
+        pc.case.description,
+        pc.case_in_family,
+        position,
+        cond,
+        element_ulp(pc, flat, value),
+        scale,
+        value,
+        rounded,
+        cause,
+        explanation,
+        {"suite": suite, "seed": seed, "family": family, "case_index": pc.case_in_family} | where,
+        arrays if small else None,
+        candidate.device,
+        output,
+    )
+
+
+def _row(t: Tally) -> dict:
+    compared = t.elements > 0
+    row = {
+        "elements": t.elements,
+        "max_cond_err": t.max_cond_err,
+        "max_ulp": t.max_ulp,
+        "mean_ulp": t.mean_ulp,
+        "max_bits": float(np.log2(1 + t.max_ulp)),
+        "correctly_rounded": t.correctly_rounded / t.elements if compared else 0.0,
+        "ge2_ulp": t.ge2_ulp / t.elements if compared else 0.0,
+        "max_rel_err": t.max_rel_err,
+        "max_abs_err": t.max_abs_err,
+        "nan": t.nan,
+        "overflow": t.overflow,
+        "underflow": t.underflow,
+        "flushed": t.flushed,
+        "negative": t.negative,
+        "mask_leak": t.mask_leak,
+        "sum_err": t.sum_err,
+        "argmax_flips": t.argmax_flips,
+        "undefined_rows": t.undefined_rows,
+        "nan_not_propagated": t.nan_not_propagated,
+        "fully_masked": t.fully_masked_behaviour,
+        "max_ulp_vsum": t.max_ulp_vsum,
+        "max_normwise": t.max_normwise,
+        "invariants": t.invariants_broken,
+    }
+    return row if compared else row | dict.fromkeys(MEASURES, math.nan)

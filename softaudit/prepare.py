@@ -1,0 +1,322 @@
+"""Prepare: a family's cases with their inputs rounded to the audited dtype (this IS the input), their exact results,
+and the comparison implementations' errors on them, computed once per kind x dtype x family and shared by every
+candidate of the kind.
+
+The comparisons (the plain implementation in the dtype, the other standard same-dtype algorithms, best practice)
+set the verdict's bounds; their calls go through the executor as the candidates' do. A prepared built-in family
+is kept between audits: in this process (`CACHE_BYTES`) and in a folder for later processes and for worker
+processes (softaudit/_store.py); the families are deterministic, so the same kind, dtype, suite and seed reuse it.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import functools
+import itertools
+import math
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from . import _store, invariants, kinds
+from . import candidates as builtin
+from .adapters import Candidate, CandidateError, CandidateSkip
+from .cases import Case
+from .execute import Executor, calls
+from .kinds import Kind
+from .metrics import Tally, basis, measure
+from .reference import Format, round_to
+
+
+class Prepared:
+    """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
+
+    def __init__(self, case: Case, fmt: Format, case_in_family: int):
+        self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
+        self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
+        self.mask = case.mask
+
+    @property
+    def nbytes(self) -> int:
+        """About what this case holds once its reference and basis exist (about 100 bytes per input element)."""
+        return 100 * sum(a.size for a in self.inputs.values())
+
+    @property
+    def kind(self) -> Kind:
+        return kinds.get(self.case.kind)
+
+    @functools.cached_property
+    def references(self) -> tuple:
+        """The exact results, one reference Result per output of the kind."""
+        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype)
+
+    @functools.cached_property
+    def bases(self) -> tuple:
+        """The reference side of the measures, one per output, shared by every candidate."""
+        extras = self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+        return tuple(basis(self.case.kind, self.fmt, ref, **extra) for ref, extra in zip(self.references, extras))
+
+    @property
+    def reference(self):
+        """The reference of the first output (a forward kind's only one)."""
+        return self.references[0]
+
+    @property
+    def basis(self):
+        """The basis of the first output (a forward kind's only one)."""
+        return self.bases[0]
+
+    def complete(self) -> None:
+        """Compute now what is otherwise computed when first needed (reference, basis, probes), to keep it."""
+        for name in ("references", "bases", "probes", "leak_probe"):
+            getattr(self, name)
+
+    @property
+    def output_shapes(self) -> tuple[tuple, ...]:
+        return tuple(ref.value.shape for ref in self.references)
+
+    @property
+    def output_shape(self) -> tuple:
+        """The shape of the first output (a forward kind's only one)."""
+        return self.reference.value.shape
+
+    def output(self, index: int) -> "Prepared | OutputView":
+        """This case seen through one output of the kind (a forward kind's only output is the case itself)."""
+        return self if index == 0 else OutputView(self, index)
+
+    @functools.cached_property
+    def probes(self) -> invariants.Probes | None:
+        """The invariants' transformed inputs (row kinds, cases up to invariants.MAX_ELEMENTS elements)."""
+        x = self.inputs.get("x")
+        if not self.kind.invariants or x is None or x.size > invariants.MAX_ELEMENTS:
+            return None
+        return invariants.Probes(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
+
+    @functools.cached_property
+    def leak_probe(self) -> tuple[dict, np.ndarray] | None:
+        """For a kind with the leak probe (attention) and a mask: inputs with some masked keys' k and v replaced, and
+        the queries that must not change (those that may attend none of the replaced keys in any batch entry, and
+        some key in one)."""
+        if not self.kind.leak_probe or self.mask is None:
+            return None
+        rng = np.random.default_rng(self.case_in_family)
+        keep = self.mask.reshape((-1,) + self.mask.shape[-2:]).any(axis=0)  # (Lq, Lk): may attend anywhere
+        masked_counts = np.where(keep.any(axis=1), (~keep).sum(axis=1), 0)
+        if not masked_counts.any():
+            return None
+        replaced = ~keep[int(np.argmax(masked_counts))]  # the masked keys of the most masked query
+        # Queries with nothing kept are judged by the fully-masked rule (whatever they give moves with every key).
+        unaffected = ~keep[:, replaced].any(axis=1) & keep.any(axis=1)
+        inputs = dict(self.inputs)
+        for name in ("k", "v"):
+            arr = inputs[name].astype(np.float64)
+            arr[..., replaced, :] = rng.standard_normal(arr[..., replaced, :].shape) * 8
+            inputs[name] = round_to(arr, self.fmt.dtype)
+        return inputs, unaffected
+
+
+class OutputView:
+    """A prepared case seen through one of its kind's outputs (attention_grad's dk, dv): that output's reference,
+    basis and shape; everything else is the case's."""
+
+    def __init__(self, pc: Prepared, index: int):
+        self.pc, self.index = pc, index
+        self.case, self.fmt, self.case_in_family, self.inputs, self.mask = (
+            pc.case,
+            pc.fmt,
+            pc.case_in_family,
+            pc.inputs,
+            pc.mask,
+        )
+
+    @property
+    def reference(self):
+        return self.pc.references[self.index]
+
+    @property
+    def basis(self):
+        return self.pc.bases[self.index]
+
+    @property
+    def output_shape(self) -> tuple:
+        return self.pc.output_shapes[self.index]
+
+
+@dataclasses.dataclass
+class Comparison:
+    """A comparison implementation's errors on a family (None: it computed nothing comparable)."""
+
+    name: str
+    max_cond: float | None  # its max conditioning-scaled error: the plain one's bounds a fail
+    max_ulp: float | None  # its max ULP error: best practice's bounds a warn
+    case_abs: list  # per case, its max |y - r| (NaN where nothing was compared)
+    error: str = ""  # why it could not run, if it could not
+
+
+@dataclasses.dataclass
+class PreparedFamily:
+    """One family's prepared cases for a kind, dtype, suite and seed, and the comparisons' errors on them."""
+
+    prepared: list[Prepared]
+    # Each a list with one Comparison per output of the kind (None: not run yet):
+    plain: list | None = None  # the plain implementation in the dtype
+    best: list | None = None  # best practice
+    others: list | None = None  # the other standard same-dtype algorithms, each a list
+    stored: Path | None = None  # the store file it was read from (what worker processes map), if any
+
+    @property
+    def comparisons(self) -> list[Comparison]:
+        """Every comparison of every output."""
+        return [c for per_output in (self.plain, self.best, *(self.others or ())) if per_output for c in per_output]
+
+    def plain_cond(self, output: int) -> float | None:
+        """The largest max_cond_err of the standard same-dtype algorithms on one output: a fail is worse than
+        factor x this."""
+        found = [c[output].max_cond for c in (self.plain, *(self.others or ())) if c and c[output].max_cond is not None]
+        return max(found) if found else None
+
+    def best_ulp(self, output: int) -> float | None:
+        """Best practice's max ULP error on one output: a warn is worse than factor x this."""
+        return self.best[output].max_ulp if self.best else None
+
+
+#: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
+#: once they hold more than about this many bytes. 0 turns the cache off; `clear_cache()` empties it.
+CACHE_BYTES = 512 << 20
+_CACHE: collections.OrderedDict[tuple, PreparedFamily] = collections.OrderedDict()
+_UNWRITABLE: set[Path] = set()  # cache folders a write failed in
+_WRITTEN: set[Path] = set()  # cache folders written since they were last pruned
+
+
+def clear_cache() -> None:
+    """Forget every prepared family (inputs, references, comparison errors) kept between audits."""
+    _CACHE.clear()
+
+
+def prepare(
+    source, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout, ex: Executor
+) -> PreparedFamily:
+    """One family of a plan (softaudit.plan.Source) prepared, with the comparison implementations' errors: its
+    built-in cases (kept, see `family`), then the cases of case files and the corpus, read fresh every time (they
+    may have changed). A family a case file added to is compared afresh, every case."""
+    kind = source.kind
+    fam = family(source.builtin, kind, fmt, suite, seed, cache, folder, timeout, ex) if source.builtin else None
+    if source.extra:
+        cases = list(fam.prepared) if fam else []
+        cases += [Prepared(case, fmt, len(cases) + i) for i, case in enumerate(source.extra)]
+        fam = PreparedFamily(cases)
+    compare(fam, kind, timeout, ex)
+    return fam
+
+
+def family(
+    family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout, ex: Executor
+) -> PreparedFamily:
+    """A built-in family prepared: from this process's cache, from the folder on disk, or computed (and then kept)."""
+    key = (family.name, kind, fmt.name, suite, seed)
+    if key in _CACHE:
+        _CACHE.move_to_end(key)
+        return _CACHE[key]
+    path = folder / f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}.pkl" if folder else None
+    found = _mapped(path) if path else None
+    if found is None:
+        found = PreparedFamily([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
+        if (
+            path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex)
+        ):  # (a failed comparison is not kept)
+            for pc in found.prepared:
+                pc.complete()
+            try:
+                _store.save(path, found)
+                _WRITTEN.add(folder)
+                found = _mapped(path) or found  # mapped: the pages are the system's to drop and read again
+            except OSError as exc:  # said once; the folder is not tried again in this process
+                _UNWRITABLE.add(folder)
+                warnings.warn(f"softaudit: cannot keep prepared cases in {folder}: {exc}", stacklevel=4)
+    if cache and CACHE_BYTES > 0:
+        _CACHE[key] = found
+        held = sum(pc.nbytes for f in _CACHE.values() for pc in f.prepared)
+        while held > CACHE_BYTES and len(_CACHE) > 1:
+            _, dropped = _CACHE.popitem(last=False)
+            held -= sum(pc.nbytes for pc in dropped.prepared)
+    return found
+
+
+def _mapped(path: Path) -> PreparedFamily | None:
+    """The family kept at path, mapped from the file (None if there is none or it cannot be read)."""
+    found = _store.load(path)
+    if found is not None:
+        found.stored = path
+    return found
+
+
+_SHARED: dict[str, PreparedFamily] = {}  # in a worker process: share path -> the family mapped from it
+_shares = itertools.count()
+
+
+def share(fam: PreparedFamily, folder: Path) -> str:
+    """Where worker processes map the family from: its cache file linked into `folder` (a private folder on the
+    same file system: the link holds the file even if the cache is pruned meanwhile), else the family saved there."""
+    path = folder / f"{os.getpid()}-{next(_shares)}.pkl"
+    if fam.stored is not None:
+        with contextlib.suppress(OSError):
+            os.link(fam.stored, path)
+            return str(path)
+    for pc in fam.prepared:
+        pc.complete()
+    _store.save(path, fam)
+    return str(path)
+
+
+def shared(fam: PreparedFamily | str) -> PreparedFamily:
+    """A prepared family as a task receives it: itself, or the path `share` gave (mapped once per process)."""
+    if isinstance(fam, PreparedFamily):
+        return fam
+    if fam not in _SHARED:
+        found = _store.load(Path(fam))
+        if found is None:
+            raise FileNotFoundError(f"softaudit: the prepared family shared at {fam} is gone")
+        _SHARED[fam] = found
+    return _SHARED[fam]
+
+
+def finish(folder: Path | None) -> None:
+    """After an audit: prune the cache folder if the audit wrote to it (an audit that wrote nothing leaves it)."""
+    if folder in _WRITTEN:
+        _WRITTEN.discard(folder)
+        _store.prune(folder)
+
+
+def compare(fam: PreparedFamily, kind: str, timeout, ex: Executor) -> bool:
+    """Run the comparisons on the family (the plain implementation, the other standard same-dtype algorithms, best
+    practice), where not yet run; False if one of them failed to run."""
+    for role, pick in (("plain", builtin.plain), ("best", builtin.best)):
+        if getattr(fam, role) is None:
+            setattr(fam, role, comparison(pick(kind), fam.prepared, timeout, ex))
+    if fam.others is None:
+        fam.others = [comparison(c, fam.prepared, timeout, ex) for c in builtin.standard(kind)[1:]]
+    return not any(c.error for c in fam.comparisons)
+
+
+def comparison(candidate: Candidate, prepared: list[Prepared], timeout, ex: Executor) -> list[Comparison]:
+    """The comparison's errors on the family, one Comparison per output of the kind."""
+    outputs = len(kinds.get(candidate.kind).outputs)
+    tallies = [Tally() for _ in range(outputs)]
+    case_abs = [[] for _ in range(outputs)]
+    try:
+        for called in calls(candidate, prepared, timeout, ex, probes=False):
+            for index, y in enumerate(called.outputs):
+                part = measure(called.pc.output(index).basis, y, case_index=called.pc.case_in_family)
+                tallies[index].merge(part)
+                case_abs[index].append(part.max_abs_err if part.elements else math.nan)
+    except (CandidateError, CandidateSkip) as exc:
+        return [Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))] * outputs
+    compared = [t.elements > 0 for t in tallies]
+    return [
+        Comparison(candidate.name, t.max_cond_err if c else None, t.max_ulp if c else None, a)
+        for t, c, a in zip(tallies, compared, case_abs)
+    ]

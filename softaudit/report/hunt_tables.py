@@ -1,0 +1,30 @@
+"""hunt.csv and hunt.md: one row per candidate x dtype hunted, what the search found and where it was saved."""
+
+from __future__ import annotations
+
+
+def hunt_table(findings) -> object:
+    """pandas.DataFrame, one row per Finding: examples tried, FAIL or none, the error, the shrunk input's size,
+    the reason and the corpus file it went to."""
+    import numpy as np
+    import pandas as pd
+
+    return pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
+                          "found": "FAIL" if f.failed else "none", "max_cond_err": f.max_cond_err,
+                          "seconds": round(f.seconds, 2),
+                          "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
+                          "reason": f.reason, "corpus": f.corpus_file or ""} for f in findings])
+
+
+def hunt_csv(findings, comparison=None) -> str:
+    """The table as CSV (a hunt has no baseline: comparison is always None)."""
+    return hunt_table(findings).to_csv(index=False)
+
+
+def hunt_md(findings, comparison=None) -> str:
+    """The table in Markdown (a hunt has no baseline: comparison is always None)."""
+    table = hunt_table(findings)
+    header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
+    body = "".join("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n"
+                   for row in table.itertuples(index=False))
+    return "# softaudit hunt\n\n" + header + body

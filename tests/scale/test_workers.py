@@ -1,0 +1,218 @@
+"""Units on worker processes and on a Dask cluster give the serial run's table, row for row and bit for bit: crashes,
+time limits and NaN everywhere included; GPU candidates go only to workers with a GPU resource (a resource a test
+declares: there is no GPU here); interruption keeps finished rows; without Dask, --scheduler says how to get it."""
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import dask
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import softaudit
+from softaudit.cli import main
+from softaudit.execute import NOT_AGAIN
+from softaudit.hunt import hunt
+
+from ..execute.test_wiring import REPORTS, rows, start_run, wait_for
+from ..test_hunt import BROKEN
+
+KERNELS = Path(__file__).with_name("kernels.py").resolve()
+FAULTY = [f"{KERNELS}:{name}" for name in ("sound", "crashes_on_short_rows", "hangs_on_long_rows", "nan_everywhere")]
+OPTIONS = {
+    "dtypes": ["float32", "bfloat16"],
+    "suite": "quick",
+    "families": ["textbook", "gaussian", "offset"],
+    "timeout": 1,
+    "cache_dir": "off",
+}
+
+
+def same(a, b) -> None:
+    """Two audits' results are the same: the table (but the seconds) in the same order, the worst inputs, the
+    per-case records."""
+    assert a.table.drop(columns="seconds").equals(b.table.drop(columns="seconds"))
+    assert list(a.worst) == list(b.worst)
+    assert [w.as_json() for w in a.worst.values()] == [w.as_json() for w in b.worst.values()]
+    assert a.cases.equals(b.cases)
+
+
+@pytest.fixture(scope="module")
+def serial():
+    return softaudit.audit(FAULTY + ["softaudit.candidates.softmax:naive"], **OPTIONS)
+
+
+def test_the_serial_run_shows_every_rule_the_workers_must_keep(serial):
+    """(What the other tests compare against has what they must keep: a crash's cause, "not called again" after a
+    time limit, NaN everywhere, verdicts.)"""
+    by = {name.rsplit(":", 1)[-1]: t for name, t in serial.table.groupby("candidate")}
+    crashes, hangs = by["crashes_on_short_rows"], by["hangs_on_long_rows"]
+    assert list(crashes[crashes.family == "textbook"].note) == ["killed by SIGSEGV"] * 2
+    assert list(hangs[hangs.dtype == "float32"].note) == ["", "no answer in 1 s: killed", NOT_AGAIN]
+    assert set(by["nan_everywhere"].note) == {"returned NaN everywhere"}
+    sound = by["sound"]
+    assert (sound[sound.dtype == "float32"].verdict == "pass").all() and (by["softmax.naive"].verdict == "fail").any()
+
+
+def test_two_worker_processes_give_the_serial_table(serial):
+    same(softaudit.audit(FAULTY + ["softaudit.candidates.softmax:naive"], workers=2, **OPTIONS), serial)
+
+
+def test_isolation_none_on_workers_gives_the_same_table_for_sound_candidates(serial):
+    here = softaudit.audit(f"{KERNELS}:sound", isolation="none", **OPTIONS)
+    isolated = serial.table[serial.table.candidate.str.endswith(":sound")].reset_index(drop=True)
+    # (alone, its counts are integer columns; beside error rows, where they are NaN, float ones)
+    pd.testing.assert_frame_equal(
+        here.table.drop(columns="seconds"), isolated.drop(columns="seconds"), check_dtype=False
+    )
+    same(softaudit.audit(f"{KERNELS}:sound", isolation="none", workers=2, **OPTIONS), here)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Dask cluster of two worker processes on this machine, which may start processes (isolation's)."""
+    distributed = pytest.importorskip("distributed")
+    with dask.config.set({"distributed.worker.daemon": False}):
+        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as found:
+            yield found
+
+
+def test_a_dask_cluster_of_two_workers_gives_the_serial_table(serial, cluster):
+    same(
+        softaudit.audit(
+            FAULTY + ["softaudit.candidates.softmax:naive"], scheduler=cluster.scheduler_address, **OPTIONS
+        ),
+        serial,
+    )
+
+
+def test_gpu_candidates_go_only_to_workers_with_a_gpu_resource(tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    where = tmp_path / "where"
+    monkeypatch.setenv("SOFTAUDIT_TEST_WHERE", str(where))  # (the workers start after this: they see it)
+    workers = {
+        "cpu": {"cls": distributed.Nanny, "options": {"nthreads": 1}},
+        "gpu": {"cls": distributed.Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1}}},
+    }
+    scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":0"}}
+    with dask.config.set({"distributed.worker.daemon": False}), distributed.SpecCluster(workers, scheduler) as both:
+        with distributed.Client(both) as client:
+            pids = client.run(os.getpid)
+            info = client.scheduler_info(n_workers=-1)["workers"]
+            gpu = [pids[a] for a, w in info.items() if w["resources"].get("GPU")]
+            result = softaudit.audit([f"{KERNELS}:marked_for_a_gpu", f"{KERNELS}:sound"], scheduler=client, **OPTIONS)
+    assert set(result.table.verdict) <= {"pass", "warn"} and len(result.table) == 12
+    ran_on = set(where.read_text().split())
+    assert len(gpu) == 1 and ran_on == {str(gpu[0])}  # every call, on the one worker with the resource
+
+
+def test_gpu_candidates_without_a_gpu_worker_are_one_line(cluster, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(
+        main,
+        [
+            "run",
+            f"{KERNELS}:marked_for_a_gpu",
+            "--scheduler",
+            cluster.scheduler_address,
+            "--suite",
+            "quick",
+            "--dtype",
+            "float32",
+        ],
+    )
+    assert r.exit_code == 2 and "no Dask worker declares a GPU" in r.output and "--resources GPU=1" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+
+
+def test_daemonic_dask_workers_are_said_in_one_line(monkeypatch, tmp_path):
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.chdir(tmp_path)
+    with dask.config.set({"distributed.worker.daemon": True}):  # (Dask's default: the fixture's cluster sets False)
+        daemonic = distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0")
+    with daemonic:
+        r = CliRunner().invoke(main, ["run", f"{KERNELS}:sound", "--scheduler", daemonic.scheduler_address])
+    assert r.exit_code == 2 and "DASK_DISTRIBUTED__WORKER__DAEMON=False" in r.output, r.output
+
+
+def test_without_dask_scheduler_says_how_to_install_it(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "distributed", None)  # (import distributed now raises ImportError)
+    r = CliRunner().invoke(main, ["run", f"{KERNELS}:sound", "--scheduler", "tcp://127.0.0.1:8786"])
+    assert r.exit_code == 2
+    assert r.output.strip() == "Error: --scheduler needs Dask: pip install 'softaudit[dask]'"
+    r = CliRunner().invoke(
+        main,
+        [
+            "run",
+            f"{KERNELS}:sound",
+            "--workers",
+            "2",
+            "--suite",
+            "quick",
+            "--dtype",
+            "float32",
+            "--family",
+            "textbook",
+            "--out",
+            "out",
+        ],
+    )
+    assert r.exit_code == 0, r.output  # (worker processes need no Dask)
+
+
+def test_bad_workers_are_a_usage_error(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(main, ["run", f"{KERNELS}:sound", "--workers", "0"])
+    assert r.exit_code == 2 and "must be an integer > 0" in r.output
+    (tmp_path / "pyproject.toml").write_text("[tool.softaudit]\nworkers = 1.5\n")
+    r = CliRunner().invoke(main, ["run", f"{KERNELS}:sound"])
+    assert r.exit_code == 2 and "workers must be an integer > 0" in r.output
+
+
+def test_a_stop_keeps_the_finished_units_of_a_parallel_run(serial):
+    stop = threading.Event()
+    stopped = softaudit.audit(
+        FAULTY + ["softaudit.candidates.softmax:naive"],
+        workers=2,
+        stop=stop,
+        progress=lambda done, total, label: stop.set(),
+        **OPTIONS,
+    )
+    assert stopped.settings["interrupted"] is True
+    kept = stopped.table.drop(columns="seconds")
+    assert 0 < len(kept) < len(serial.table)
+    whole = serial.table.drop(columns="seconds").merge(kept, how="inner")
+    assert len(whole) == len(kept)  # every kept row is the serial run's row, whole
+
+
+def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
+    process = start_run(tmp_path, 0.05, "--workers", "2")
+    wait_for(tmp_path / "started", process)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    for name in REPORTS:
+        assert (tmp_path / "out" / name).is_file(), name
+    table = rows(tmp_path / "out")
+    assert 0 < len(table) < 2 * 12 and "Traceback" not in output  # (12 families each: not all of them ran)
+
+
+def test_the_hunt_spreads_its_searches_over_workers(tmp_path, monkeypatch, cluster):
+    monkeypatch.setenv("CI", "1")
+    (tmp_path / "broken.py").write_text(BROKEN)
+    findings = hunt(str(tmp_path / "broken.py"), dtypes=["float32"], budget=30, corpus=tmp_path / "corpus", workers=2)
+    assert [f.failed for f in findings] == [True, True, True]
+    assert len(list((tmp_path / "corpus").rglob("*.json"))) == 3
+    on_dask = hunt(
+        f"{tmp_path / 'broken.py'}:fill_minus_30",
+        dtypes=["float16"],
+        budget=10,
+        corpus=None,
+        scheduler=cluster.scheduler_address,
+    )
+    assert [f.failed for f in on_dask] == [True]

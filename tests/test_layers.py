@@ -1,0 +1,98 @@
+"""The packages' boundaries, read from the source: no package imports another package's private module or name,
+and what presents results (reports, the gate) imports none of what makes them."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import softaudit
+
+PACKAGE = Path(softaudit.__file__).parent
+
+
+def _modules():
+    """(dotted name of the package a file belongs to, its path) for every file of softaudit."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = ("softaudit", *path.relative_to(PACKAGE).with_suffix("").parts)
+        yield parts[:-1], path
+
+
+def _imported(package: tuple, tree) -> list[tuple[int, tuple]]:
+    """(line, dotted name) of everything a module imports: modules, and names taken from them."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, tuple(alias.name.split("."))) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = base + tuple(node.module.split(".") if node.module else ())
+            found += [(node.lineno, (*module, alias.name)) for alias in node.names]
+    return found
+
+
+def _owner(name: tuple) -> tuple | None:
+    """The package that owns the first private part of a softaudit name (None: nothing private in it). A private
+    name in a module (`softmax._rest_sum`) is owned by that module's package."""
+    for i, part in enumerate(name):
+        if part.startswith("_") and not part.startswith("__"):
+            return name[:i] if PACKAGE.joinpath(*name[1:i]).is_dir() else name[: i - 1]
+    return None
+
+
+def _crossings(package: tuple, source: str) -> list[tuple[int, str]]:
+    """(line, name) of each import in `source`, a module of `package`, of another package's private part."""
+    found = []
+    for line, name in _imported(package, ast.parse(source)):
+        owner = name[0] == "softaudit" and _owner(name)
+        if owner and package[: len(owner)] != owner:
+            found.append((line, ".".join(name)))
+    return found
+
+
+def test_no_package_imports_another_packages_private_module():
+    """`from ..adapters._call import call` reaches past adapters' public face: import it from softaudit.adapters.
+    A package's own private modules, and its parents' (softaudit/_store.py for every package), are its own."""
+    crossing = [f"{path.relative_to(PACKAGE.parent)}:{line}: {name}" for package, path in _modules()
+                for line, name in _crossings(package, path.read_text(encoding="utf-8"))]
+    assert not crossing, "imports of another package's private module:\n" + "\n".join(crossing)
+
+
+@pytest.mark.parametrize("package, line, crosses", [
+    (("softaudit", "hunt"), "from ..adapters._call import call", True),
+    (("softaudit",), "from .adapters import _bridge as bridge", True),
+    (("softaudit", "hunt"), "import softaudit.report._files", True),
+    (("softaudit",), "from .report._findings import row_key", True),
+    (("softaudit", "hunt"), "from ..adapters import call", False),
+    (("softaudit", "hunt"), "from .._atomic import write_atomic", False),
+    (("softaudit", "candidates"), "from .softmax import _rest_sum", False),
+    (("softaudit", "hunt"), "from ._engine import hunt", False),
+])
+def test_the_check_flags_a_crossing_and_allows_what_is_ones_own(package, line, crosses):
+    """The control: the rule flags what it should, on lines written for the purpose."""
+    assert bool(_crossings(package, line)) == crosses
+
+
+@pytest.mark.parametrize("presenter", ["report", "gate.py", "results.py", "settings.py"])
+def test_what_presents_results_imports_nothing_that_makes_them(presenter):
+    """Reports, the gate and the results contract read results; the runner, the candidates, the adapters, the
+    executor and the reference are upstream of them (softaudit/results.py is the one contract)."""
+    upstream = {"runner", "worst", "candidates", "adapters", "execute", "reference", "hunt", "cases", "metrics"}
+    paths = sorted((PACKAGE / presenter).rglob("*.py")) if (PACKAGE / presenter).is_dir() else [PACKAGE / presenter]
+    reached = []
+    for path in paths:
+        package = ("softaudit", *path.relative_to(PACKAGE).parts[:-1])
+        for line, name in _imported(package, ast.parse(path.read_text(encoding="utf-8"))):
+            if name[0] == "softaudit" and len(name) > 1 and name[1] in upstream:
+                reached.append(f"{path.name}:{line}: {'.'.join(name)}")
+    allowed = {"results.py": {"cases", "reference"}}  # (WorstInput's JSON: hex rows, the dtype's rounding; lazily)
+    reached = [r for r in reached if r.split(": ")[1].split(".")[1] not in allowed.get(presenter, set())]
+    assert not reached, "\n".join(reached)
+
+
+def test_adapters_public_names_all_load():
+    from softaudit import adapters
+
+    for name in adapters.__all__:
+        assert getattr(adapters, name) is not None, name
+    assert softaudit.Candidate is adapters.Candidate and softaudit.CandidateError is adapters.CandidateError
