@@ -28,8 +28,8 @@ def _probabilities(x: np.ndarray, kept: np.ndarray):
 
 
 def _finite(a: np.ndarray) -> np.ndarray:
-    """a with its NaN and inf entries as 0. In k or v they make the rows of the queries that keep their key undefined
-    (their scale is not used); at a key no query keeps they must count for nothing, and 0 x NaN would not."""
+    """a with its NaN and inf entries as 0, for the attention scales: an entry a query may not attend must count for
+    nothing there (0 x NaN would not), and a query that meets one it attends is undefined (its scale is never read)."""
     return np.where(np.isfinite(a), a, 0.0)
 
 
@@ -194,7 +194,9 @@ def attention(q, k, v, keep, o, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """
     with np.errstate(all="ignore"):
         q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
-        k, v = _finite(k), _finite(v)
+        # A NaN or infinity in a key or value a query may not attend is no part of its output (p = 0 there) and must
+        # not reach its scale as 0 * NaN; a query that attends one is undefined, and its scale is never read.
+        q, k, v = (_finite(a) for a in (q, k, v))
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale)
         # p_j a_j; 0 at a key not kept, where a large k would make 0 x inf NaN

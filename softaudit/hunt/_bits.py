@@ -23,6 +23,11 @@ def _sign_bit(dtype) -> int:
     return 1 << (8 * np.dtype(dtype).itemsize - 1)
 
 
+def top_key(dtype) -> int:
+    """The largest key: all the bits but the sign's (a NaN)."""
+    return _sign_bit(dtype) - 1
+
+
 def key(value, dtype) -> int:
     """The magnitude of `value` (a value of the dtype) as an integer: 0 for zero, growing with |value|."""
     dtype = np.dtype(dtype)

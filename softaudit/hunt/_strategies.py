@@ -4,7 +4,7 @@ batch and head axes.
 Row kinds draw x of rows x n (1 to 16 rows) from a recipe and a seeded generator: the spread, the offset and how far
 the rows sit apart, a logit standing out by a gap, ties, a temperature, and special values of the dtype (raw floats
 of every magnitude, and its thresholds: the smallest logit whose exp overflows, the largest whose exp underflows,
-the largest finite value, each give or take two values). Masked kinds add a mask (its density, a padding run, fully
+the largest finite value, each give or take two values: past the largest, inf and NaN). Masked kinds add a mask (its density, a padding run, fully
 masked rows) and what the masked slots hold. Attention draws batch and head axes, K and V broadcast along some of
 them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query attention), d, dv, Lq and Lk
 (tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned top-left or bottom-right)
@@ -74,8 +74,9 @@ def _special(fmt: Format):
 
 
 def _step(value: float, steps: int, fmt: Format) -> float:
-    """The value `steps` values of the dtype away from `value`, away from zero for steps > 0."""
-    k = max(0, _bits.key(np.array(value).astype(fmt.dtype), fmt.dtype) + steps)
+    """The value `steps` values of the dtype away from `value`, away from zero for steps > 0 (past the largest
+    finite value: inf, then NaN, where the dtype has them)."""
+    k = min(max(0, _bits.key(np.array(value).astype(fmt.dtype), fmt.dtype) + steps), _bits.top_key(fmt.dtype))
     return float(_bits.with_key(k, value < 0, fmt.dtype))
 
 
