@@ -11,7 +11,6 @@ import dataclasses
 from pathlib import Path
 
 from . import candidates as builtin
-from . import kinds
 from .adapters import Candidate, check_device, check_kind, load_target, parse_device
 from .cases import Case, Family, families_for
 from .kinds import KINDS
@@ -26,8 +25,8 @@ def candidates_for(targets, kind, device: str | None = None, check_devices: bool
     if kind is not None:
         check_kind(kind)
     parse_device(device)
-    if targets is None:  # the built-ins (a kind that is not in the default run only when asked for)
-        found = [c for c in builtin.builtins() if c.kind == kind or (kind is None and kinds.get(c.kind).default_run)]
+    if targets is None:  # the built-ins
+        found = [c for c in builtin.builtins() if kind is None or c.kind == kind]
     else:
         if isinstance(targets, (str, Path, Candidate)) or callable(targets):
             targets = [targets]

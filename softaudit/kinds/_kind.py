@@ -71,8 +71,6 @@ class Kind:
     #: Gradient kinds: "module:function" (kind, arrays, mask, rng) -> the upstream gradient g a family's case
     #: gets when the family does not give one (None: a forward kind).
     upstream: str | None = None
-    #: Whether `softaudit run` with no target audits this kind's built-ins (False: only when asked by --kind).
-    default_run: bool = True
 
     @property
     def inputs(self) -> tuple[str, ...]:
