@@ -13,6 +13,8 @@ is the same, row for row and bit for bit, whatever runs the units.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import queue
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -187,6 +189,7 @@ class _Units:
     def __init__(self, where, job: _Job, progress, total: int):
         self.where, self.job, self.progress, self.total = where, job, progress, total
         self.pending: dict = {}  # future -> key
+        self.done = queue.SimpleQueue()  # the futures as they finish (or are cancelled)
         self.submitted: dict = {}  # key -> (fam, candidate, fmt, family): what it was submitted with
         self.refused: set = set()  # the keys answered without a call (not called again)
         self.finished: dict = {}  # key -> UnitResult, or None for a family with no case in the dtype
@@ -199,24 +202,30 @@ class _Units:
             _unit_task, fam, who, runnable, fmt, family, self.job, called, gpu=execute.needs_gpu(candidate)
         )
         self.pending[future] = key
+        future.add_done_callback(self.done.put)  # (one queue: waiting on a thousand futures at once costs seconds)
         self.submitted[key] = (fam, candidate, fmt, family)
         self.open.setdefault(key[:2], set()).add(key)
 
     def collect(self, block: bool, stopped: _Stop) -> None:
-        """Take the finished units' results; with block, until none is pending (cancelling what is not started once
-        stopped)."""
+        """Take the finished units' results, as their futures report them done; with block, until none is pending
+        (cancelling what is not started once stopped)."""
         while self.pending:
             if stopped():
                 for future in self.where.cancel(list(self.pending)):
                     self._close(self.pending.pop(future))
-            for future in self.where.wait(list(self.pending), timeout=0.5 if block else 0):
-                key = self.pending.pop(future)
-                self.finished[key] = future.result()
-                if self.finished[key] is not None and self.finished[key].timed_out:
-                    self._not_again(key)
-                self._close(key)
-            if not block:
+            try:
+                future = self.done.get(timeout=0.5) if block else self.done.get_nowait()
+            except queue.Empty:
+                if block:
+                    continue
                 return
+            key = self.pending.pop(future, None)
+            if key is None:  # (cancelled: closed then)
+                continue
+            self.finished[key] = future.result()
+            if self.finished[key] is not None and self.finished[key].timed_out:
+                self._not_again(key)
+            self._close(key)
 
     def _not_again(self, key: tuple) -> None:
         """The candidate's units after `key` in its dtype, not started yet: answered again without a call."""

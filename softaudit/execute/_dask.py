@@ -50,15 +50,6 @@ class Dask(Serial):
         stands for its result, which Dask moves to that worker."""
         return self.client.submit(task, fn, *self.settings, *args, resources={"GPU": 1} if gpu else None, pure=False)
 
-    def wait(self, futures: list, timeout: float | None = None) -> set:
-        import distributed
-
-        try:
-            with self.client.as_current():  # (Dask's wait asks for the current client)
-                return distributed.wait(futures, timeout, return_when="FIRST_COMPLETED").done
-        except distributed.TimeoutError:
-            return set()
-
     def cancel(self, futures: list) -> list:
         unfinished = [future for future in futures if not future.done()]
         self.client.cancel(unfinished)

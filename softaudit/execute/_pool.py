@@ -113,10 +113,6 @@ class Serial:
         worker process, by its source, a file's path made absolute."""
         return (sendable(candidate), located(sendable(candidate))) if self.parallel else (candidate, candidate)
 
-    def wait(self, futures: list, timeout: float | None = None) -> set:
-        """The futures done, waiting up to timeout for one to be."""
-        return set(futures)
-
     def cancel(self, futures: list) -> list:
         """Cancel the futures not started; those cancelled (none here: every unit ran when it was submitted)."""
         return []
@@ -160,9 +156,6 @@ class Local(Serial):
         here)."""
         args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in args)
         return self._pool.submit(task, fn, *self.settings, *args)
-
-    def wait(self, futures: list, timeout: float | None = None) -> set:
-        return concurrent.futures.wait(futures, timeout, return_when=concurrent.futures.FIRST_COMPLETED).done
 
     def cancel(self, futures: list) -> list:
         return [future for future in futures if future.cancel()]

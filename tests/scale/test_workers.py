@@ -9,7 +9,6 @@ import sys
 import threading
 from pathlib import Path
 
-import dask
 import numpy as np
 import pandas as pd
 import pytest
@@ -79,7 +78,7 @@ def test_isolation_none_on_workers_gives_the_same_table_for_sound_candidates(ser
 @pytest.fixture(scope="module")
 def cluster():
     """A Dask cluster of two worker processes on this machine, which may start processes (isolation's)."""
-    distributed = pytest.importorskip("distributed")
+    dask, distributed = pytest.importorskip("dask"), pytest.importorskip("distributed")
     with dask.config.set({"distributed.worker.daemon": False}):
         with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as found:
             yield found
@@ -95,7 +94,7 @@ def test_a_dask_cluster_of_two_workers_gives_the_serial_table(serial, cluster):
 
 
 def test_gpu_candidates_go_only_to_workers_with_a_gpu_resource(tmp_path, monkeypatch):
-    distributed = pytest.importorskip("distributed")
+    dask, distributed = pytest.importorskip("dask"), pytest.importorskip("distributed")
     where = tmp_path / "where"
     monkeypatch.setenv("SOFTAUDIT_TEST_WHERE", str(where))  # (the workers start after this: they see it)
     workers = {
@@ -134,7 +133,7 @@ def test_gpu_candidates_without_a_gpu_worker_are_one_line(cluster, monkeypatch, 
 
 
 def test_daemonic_dask_workers_are_said_in_one_line(monkeypatch, tmp_path):
-    distributed = pytest.importorskip("distributed")
+    dask, distributed = pytest.importorskip("dask"), pytest.importorskip("distributed")
     monkeypatch.chdir(tmp_path)
     with dask.config.set({"distributed.worker.daemon": True}):  # (Dask's default: the fixture's cluster sets False)
         daemonic = distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0")
