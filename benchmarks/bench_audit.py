@@ -44,7 +44,13 @@ def main() -> None:
     softaudit.audit(suite="quick", kind="softmax", dtypes=["float32", "float64"], cache_dir="off")  # warm-up
     folder = Path(tempfile.mkdtemp(prefix="softaudit-bench-"))
     for cand in softmaxes:
-        options = {"kind": "softmax", "dtypes": ["float32"], "suite": "default", "families": ["long"], "cache_dir": folder}
+        options = {
+            "kind": "softmax",
+            "dtypes": ["float32"],
+            "suite": "default",
+            "families": ["long"],
+            "cache_dir": folder,
+        }
         shutil.rmtree(folder, ignore_errors=True)
         runner.clear_cache()
         start = time.perf_counter()
@@ -58,22 +64,28 @@ def main() -> None:
             wall = min(wall, best_of(lambda c=cand: softaudit.audit(c.call, **options), 1))
         print(f"  {cand.name:27s} own {before[cand.name] * 1e3:4.1f} / {own * 1e3:4.1f} ms", end="")
         own = min(own, before[cand.name])
-        print(f"  first {first * 1e3:6.1f} ms ({first / own:3.0f}x)  new process {mapped * 1e3:5.1f} ms"
-              f" ({mapped / own:4.1f}x)  repeated {wall * 1e3:5.1f} ms ({wall / own:4.1f}x)")
+        print(
+            f"  first {first * 1e3:6.1f} ms ({first / own:3.0f}x)  new process {mapped * 1e3:5.1f} ms"
+            f" ({mapped / own:4.1f}x)  repeated {wall * 1e3:5.1f} ms ({wall / own:4.1f}x)"
+        )
     shutil.rmtree(folder, ignore_errors=True)
     runner.clear_cache()  # all of them in one first audit, nothing kept: what `softaudit run` does
     start = time.perf_counter()
     softaudit.audit([c.call for c in softmaxes], **options | {"cache_dir": "off"})
     together = time.perf_counter() - start
     own = sum(best_of(lambda c=c: [c.call(x, axis=-1) for x in xs], 5) for c in softmaxes)
-    print(f"  all {len(softmaxes)} in one first audit: {together * 1e3:.0f} ms, {together / own:.1f}x their own"
-          f" {own * 1e3:.0f} ms (the cases, reference and comparison shared)")
+    print(
+        f"  all {len(softmaxes)} in one first audit: {together * 1e3:.0f} ms, {together / own:.1f}x their own"
+        f" {own * 1e3:.0f} ms (the cases, reference and comparison shared)"
+    )
     runner.clear_cache()
     start = time.perf_counter()
     result = softaudit.audit(suite="quick", cache_dir="off")
     wall = time.perf_counter() - start
-    print(f"quick suite, {len(candidates.builtins())} built-ins x 4 dtypes: {len(result.table)} rows in {wall:.1f} s"
-          f" (target 20 s); candidates' own time {np.nansum(result.table.seconds):.1f} s")
+    print(
+        f"quick suite, {len(candidates.builtins())} built-ins x 4 dtypes: {len(result.table)} rows in {wall:.1f} s"
+        f" (target 20 s); candidates' own time {np.nansum(result.table.seconds):.1f} s"
+    )
 
 
 if __name__ == "__main__":

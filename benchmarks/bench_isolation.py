@@ -66,16 +66,23 @@ def main() -> None:
         ("(16, 4096) softmax", nothing_softmax, softmax_in, (16, 4096), 50),
         ("(16, 4096) softmax", named["softmax.max_shifted"], softmax_in, (16, 4096), 20),
         ("(1, 8, 1024, 64) attention", nothing_attention, attention_in, (1, 8, 1024, 64), 20),
-        ("(1, 8, 1024, 64) attention", Candidate("attention", "numpy matmul attention", matmul_attention), attention_in,
-         (1, 8, 1024, 64), 5),  # (the built-ins avoid BLAS for portable bits: seconds per call here)
+        (
+            "(1, 8, 1024, 64) attention",
+            Candidate("attention", "numpy matmul attention", matmul_attention),
+            attention_in,
+            (1, 8, 1024, 64),
+            5,
+        ),  # (the built-ins avoid BLAS for portable bits: seconds per call here)
     ]
     print(f"{'input':28} {'candidate':24} {'in process':>11} {'isolated':>11} {'overhead':>10} {'ratio':>6}")
     with InProcess() as here, Isolated() as isolated:
         for label, candidate, arrays, shape, repeat in rows:
             repeat = max(1, repeat // 4) if quick else repeat
             a, b = per_call((here, isolated), candidate, arrays, shape, repeat)
-            print(f"{label:28} {candidate.name:24} {a * 1e3:8.2f} ms {b * 1e3:8.2f} ms "
-                  f"{(b - a) * 1e3:7.2f} ms {b / a:5.1f}x")
+            print(
+                f"{label:28} {candidate.name:24} {a * 1e3:8.2f} ms {b * 1e3:8.2f} ms "
+                f"{(b - a) * 1e3:7.2f} ms {b / a:5.1f}x"
+            )
 
         start = time.perf_counter()
         sleeper = Candidate("softmax", "sleeps", lambda x, axis=-1: time.sleep(5))
@@ -96,8 +103,9 @@ def main() -> None:
             from softaudit.frameworks import torch as torch_ops
         except ImportError:
             return
-        candidate = Candidate("softmax", "torch.softmax", torch_ops.softmax, "torch",
-                              source="softaudit.frameworks.torch:softmax")
+        candidate = Candidate(
+            "softmax", "torch.softmax", torch_ops.softmax, "torch", source="softaudit.frameworks.torch:softmax"
+        )
         start = first_call(candidate, softmax_in, (16, 4096))
         print(f"first call, torch.softmax (torch imported in the worker): {start:.2f} s")
     whole_audit(rounds=2 if quick else 3)
@@ -106,17 +114,22 @@ def main() -> None:
 def whole_audit(rounds: int) -> None:
     """Seconds for an audit of the softmax built-ins (quick suite, float32), isolated and in process: best of
     `rounds`, the two interleaved."""
-    print(f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'isolated':>10} {'ratio':>6}")
+    print(
+        f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'isolated':>10} {'ratio':>6}"
+    )
     for label, cache in (("cold: references and comparisons computed", False), ("warm: prepared families kept", True)):
         best = {"none": float("inf"), "worker": float("inf")}
         for _ in range(rounds):
             for isolation in best:
                 runner.clear_cache()
                 if cache:  # (prepared once, untimed: what is timed is the candidates' calls and their judging)
-                    softaudit.audit(kind="softmax", dtypes=["float32"], suite="quick", isolation="none", cache_dir="off")
+                    softaudit.audit(
+                        kind="softmax", dtypes=["float32"], suite="quick", isolation="none", cache_dir="off"
+                    )
                 start = time.perf_counter()
-                softaudit.audit(kind="softmax", dtypes=["float32"], suite="quick", isolation=isolation, cache=cache,
-                                cache_dir="off")  # fmt: skip
+                softaudit.audit(
+                    kind="softmax", dtypes=["float32"], suite="quick", isolation=isolation, cache=cache, cache_dir="off"
+                )
                 best[isolation] = min(best[isolation], time.perf_counter() - start)
         a, b = best["none"], best["worker"]
         print(f"{label:52} {a:8.2f} s {b:8.2f} s {b / a:5.2f}x")

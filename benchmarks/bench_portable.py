@@ -20,15 +20,21 @@ def main() -> None:
     for dtype in (np.float32, np.float64):
         x = (rng.standard_normal(1 << 20) * 10).astype(dtype)
         positive = np.abs(x) + dtype(1e-3)
-        for name, ours, theirs in (("exp", lambda: _ops.exp(x), lambda: np.exp(x)),
-                                   ("log", lambda: _ops.log(positive), lambda: np.log(positive))):  # fmt: skip
+        for name, ours, theirs in (
+            ("exp", lambda: _ops.exp(x), lambda: np.exp(x)),
+            ("log", lambda: _ops.log(positive), lambda: np.log(positive)),
+        ):
             a, b = best_of(ours, 5), best_of(theirs, 5)
-            print(f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, numpy {b * 1e3:6.2f} ms, "
-                  f"ratio {a / b:5.1f}x")  # fmt: skip
+            print(
+                f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, numpy {b * 1e3:6.2f} ms, "
+                f"ratio {a / b:5.1f}x"
+            )
         p, v = rng.standard_normal((8, 128, 512)).astype(dtype), rng.standard_normal((8, 512, 64)).astype(dtype)
         a, b = best_of(lambda: _ops.matmul(p, v, dtype), 5), best_of(lambda: p @ v, 5)
-        print(f"matmul {np.dtype(dtype).name:8s} (8, 128, 512) @ (8, 512, 64): portable {a * 1e3:7.2f} ms, BLAS "
-              f"{b * 1e3:6.2f} ms, ratio {a / b:5.1f}x")  # fmt: skip
+        print(
+            f"matmul {np.dtype(dtype).name:8s} (8, 128, 512) @ (8, 512, 64): portable {a * 1e3:7.2f} ms, BLAS "
+            f"{b * 1e3:6.2f} ms, ratio {a / b:5.1f}x"
+        )
 
 
 if __name__ == "__main__":

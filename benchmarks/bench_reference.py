@@ -64,8 +64,10 @@ def softmax_case(dtype: str, rows: int, n: int, repeat: int) -> tuple[float, flo
     ref = best_of(lambda: R.softmax(x, dtype=dtype), repeat)
     slow = best_of(lambda: mpmath_softmax_rows(x), 1)
     tiers = np.bincount(R.evaluate("softmax", x, dtype=dtype).tier.ravel(), minlength=4)
-    print(f"softmax {x.shape} {dtype} -> {dtype}: reference {ref * 1e3:8.2f} ms, per-element mpmath {slow:7.2f} s,"
-          f" ratio {slow / ref:8.0f}x   (elements decided by tier exact/A/B/C: {tiers.tolist()})")
+    print(
+        f"softmax {x.shape} {dtype} -> {dtype}: reference {ref * 1e3:8.2f} ms, per-element mpmath {slow:7.2f} s,"
+        f" ratio {slow / ref:8.0f}x   (elements decided by tier exact/A/B/C: {tiers.tolist()})"
+    )
     return ref, slow
 
 
@@ -85,10 +87,14 @@ def attention_case(shape: tuple[int, ...], slice_rows: int, repeat: int) -> None
     query_rows = int(np.prod(shape[:-1]))
     slow = per_row * query_rows
     tiers = np.bincount(R.evaluate_attention(q, k, v, dtype="float32").tier.ravel(), minlength=4)
-    print(f"attention {shape} float32 -> float32: reference {ref:6.3f} s, per-element mpmath ~{slow:8.0f} s"
-          f" (from {slice_rows} of {query_rows} query rows), ratio {slow / ref:8.0f}x")
-    print(f"    numpy float64 attention on the same input {plain * 1e3:7.1f} ms: the reference takes {ref / plain:5.1f}x"
-          f" as long   (outputs decided by tier exact/A/B/C: {tiers.tolist()})")
+    print(
+        f"attention {shape} float32 -> float32: reference {ref:6.3f} s, per-element mpmath ~{slow:8.0f} s"
+        f" (from {slice_rows} of {query_rows} query rows), ratio {slow / ref:8.0f}x"
+    )
+    print(
+        f"    numpy float64 attention on the same input {plain * 1e3:7.1f} ms: the reference takes {ref / plain:5.1f}x"
+        f" as long   (outputs decided by tier exact/A/B/C: {tiers.tolist()})"
+    )
 
 
 def main() -> None:

@@ -59,8 +59,10 @@ def main() -> None:
     qs, ks, vs = (a[heads] for a in (q, k, v))
     cpu = best_of(lambda: R.attention(qs, ks, vs, dtype=args.dtype, device="numpy"), 1)
     cpu_all = cpu * (np.prod(shape[:-2]) / np.prod(qs.shape[:-2]))
-    same = np.array_equal(R.attention(qs, ks, vs, dtype=args.dtype, device="numpy").view(np.uint8),
-                          R.attention(qs, ks, vs, dtype=args.dtype, device="cuda").view(np.uint8))  # fmt: skip
+    same = np.array_equal(
+        R.attention(qs, ks, vs, dtype=args.dtype, device="numpy").view(np.uint8),
+        R.attention(qs, ks, vs, dtype=args.dtype, device="cuda").view(np.uint8),
+    )
 
     print(f"attention {shape} {args.dtype} -> {args.dtype}, correctly rounded:")
     print(f"  reference on the GPU (device='auto'), end to end  {reference:8.3f} s   (goal <= 1 s)")

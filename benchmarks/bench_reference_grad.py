@@ -14,14 +14,11 @@ import argparse
 
 import mpmath
 import numpy as np
-
 from bench_audit import best_of  # (run as a script: benchmarks/ is on the path)
 
 from softaudit import reference as R
 
 PREC = 113
-
-
 
 
 def mpmath_softmax_grad_row(x: np.ndarray, g: np.ndarray) -> list:
@@ -44,8 +41,10 @@ def softmax_case(rows: int, n: int, sample: int) -> None:
     ref = best_of(lambda: R.softmax_grad(x, g, dtype="float32"), 10)
     slow = best_of(lambda: [mpmath_softmax_grad_row(x[i], g[i]) for i in range(sample)], 1) * rows / sample
     tiers = np.bincount(R.evaluate_grad("softmax_grad", x, g, dtype="float32").tier.ravel(), minlength=4)
-    print(f"softmax_grad {x.shape} float32 -> float32: reference {ref * 1e3:8.2f} ms, per-element mpmath ~{slow:8.1f} s"
-          f" (from {sample} of {rows} rows), ratio {slow / ref:8.0f}x (target 300x)   tiers exact/A/B/C: {tiers.tolist()}")
+    print(
+        f"softmax_grad {x.shape} float32 -> float32: reference {ref * 1e3:8.2f} ms, per-element mpmath ~{slow:8.1f} s"
+        f" (from {sample} of {rows} rows), ratio {slow / ref:8.0f}x (target 300x)   tiers exact/A/B/C: {tiers.tolist()}"
+    )
 
 
 def attention_case(shape: tuple[int, ...]) -> None:
@@ -55,9 +54,13 @@ def attention_case(shape: tuple[int, ...]) -> None:
     q, k, v, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(4))
     forward = best_of(lambda: R.attention(q, k, v, dtype="float32", device="numpy"), 2)
     grad = best_of(lambda: R.attention_grad(q, k, v, g, dtype="float32"), 2)
-    tiers = sum(np.bincount(r.tier.ravel(), minlength=4) for r in R.evaluate_attention_grad(q, k, v, g, dtype="float32"))
-    print(f"attention {shape} float32 -> float32: forward reference {forward:6.3f} s, attention_grad {grad:6.3f} s:"
-          f" {grad / forward:5.2f}x the forward (target at most 5x)   outputs by tier exact/A/B/C: {tiers.tolist()}")
+    tiers = sum(
+        np.bincount(r.tier.ravel(), minlength=4) for r in R.evaluate_attention_grad(q, k, v, g, dtype="float32")
+    )
+    print(
+        f"attention {shape} float32 -> float32: forward reference {forward:6.3f} s, attention_grad {grad:6.3f} s:"
+        f" {grad / forward:5.2f}x the forward (target at most 5x)   outputs by tier exact/A/B/C: {tiers.tolist()}"
+    )
 
 
 def main() -> None:

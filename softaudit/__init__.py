@@ -55,5 +55,18 @@ def __getattr__(name: str):
     return value
 
 
-__all__ = ["KINDS", "AuditResult", "Candidate", "CandidateError", "CandidateSkip", "CaseFileError", "Policy", "TargetError",
-           "__version__", "assert_accurate", "audit", "candidate", "reference"]  # fmt: skip
+__all__ = [
+    "KINDS",
+    "AuditResult",
+    "Candidate",
+    "CandidateError",
+    "CandidateSkip",
+    "CaseFileError",
+    "Policy",
+    "TargetError",
+    "__version__",
+    "assert_accurate",
+    "audit",
+    "candidate",
+    "reference",
+]

@@ -3,8 +3,16 @@
 from __future__ import annotations
 
 
-def assert_accurate(fn, *, kind: str, dtypes=("float16", "bfloat16", "float32"), suite: str = "quick", policy=None,
-                    families=None, **options) -> None:  # fmt: skip
+def assert_accurate(
+    fn,
+    *,
+    kind: str,
+    dtypes=("float16", "bfloat16", "float32"),
+    suite: str = "quick",
+    policy=None,
+    families=None,
+    **options,
+) -> None:
     """Audit `fn` and raise AssertionError listing every row the policy fails (a fail or an error; with
     `Policy(strict=True)` a warn too): verdict, dtype, family, cause, what was measured and the fix.
 

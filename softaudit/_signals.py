@@ -31,8 +31,10 @@ class Interruption:
         if not self.stop.is_set():
             self.stop.set()
             if self._say:
-                self._say(f"{signal.Signals(signum).name}: stopping; the finished rows are kept and written "
-                          f"(again to quit at once)")  # fmt: skip
+                self._say(
+                    f"{signal.Signals(signum).name}: stopping; the finished rows are kept and written "
+                    f"(again to quit at once)"
+                )
             return
         if self._held:
             self._pending = True

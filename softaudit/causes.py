@@ -37,19 +37,29 @@ def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: 
         if abs(rounded) < normal:
             return "flushed", f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero)"
         if "absorbed" in kind.causes and abs(r) < u:
-            return "absorbed", (f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that "
-                                "rounds to 1")  # fmt: skip
-        return "underflow", f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)"
+            return "absorbed", (
+                f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that rounds to 1"
+            )
+        return (
+            "underflow",
+            f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)",
+        )
     if abs(r) < normal and "subnormal" in kind.causes:
-        return "subnormal", (f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against "
-                             f"the smallest normal {_g(normal)}; the output {_g(y)} is off by {_g(abs(y - r))}")  # fmt: skip
+        return "subnormal", (
+            f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against "
+            f"the smallest normal {_g(normal)}; the output {_g(y)} is off by {_g(abs(y - r))}"
+        )
     amplified = _ratio(scale, abs(r))
     if amplified >= CANCELLATION:
         if kind.scale_terms:
-            return "cancellation", (f"the output {_g(r)} cancels: its terms ({kind.scale_terms}) add up to "
-                                    f"{_g(scale)}, {amplified:.3g}x larger")  # fmt: skip
-        return "cancellation", (f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding "
-                                "the inputs alone moves it that many u")  # fmt: skip
+            return "cancellation", (
+                f"the output {_g(r)} cancels: its terms ({kind.scale_terms}) add up to "
+                f"{_g(scale)}, {amplified:.3g}x larger"
+            )
+        return "cancellation", (
+            f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding "
+            "the inputs alone moves it that many u"
+        )
     relative = _ratio(_ratio(abs(y - r), abs(r)), u)
     if n >= LONG_ROW and relative > 4:
         return "accumulation", f"{relative:.3g} u relative error in a reduction over {n} entries"

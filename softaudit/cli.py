@@ -21,8 +21,9 @@ import click
 from . import settings
 from ._signals import Interruption
 
-_device_option = click.option("--device", help="where torch and jax candidates not pinned to a device run: cpu, "
-                              "cuda, cuda:N, gpu (default cpu)")
+_device_option = click.option(
+    "--device", help="where torch and jax candidates not pinned to a device run: cpu, cuda, cuda:N, gpu (default cpu)"
+)
 
 
 def _shown(key: str, command: str = "run") -> str:
@@ -35,15 +36,27 @@ def _shown(key: str, command: str = "run") -> str:
 
 def _isolation_options(command):
     """--isolation, --memory-limit, --workers and --scheduler, for run and hunt."""
-    command = click.option("--scheduler", help="a Dask scheduler's address (tcp://HOST:PORT): units run on its workers "
-                           "(needs pip install 'softaudit[dask]'; --workers is then ignored)")(command)
-    command = click.option("--workers", type=_Number("workers"), help="units run in this many processes on this "
-                           f"machine (default {_shown('workers')}: in softaudit's process)")(command)
-    command = click.option("--memory-limit", type=_Number("memory_limit"), help="the worker's memory limit in MiB "
-                           "(address space; default none; leave it off for GPU candidates)")(command)
-    return click.option("--isolation", type=click.Choice(settings.choices("isolation")),
-                        help="where candidates run: worker (a process of its own: a crash or hang is an error row) or "
-                        f"none (in this process); default {_shown('isolation')}")(command)
+    command = click.option(
+        "--scheduler",
+        help="a Dask scheduler's address (tcp://HOST:PORT): units run on its workers "
+        "(needs pip install 'softaudit[dask]'; --workers is then ignored)",
+    )(command)
+    command = click.option(
+        "--workers",
+        type=_Number("workers"),
+        help=f"units run in this many processes on this machine (default {_shown('workers')}: in softaudit's process)",
+    )(command)
+    command = click.option(
+        "--memory-limit",
+        type=_Number("memory_limit"),
+        help="the worker's memory limit in MiB (address space; default none; leave it off for GPU candidates)",
+    )(command)
+    return click.option(
+        "--isolation",
+        type=click.Choice(settings.choices("isolation")),
+        help="where candidates run: worker (a process of its own: a crash or hang is an error row) or "
+        f"none (in this process); default {_shown('isolation')}",
+    )(command)
 
 
 class ConfigError(click.ClickException):
@@ -128,34 +141,85 @@ def _progress(quiet: bool):
 @click.option("--cases", "cases", multiple=True, help="a case file, .npy or .npz (repeatable)")
 @click.option("--family", "families", multiple=True, help="only this built-in family (repeatable)")
 @click.option("--out", help=f"folder for the reports (default: {_shown('out')})")
-@click.option("--format", "formats", multiple=True, type=click.Choice(settings.choices("formats")),
-              help="report format (repeatable; default: every file format; github prints annotations)")
+@click.option(
+    "--format",
+    "formats",
+    multiple=True,
+    type=click.Choice(settings.choices("formats")),
+    help="report format (repeatable; default: every file format; github prints annotations)",
+)
 @click.option("--baseline", help="baseline JSON: fail only on regressions against it")
-@click.option("--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)")
-@click.option("--factor", type=_Number("factor"), help="fail past factor x the worst standard same-dtype algorithm's "
-              f"error, warn past factor x best practice's (default {_shown('factor')})")
-@click.option("--min-ulp", type=_Number("min_ulp"),
-              help=f"max ULP error that never warns (default {_shown('min_ulp')})")
-@click.option("--defect-fraction", type=_Number("defect_fraction"), help="an accuracy fail also needs an error past "
-              f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
-              "significand)")
-@click.option("--fully-masked", type=click.Choice(settings.choices("fully_masked")),
-              help=f"required output of a fully masked row (default {_shown('fully_masked')})")
+@click.option(
+    "--update-baseline", is_flag=True, help="write the baseline (at --baseline, default reports/baseline.json)"
+)
+@click.option(
+    "--factor",
+    type=_Number("factor"),
+    help="fail past factor x the worst standard same-dtype algorithm's "
+    f"error, warn past factor x best practice's (default {_shown('factor')})",
+)
+@click.option(
+    "--min-ulp", type=_Number("min_ulp"), help=f"max ULP error that never warns (default {_shown('min_ulp')})"
+)
+@click.option(
+    "--defect-fraction",
+    type=_Number("defect_fraction"),
+    help="an accuracy fail also needs an error past "
+    f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
+    "significand)",
+)
+@click.option(
+    "--fully-masked",
+    type=click.Choice(settings.choices("fully_masked")),
+    help=f"required output of a fully masked row (default {_shown('fully_masked')})",
+)
 @click.option("--strict", is_flag=True, default=None, help="a warn fails the run too (exit 1)")
-@click.option("--tolerance", type=_Number("tolerance"),
-              help=f"relative growth of max ULP error the gate accepts (default {_shown('tolerance')})")
+@click.option(
+    "--tolerance",
+    type=_Number("tolerance"),
+    help=f"relative growth of max ULP error the gate accepts (default {_shown('tolerance')})",
+)
 @click.option("--timeout", type=_Number("timeout"), help=f"seconds per candidate call (default {_shown('timeout')})")
 @click.option("--seed", type=int, help=f"varies the random families (default {_shown('seed')})")
 @click.option("--corpus", help=f"folder of hunt findings replayed as the family `corpus` (default {_shown('corpus')})")
 @_device_option
-@click.option("--cache-dir", help="folder keeping prepared cases and references for later runs ('off': none; "
-              "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)")
+@click.option(
+    "--cache-dir",
+    help="folder keeping prepared cases and references for later runs ('off': none; "
+    "default $SOFTAUDIT_CACHE_DIR, else ~/.cache/softaudit)",
+)
 @_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only what made the run fail")
 @click.option("-v", "--verbose", is_flag=True, help="print every finding, known ones and each row too")
-def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, update_baseline, factor, min_ulp,
-        defect_fraction, fully_masked, strict, tolerance, timeout, seed, corpus, device, cache_dir, isolation,
-        memory_limit, workers, scheduler, quiet, verbose):  # fmt: skip
+def run(
+    targets,
+    kind,
+    dtypes,
+    suite,
+    cases,
+    families,
+    out,
+    formats,
+    baseline,
+    update_baseline,
+    factor,
+    min_ulp,
+    defect_fraction,
+    fully_masked,
+    strict,
+    tolerance,
+    timeout,
+    seed,
+    corpus,
+    device,
+    cache_dir,
+    isolation,
+    memory_limit,
+    workers,
+    scheduler,
+    quiet,
+    verbose,
+):
     """Audit TARGETS (modules, files, module:function; none: the built-in candidates) and write reports."""
     from . import _store, gate
     from .adapters import TargetError
@@ -174,8 +238,13 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
     formats = _pick(formats, config, "formats")
     baseline = _pick(baseline, config, "baseline")
     new_baseline = (Path(baseline) if baseline else out / "baseline.json") if update_baseline else None
-    given = {"factor": factor, "min_ulp": min_ulp, "defect_fraction": defect_fraction, "fully_masked": fully_masked,
-             "strict": strict}
+    given = {
+        "factor": factor,
+        "min_ulp": min_ulp,
+        "defect_fraction": defect_fraction,
+        "fully_masked": fully_masked,
+        "strict": strict,
+    }
     # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:
         policy = Policy(**{key: _pick(given[key], config, key) for key in settings.POLICY_KEYS})
@@ -187,18 +256,29 @@ def run(targets, kind, dtypes, suite, cases, families, out, formats, baseline, u
         try:
             bar, progress = _progress(quiet)
             with bar or contextlib.nullcontext():
-                result = audit(targets, kind=kind, dtypes=_pick(dtypes, config, "dtypes"),
-                               suite=_pick(suite, config, "suite"), cases=cases,
-                               families=_pick(families, config, "families"), policy=policy,
-                               timeout=_pick(timeout, config, "timeout"), seed=_pick(seed, config, "seed"),
-                               corpus=corpus, progress=progress, device=_pick(device, config, "device"),
-                               # one audit per process: families are kept for later runs only where they are mapped
-                               # from the folder (pages the system may drop), never only in this process's memory
-                               cache=folder is not None, cache_dir=folder or "off",
-                               isolation=_pick(isolation, config, "isolation"),
-                               memory_limit_mib=_pick(memory_limit, config, "memory_limit"),
-                               workers=_pick(workers, config, "workers"), scheduler=_pick(scheduler, config, "scheduler"),
-                               stop=interruption.stop)
+                result = audit(
+                    targets,
+                    kind=kind,
+                    dtypes=_pick(dtypes, config, "dtypes"),
+                    suite=_pick(suite, config, "suite"),
+                    cases=cases,
+                    families=_pick(families, config, "families"),
+                    policy=policy,
+                    timeout=_pick(timeout, config, "timeout"),
+                    seed=_pick(seed, config, "seed"),
+                    corpus=corpus,
+                    progress=progress,
+                    device=_pick(device, config, "device"),
+                    # one audit per process: families are kept for later runs only where they are mapped
+                    # from the folder (pages the system may drop), never only in this process's memory
+                    cache=folder is not None,
+                    cache_dir=folder or "off",
+                    isolation=_pick(isolation, config, "isolation"),
+                    memory_limit_mib=_pick(memory_limit, config, "memory_limit"),
+                    workers=_pick(workers, config, "workers"),
+                    scheduler=_pick(scheduler, config, "scheduler"),
+                    stop=interruption.stop,
+                )
         except (TargetError, CaseFileError, ValueError) as exc:
             raise ConfigError(str(exc)) from None
         interrupted = result.interrupted
@@ -286,8 +366,10 @@ def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None,
     saved = _save_set(result, out, formats, comparison, WRITERS, held, ("the reports", "report"))
     if new_baseline is not None:
         if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
-            saved.elsewhere(f"the baseline to {new_baseline}",
-                            lambda folder: [gate.write_baseline(result, folder / "baseline.json")])
+            saved.elsewhere(
+                f"the baseline to {new_baseline}",
+                lambda folder: [gate.write_baseline(result, folder / "baseline.json")],
+            )
     return saved
 
 
@@ -308,8 +390,14 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
     staging = saved.attempt_folder(out, f"{whole} in {out}") if wanted else None
     if staging is not None:
         try:
-            staged = {fmt: saved.attempt(f"the {fmt} {each} in {out}", keep=False, writer=lambda fmt=fmt: write_reports(
-                subject, staging, (fmt,), comparison, writers)) for fmt in wanted}
+            staged = {
+                fmt: saved.attempt(
+                    f"the {fmt} {each} in {out}",
+                    keep=False,
+                    writer=lambda fmt=fmt: write_reports(subject, staging, (fmt,), comparison, writers),
+                )
+                for fmt in wanted
+            }
             staged = {fmt: paths for fmt, paths in staged.items() if paths}
             with held():
                 for fmt in sorted(staged, key=lambda f: f == "json"):
@@ -321,8 +409,9 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     if saved.failures and not saved.written:
-        saved.elsewhere(f"{whole} to {out}",
-                        lambda folder: write_reports(subject, folder, formats, comparison, writers))
+        saved.elsewhere(
+            f"{whole} to {out}", lambda folder: write_reports(subject, folder, formats, comparison, writers)
+        )
     return saved
 
 
@@ -359,7 +448,9 @@ class _Saved:
 
     def attempt_folder(self, parent: Path, what: str) -> Path | None:
         """A fresh hidden folder in parent to write into (None, said as a warning, when there can be none)."""
-        return (self.attempt(what, lambda: [Path(tempfile.mkdtemp(dir=parent, prefix=".softaudit-"))], keep=False) or [None])[0]
+        return (
+            self.attempt(what, lambda: [Path(tempfile.mkdtemp(dir=parent, prefix=".softaudit-"))], keep=False) or [None]
+        )[0]
 
     def elsewhere(self, what: str, writer) -> None:
         """writer(folder) -> the paths it wrote, into the temporary folder instead of where `what` was asked."""
@@ -394,16 +485,24 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
     if comparison is not None:
         if not quiet:
             where = "" if comparison.same_platform else f" (made on another platform: {comparison.platform_change})"
-            click.echo(f"against the baseline{where}: {len(comparison.regressions)} regression(s), {len(comparison.known)} "
-                       f"known, {len(comparison.platform)} platform difference(s), {len(comparison.improvements)} improvement(s)")  # fmt: skip
+            click.echo(
+                f"against the baseline{where}: {len(comparison.regressions)} regression(s), {len(comparison.known)} "
+                f"known, {len(comparison.platform)} platform difference(s), {len(comparison.improvements)} improvement(s)"
+            )
         for change in comparison.regressions:
             click.echo(f"  regression {change.key}: {change.what}")
         for change in (comparison.known + comparison.platform + comparison.improvements) if verbose else ():
             click.echo(f"  {change.key}: {change.what}")
-    shown = issues(table, ("error", "fail", "warn") if not quiet else tuple(result.policy.failing)) if comparison is None or verbose else []
+    shown = (
+        issues(table, ("error", "fail", "warn") if not quiet else tuple(result.policy.failing))
+        if comparison is None or verbose
+        else []
+    )
     limit = None if verbose else 25
     for group in shown[:limit]:
-        click.echo(f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} ({families_text(group['families'])}): {group['note']}")
+        click.echo(
+            f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} ({families_text(group['families'])}): {group['note']}"
+        )
         if group["fix"]:
             click.echo(f"      fix: {group['fix']}")
     if limit is not None and len(shown) > limit:
@@ -418,19 +517,23 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 @main.command()
 @click.argument("targets", nargs=-1)
 @click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
-@click.option("--dtype", "dtypes", multiple=True,
-              help=f"dtype to hunt in (repeatable; default {_shown('dtypes', 'hunt')})")
-@click.option("--budget", type=_Number("budget"),
-              help=f"seconds for the whole search (default {_shown('budget', 'hunt')})")
-@click.option("--timeout", type=_Number("timeout"),
-              help=f"seconds per candidate call (default {_shown('timeout', 'hunt')})")
+@click.option(
+    "--dtype", "dtypes", multiple=True, help=f"dtype to hunt in (repeatable; default {_shown('dtypes', 'hunt')})"
+)
+@click.option(
+    "--budget", type=_Number("budget"), help=f"seconds for the whole search (default {_shown('budget', 'hunt')})"
+)
+@click.option(
+    "--timeout", type=_Number("timeout"), help=f"seconds per candidate call (default {_shown('timeout', 'hunt')})"
+)
 @click.option("--corpus", help=f"folder for the failures found (default {_shown('corpus', 'hunt')})")
 @click.option("--out", help=f"folder for hunt.csv and hunt.md (default {_shown('out', 'hunt')})")
 @_device_option
 @_isolation_options
 @click.option("-q", "--quiet", is_flag=True, help="print only errors")
-def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, workers, scheduler,
-         quiet):
+def hunt(
+    targets, kind, dtypes, budget, timeout, corpus, out, device, isolation, memory_limit, workers, scheduler, quiet
+):
     """Search TARGETS (none: the built-ins) for failing inputs with Hypothesis; save what fails to the corpus."""
     from .adapters import TargetError
     from .hunt import describe
@@ -446,23 +549,32 @@ def hunt(targets, kind, dtypes, budget, timeout, corpus, out, device, isolation,
     try:
         bar, progress = _progress(quiet)
         with bar or contextlib.nullcontext():
-            findings = run_hunt(_pick(targets, config, "targets", "hunt") or None,
-                                kind=_pick(kind, config, "kind", "hunt"),
-                                dtypes=_pick(dtypes, config, "dtypes", "hunt"),
-                                budget=_pick(budget, config, "budget", "hunt"),
-                                corpus=corpus, timeout=_pick(timeout, config, "timeout", "hunt"), progress=progress,
-                                device=_pick(device, config, "device", "hunt"),
-                                isolation=_pick(isolation, config, "isolation", "hunt"),
-                                memory_limit_mib=_pick(memory_limit, config, "memory_limit", "hunt"),
-                                workers=_pick(workers, config, "workers", "hunt"),
-                                scheduler=_pick(scheduler, config, "scheduler", "hunt"))
+            findings = run_hunt(
+                _pick(targets, config, "targets", "hunt") or None,
+                kind=_pick(kind, config, "kind", "hunt"),
+                dtypes=_pick(dtypes, config, "dtypes", "hunt"),
+                budget=_pick(budget, config, "budget", "hunt"),
+                corpus=corpus,
+                timeout=_pick(timeout, config, "timeout", "hunt"),
+                progress=progress,
+                device=_pick(device, config, "device", "hunt"),
+                isolation=_pick(isolation, config, "isolation", "hunt"),
+                memory_limit_mib=_pick(memory_limit, config, "memory_limit", "hunt"),
+                workers=_pick(workers, config, "workers", "hunt"),
+                scheduler=_pick(scheduler, config, "scheduler", "hunt"),
+            )
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    saved = _save_set(findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext,
-                      ("the hunt's tables", "table"))
+    saved = _save_set(
+        findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, ("the hunt's tables", "table")
+    )
     table = hunt_table(findings)
     if not quiet:
-        click.echo(table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(index=False))
+        click.echo(
+            table[["candidate", "dtype", "examples", "found", "shrunk_size", "max_cond_err", "reason"]].to_string(
+                index=False
+            )
+        )
         for finding in (f for f in findings if f.failed):
             click.echo("\n" + describe(finding))
     saved.raise_if_lost()
@@ -498,8 +610,13 @@ def list_candidates(kind):
 @main.command()
 @click.argument("old")
 @click.argument("new")
-@click.option("--tolerance", type=_Number("tolerance"), default=settings.default("tolerance"), show_default=True,
-              help="relative growth of max ULP accepted")
+@click.option(
+    "--tolerance",
+    type=_Number("tolerance"),
+    default=settings.default("tolerance"),
+    show_default=True,
+    help="relative growth of max ULP accepted",
+)
 def compare(old, new, tolerance):
     """Compare two results: baselines or results.json files. Exit 1 on a regression."""
     from . import gate
@@ -517,8 +634,10 @@ def compare(old, new, tolerance):
         click.echo(f"new {key}")
     for key in comparison.vanished:
         click.echo(f"gone {key}")
-    click.echo(f"{len(comparison.regressions)} regression(s), {len(comparison.known)} known failure(s), "
-               f"{len(comparison.improvements)} improvement(s)")  # fmt: skip
+    click.echo(
+        f"{len(comparison.regressions)} regression(s), {len(comparison.known)} known failure(s), "
+        f"{len(comparison.improvements)} improvement(s)"
+    )
     sys.exit(1 if comparison.failed else 0)
 
 
@@ -559,7 +678,9 @@ def _rows_of_results(results, path) -> dict:
         for field in ("max_ulp", *gate.EVENTS):
             value = result.get(field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise gate.BaselineError(f"{path}: result {i} ({key}) has {field!r} {reprlib.repr(value)}, not a number or null")
+                raise gate.BaselineError(
+                    f"{path}: result {i} ({key}) has {field!r} {reprlib.repr(value)}, not a number or null"
+                )
         try:
             rows[key] = gate.row_entry(result)
         except (ValueError, OverflowError) as exc:  # an infinite event count

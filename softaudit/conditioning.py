@@ -173,7 +173,10 @@ def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, n
         q_part = np.abs(dq) * 2 * alpha + c * (w @ np.abs(k)) + 2 * c * delta * np.abs(p @ k)
         k_part = c * (np.swapaxes(w + 2 * alpha * p * gap + 2 * delta * p, -1, -2) @ np.abs(q))
         v_part = np.swapaxes(p * (1 + 2 * a + 2 * alpha), -1, -2) @ np.abs(g)
-        return tuple(np.abs(r) + _summed_to(part, x.shape) for r, part, x in zip((dq, dk, dv), (q_part, k_part, v_part), (q, k, v)))
+        return tuple(
+            np.abs(r) + _summed_to(part, x.shape)
+            for r, part, x in zip((dq, dk, dv), (q_part, k_part, v_part), (q, k, v))
+        )
 
 
 def _summed_to(a: np.ndarray, shape: tuple) -> np.ndarray:

@@ -38,7 +38,11 @@ def _measure(value) -> float | None:
 
 
 def row_entry(row) -> dict:
-    entry = {"verdict": row["verdict"], "max_ulp": _measure(row.get("max_ulp")), "max_cond_err": _measure(row.get("max_cond_err"))}
+    entry = {
+        "verdict": row["verdict"],
+        "max_ulp": _measure(row.get("max_ulp")),
+        "max_cond_err": _measure(row.get("max_cond_err")),
+    }
     for event in EVENTS:
         value = row.get(event)
         entry[event] = 0 if value is None or (isinstance(value, float) and math.isnan(value)) else int(value)
@@ -47,8 +51,14 @@ def row_entry(row) -> dict:
 
 def baseline_of(result) -> dict:
     rows = {row_key(row): row_entry(row) for row in result.table.to_dict(orient="records")}
-    return {"format": FORMAT_VERSION, "settings": result.settings, "versions": versions(), "machine": machine(),
-            "platform": platform_key(), "rows": dict(sorted(rows.items()))}  # fmt: skip
+    return {
+        "format": FORMAT_VERSION,
+        "settings": result.settings,
+        "versions": versions(),
+        "machine": machine(),
+        "platform": platform_key(),
+        "rows": dict(sorted(rows.items())),
+    }
 
 
 def write_baseline(result, path) -> Path:
@@ -164,8 +174,16 @@ def compare(baseline: dict, current: dict, tolerance: Tolerance = Tolerance()) -
     """Compare two baselines' rows (`baseline_of` gives one for a run), by the rules of their platforms."""
     old_rows, new_rows = baseline["rows"], current["rows"]
     change = platform_change(baseline.get("platform"), current.get("platform"))
-    result = Comparison([], [], [], [], sorted(set(new_rows) - set(old_rows)), sorted(set(old_rows) - set(new_rows)),
-                        same_platform=not change, platform_change=change)  # fmt: skip
+    result = Comparison(
+        [],
+        [],
+        [],
+        [],
+        sorted(set(new_rows) - set(old_rows)),
+        sorted(set(old_rows) - set(new_rows)),
+        same_platform=not change,
+        platform_change=change,
+    )
     for key in sorted(set(old_rows) & set(new_rows)):
         old, new = old_rows[key], new_rows[key]
         before, after = SEVERITY[old["verdict"]], SEVERITY[new["verdict"]]
@@ -181,6 +199,10 @@ def compare(baseline: dict, current: dict, tolerance: Tolerance = Tolerance()) -
             result.improvements.append(Change(key, f"{old['verdict']} became {new['verdict']}"))
         elif after:
             result.known.append(Change(key, f"still {new['verdict']} (in the baseline)"))
-        elif old.get("max_ulp") is not None and new.get("max_ulp") is not None and not tolerance.allows(new["max_ulp"], old["max_ulp"]):
+        elif (
+            old.get("max_ulp") is not None
+            and new.get("max_ulp") is not None
+            and not tolerance.allows(new["max_ulp"], old["max_ulp"])
+        ):
             result.improvements.append(Change(key, f"max error {old['max_ulp']:.3g} -> {new['max_ulp']:.3g} ulp"))
     return result

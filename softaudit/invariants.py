@@ -75,7 +75,9 @@ class Probes:
         if "masked_values" in checks:
             self.junk = round_to(np.where(kept, x, rng.standard_normal(x.shape) * 8), dtype)
         if "masked_equals_kept" in checks:
-            self.alone = [(row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]]
+            self.alone = [
+                (row, round_to(x[row][kept[row]][None, :], dtype)) for row in np.flatnonzero(self.defined)[:2]
+            ]
 
     def calls(self, shape: tuple) -> list[tuple]:
         """The candidate's calls the checks need, (inputs, mask, output shape) each, in the order `check` reads
@@ -115,17 +117,23 @@ def _check(kind, p: Probes, y, outputs, max_ulp) -> dict[str, int]:
     tolerance = 2 * max(max_ulp if np.isfinite(max_ulp) else 0.0, 0.5) + 1
 
     def beyond(a, b):
-        return _differ(a, b) & (np.abs(a - b) > tolerance * np.abs(np.spacing(np.asarray(b).astype(dtype)).astype(np.float64)))
+        return _differ(a, b) & (
+            np.abs(a - b) > tolerance * np.abs(np.spacing(np.asarray(b).astype(dtype)).astype(np.float64))
+        )
 
     if p.shifted is not None:
         out["shift"] = int(np.count_nonzero(_differ(again(), y) & defined[..., None]))
     permuted = again()
     expected = y if kind.reduces else np.take(y, p.perm, axis=-1)  # (5x faster than y[..., p.perm])
-    out["permutation"] = int(np.count_nonzero(beyond(permuted, expected) & (defined if kind.reduces else defined[..., None])))
+    out["permutation"] = int(
+        np.count_nonzero(beyond(permuted, expected) & (defined if kind.reduces else defined[..., None]))
+    )
     if "lse_below_max" in checks:
         out["lse_below_max"] = int(np.count_nonzero(defined & (y < p.top)))
     if "monotonic" in checks:
-        ys = np.where(p.kept, y, -np.inf).reshape(-1)[p.order].reshape(y.shape)  # kept entries only: a leak is mask_leak
+        ys = (
+            np.where(p.kept, y, -np.inf).reshape(-1)[p.order].reshape(y.shape)
+        )  # kept entries only: a leak is mask_leak
         out["monotonic"] = int(np.count_nonzero(p.rises & (np.diff(ys, axis=-1) < 0)))
     if "masked_values" in checks:
         out["masked_values"] = int(np.count_nonzero(_differ(again(), y) & defined[..., None]))

@@ -49,7 +49,7 @@ class UnitResult:
     tallies: list = dataclasses.field(default_factory=list)  # each output's measures, when the calls ran
     heads: list = dataclasses.field(default_factory=list)  # the rows' columns known before any call
 
-    def not_again(self) -> "UnitResult":
+    def not_again(self) -> UnitResult:
         """These rows as they are when the candidate is not called (it ran past its time limit earlier)."""
         return UnitResult(
             [row | {"verdict": "error", "cause": "error", "note": NOT_AGAIN} for row in self.heads],

@@ -65,10 +65,32 @@ class Tally:
     event_at: tuple | None = None  # (case index, flat index) of the first NaN or inf where the result is finite
 
     def merge(self, other: Tally) -> None:
-        for field in ("cases", "elements", "ulp_sum", "correctly_rounded", "ge2_ulp", "nan", "overflow", "underflow",
-                      "negative", "mask_leak", "argmax_flips", "undefined_rows", "nan_not_propagated", "flushed"):
+        for field in (
+            "cases",
+            "elements",
+            "ulp_sum",
+            "correctly_rounded",
+            "ge2_ulp",
+            "nan",
+            "overflow",
+            "underflow",
+            "negative",
+            "mask_leak",
+            "argmax_flips",
+            "undefined_rows",
+            "nan_not_propagated",
+            "flushed",
+        ):
             setattr(self, field, getattr(self, field) + getattr(other, field))
-        for field in ("max_ulp", "max_rel_err", "max_abs_err", "sum_err", "max_ulp_vsum", "max_normwise", "max_cond_err"):
+        for field in (
+            "max_ulp",
+            "max_rel_err",
+            "max_abs_err",
+            "sum_err",
+            "max_ulp_vsum",
+            "max_normwise",
+            "max_cond_err",
+        ):
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
         for key, count in other.fully_masked.items():
             self.fully_masked[key] = self.fully_masked.get(key, 0) + count
@@ -144,7 +166,9 @@ def smallest_normal(fmt: Format) -> float:
     return math.ldexp(1.0, max(fmt.emin, -1022))
 
 
-def basis(kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None):
+def basis(
+    kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None
+):
     """The reference side of one case's measures.
 
     ref: the reference Result. undefined: the rows left out of accuracy and events (a NaN or +inf logit, nothing
@@ -182,9 +206,28 @@ def basis(kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, k
         floored = np.maximum(np.nan_to_num(np.asarray(scale, dtype=np.float64)), normal)
         inv_scale = np.divide(1.0, floored, out=np.zeros(rounded.shape), where=finite_ref)
         subnormal = finite_ref & (np.abs(rounded) < normal) & (rounded != 0)
-    return Basis(kind, fmt, rounded, ref.hi, lo, defined, finite_ref, finite_ref & (rounded != 0), ulp_kept, inv_ulp,
-                 rel_per_ulp, (far, np.abs(r.flat[far])), undefined, best, nothing_kept, kept_nan_rows, masked, ulp_vsum,
-                 inv_scale, subnormal if subnormal.any() else None)  # fmt: skip
+    return Basis(
+        kind,
+        fmt,
+        rounded,
+        ref.hi,
+        lo,
+        defined,
+        finite_ref,
+        finite_ref & (rounded != 0),
+        ulp_kept,
+        inv_ulp,
+        rel_per_ulp,
+        (far, np.abs(r.flat[far])),
+        undefined,
+        best,
+        nothing_kept,
+        kept_nan_rows,
+        masked,
+        ulp_vsum,
+        inv_scale,
+        subnormal if subnormal.any() else None,
+    )
 
 
 def measure(b: Basis, y, *, case_index: int) -> Tally:
@@ -271,10 +314,21 @@ CHUNK = (1 << 14) - 512
 def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray | None:
     """The error measures over the compared elements (compare None: all of them), a chunk at a time. For a kind
     with normwise measures (attention) returns |y - r| at every element (0 where not compared)."""
-    flat = {name: None if a is None else a.reshape(-1) for name, a in
-            (("y", y), ("hi", b.hi), ("lo", b.lo), ("rounded", b.rounded), ("compare", compare), ("ulp", b.ulp),
-             ("inv_ulp", b.inv_ulp), ("rel_per_ulp", b.rel_per_ulp), ("inv_scale", b.inv_scale),
-             ("subnormal", b.subnormal))}  # fmt: skip
+    flat = {
+        name: None if a is None else a.reshape(-1)
+        for name, a in (
+            ("y", y),
+            ("hi", b.hi),
+            ("lo", b.lo),
+            ("rounded", b.rounded),
+            ("compare", compare),
+            ("ulp", b.ulp),
+            ("inv_ulp", b.inv_ulp),
+            ("rel_per_ulp", b.rel_per_ulp),
+            ("inv_scale", b.inv_scale),
+            ("subnormal", b.subnormal),
+        )
+    }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
@@ -323,7 +377,9 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
             far_diff = np.abs((flat["y"][far].astype(np.float64) - flat["hi"][far]) - lo)
-            rel = max(rel, float((np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size).max()))
+            rel = max(
+                rel, float((np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size).max())
+            )
         t.max_rel_err = rel
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
     return None if whole is None else whole.reshape(y.shape)

@@ -16,6 +16,7 @@ from .cases import Case, Family, families_for
 from .kinds import KINDS
 from .reference import Format
 
+
 def candidates_for(targets, kind, device: str | None = None, check_devices: bool = True) -> list[Candidate]:
     """The candidates of the targets (None: the built-ins), of `kind` if given, framework ones on `device`.
 

@@ -72,7 +72,9 @@ class Policy:
             return self.min_ulp
         return max(self.factor * best_ulp, self.min_ulp)
 
-    def judge(self, kind: str, fmt: Format, tally: Tally, plain_cond: float | None, best_ulp: float | None) -> list[Reason]:
+    def judge(
+        self, kind: str, fmt: Format, tally: Tally, plain_cond: float | None, best_ulp: float | None
+    ) -> list[Reason]:
         """The rules the row broke, fails first (an empty list: it passed)."""
         fails, warns = [], []
         kind = kinds.get(kind)
@@ -83,22 +85,34 @@ class Policy:
         if self.fail_on_mask_leak and tally.mask_leak:
             fails.append(Reason("fail", "mask_leak", f"mask leak: {kind.leak} ({tally.mask_leak} elements)"))
         if self.nan_propagation and tally.nan_not_propagated:
-            fails.append(Reason("fail", "nan_propagation", f"a NaN input did not give NaN in {tally.nan_not_propagated} rows"))
+            fails.append(
+                Reason("fail", "nan_propagation", f"a NaN input did not give NaN in {tally.nan_not_propagated} rows")
+            )
         behaviour = tally.fully_masked_behaviour
         if kind.masked and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
-            fails.append(Reason("fail", "fully_masked", f"fully masked rows give {behaviour}, expected {self.fully_masked}"))
+            fails.append(
+                Reason("fail", "fully_masked", f"fully masked rows give {behaviour}, expected {self.fully_masked}")
+            )
         if self.fail_on_underflow and tally.underflow:
-            fails.append(Reason("fail", "underflow", f"{tally.underflow} zeros where the correctly rounded result is not 0"))
+            fails.append(
+                Reason("fail", "underflow", f"{tally.underflow} zeros where the correctly rounded result is not 0")
+            )
         if tally.elements:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
             warn_at = self.warn_above(best_ulp)
             if err > fail_at:
                 bound = f"max({_times(self.factor, 'the worst same-dtype algorithm', plain_cond)}, 2**{self.defect_fraction * fmt.precision:g})"
-                fails.append(Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"))
+                fails.append(
+                    Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
+                )
             elif tally.max_ulp > warn_at:
                 bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
                 terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if "max_ulp_vsum" in kind.measures else ""
-                warns.append(Reason("warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"))
+                warns.append(
+                    Reason(
+                        "warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"
+                    )
+                )
         if self.warn_on_flush and tally.flushed:
             results = "result" if tally.flushed == 1 else "results"
             warns.append(Reason("warn", "flushed", f"{tally.flushed} subnormal {results} came out 0 (flushed to zero)"))

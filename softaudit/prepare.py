@@ -84,7 +84,7 @@ class Prepared:
         """The shape of the first output (a forward kind's only one)."""
         return self.reference.value.shape
 
-    def output(self, index: int) -> "Prepared | OutputView":
+    def output(self, index: int) -> Prepared | OutputView:
         """This case seen through one output of the kind (a forward kind's only output is the case itself)."""
         return self if index == 0 else OutputView(self, index)
 

@@ -18,24 +18,79 @@ from typing import NamedTuple
 #: The results table's columns, in order, with the type of their values. On a row that could not be judged (an
 #: `error` or a `skip`) everything after `note` may be missing (NaN), and a column of counts is then float.
 COLUMNS = {
-    "candidate": str, "kind": str, "dtype": str, "family": str, "output": str, "verdict": str, "cause": str,
-    "note": str, "fix": str, "cases": int, "elements": int, "max_cond_err": float, "worst_scale": float,
-    "max_ulp": float, "mean_ulp": float, "max_bits": float, "correctly_rounded": float, "ge2_ulp": float,
-    "max_rel_err": float, "max_abs_err": float, "nan": int, "overflow": int, "underflow": int, "flushed": int,
-    "negative": int, "mask_leak": int, "sum_err": float, "argmax_flips": int, "undefined_rows": int,
-    "nan_not_propagated": int, "fully_masked": str, "max_ulp_vsum": float, "max_normwise": float,
-    "invariants": str, "plain_cond_err": float, "best_ulp": float, "fail_above": float, "warn_above": float,
-    "fa_ratio": float, "seconds": float,
+    "candidate": str,
+    "kind": str,
+    "dtype": str,
+    "family": str,
+    "output": str,
+    "verdict": str,
+    "cause": str,
+    "note": str,
+    "fix": str,
+    "cases": int,
+    "elements": int,
+    "max_cond_err": float,
+    "worst_scale": float,
+    "max_ulp": float,
+    "mean_ulp": float,
+    "max_bits": float,
+    "correctly_rounded": float,
+    "ge2_ulp": float,
+    "max_rel_err": float,
+    "max_abs_err": float,
+    "nan": int,
+    "overflow": int,
+    "underflow": int,
+    "flushed": int,
+    "negative": int,
+    "mask_leak": int,
+    "sum_err": float,
+    "argmax_flips": int,
+    "undefined_rows": int,
+    "nan_not_propagated": int,
+    "fully_masked": str,
+    "max_ulp_vsum": float,
+    "max_normwise": float,
+    "invariants": str,
+    "plain_cond_err": float,
+    "best_ulp": float,
+    "fail_above": float,
+    "warn_above": float,
+    "fa_ratio": float,
+    "seconds": float,
 }
 #: The measures of the table that are NaN where nothing could be compared (a row of NaN outputs reads NaN, not 0).
-MEASURES = ("max_cond_err", "worst_scale", "max_ulp", "mean_ulp", "max_bits", "correctly_rounded", "ge2_ulp",
-            "max_rel_err", "max_abs_err", "max_ulp_vsum", "max_normwise", "sum_err")
+MEASURES = (
+    "max_cond_err",
+    "worst_scale",
+    "max_ulp",
+    "mean_ulp",
+    "max_bits",
+    "correctly_rounded",
+    "ge2_ulp",
+    "max_rel_err",
+    "max_abs_err",
+    "max_ulp_vsum",
+    "max_normwise",
+    "sum_err",
+)
 #: The per-case table's columns (`AuditResult.cases`), followed by the parameters of the case's family (the logit
 #: scale, the row length n, the head dimension d, ...). max_cond_err, max_ulp and mean_ulp: NaN where nothing was
 #: compared; nonfinite: NaN and inf outputs where the exact result is finite; events: those and mask leaks.
 CASE_COLUMNS = {
-    "candidate": str, "kind": str, "dtype": str, "family": str, "output": str, "case": str, "size": int,
-    "elements": int, "max_cond_err": float, "max_ulp": float, "mean_ulp": float, "nonfinite": int, "events": int,
+    "candidate": str,
+    "kind": str,
+    "dtype": str,
+    "family": str,
+    "output": str,
+    "case": str,
+    "size": int,
+    "elements": int,
+    "max_cond_err": float,
+    "max_ulp": float,
+    "mean_ulp": float,
+    "nonfinite": int,
+    "events": int,
 }
 
 #: Every verdict a row can get, least to most severe; `skip` (the candidate cannot run this dtype) stands apart.
@@ -140,8 +195,23 @@ class WorstInput:
         """The command that audits this row again (same candidate, dtype, family and cases)."""
         if self.target is None:
             return ""
-        words = ["softaudit", "run", self.target, "--kind", self.kind, "--dtype", self.dtype, "--family", self.family,
-                 "--suite", self.recipe["suite"], "--seed", str(self.recipe["seed"]), "--out", out]
+        words = [
+            "softaudit",
+            "run",
+            self.target,
+            "--kind",
+            self.kind,
+            "--dtype",
+            self.dtype,
+            "--family",
+            self.family,
+            "--suite",
+            self.recipe["suite"],
+            "--seed",
+            str(self.recipe["seed"]),
+            "--out",
+            out,
+        ]
         if "case_file" in self.recipe:
             words += ["--cases", self.recipe["case_file"]]
         if "corpus" in self.recipe:

@@ -13,7 +13,6 @@ is the same, row for row and bit for bit, whatever runs the units.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import queue
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -28,6 +27,7 @@ from .prepare import clear_cache as clear_cache
 from .reference import format_of
 from .results import COLUMNS, AuditResult
 from .settings import audit_default
+
 
 def audit(
     targets=audit_default("targets"),

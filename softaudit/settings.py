@@ -40,8 +40,9 @@ _BOTH = ("run", "hunt")
 SETTINGS = {
     "targets": Setting(list, commands=_BOTH, keyword="targets"),
     "kind": Setting(str, commands=_BOTH, keyword="kind"),
-    "dtypes": Setting(list, ("float16", "bfloat16", "float32", "float64"), commands=_BOTH, hunt_default=("float32",),
-                      keyword="dtypes"),
+    "dtypes": Setting(
+        list, ("float16", "bfloat16", "float32", "float64"), commands=_BOTH, hunt_default=("float32",), keyword="dtypes"
+    ),
     "suite": Setting(str, "default", SUITES, keyword="suite"),
     "cases": Setting(list, keyword="cases"),
     "families": Setting(list, keyword="families"),

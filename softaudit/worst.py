@@ -52,8 +52,8 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
     from .adapters import load_target
     from .execute import executor
     from .metrics import measure
-    from .reference import format_of
     from .prepare import Prepared
+    from .reference import format_of
 
     record = record.as_json() if isinstance(record, WorstInput) else record
     if candidate is None or not hasattr(candidate, "kind"):
@@ -74,8 +74,13 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
         return {"cond_err": 0.0, "ulp_err": 0.0, "element": None, "output": None, "reference": None}
     cond, _, flat, value = tally.worst
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
-    return {"cond_err": cond, "ulp_err": element_ulp(pc, flat, value), "element": position, "output": value,
-            "reference": float(pc.basis.rounded.reshape(-1)[flat])}
+    return {
+        "cond_err": cond,
+        "ulp_err": element_ulp(pc, flat, value),
+        "element": position,
+        "output": value,
+        "reference": float(pc.basis.rounded.reshape(-1)[flat]),
+    }
 
 
 def element_ulp(pc, flat: int, value: float) -> float:

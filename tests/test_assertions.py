@@ -35,8 +35,9 @@ def test_a_precision_trade_off_passes_unless_strict():
     # Softmax in float16 arithmetic is what a plain kernel does: a warn (below best practice), not a defect.
     softaudit.assert_accurate(in_dtype, kind="softmax", dtypes=["float16"], families=["gaussian", "long"])
     with pytest.raises(AssertionError) as info:
-        softaudit.assert_accurate(in_dtype, kind="softmax", dtypes=["float16"], families=["gaussian", "long"],
-                                  policy=Policy(strict=True))  # fmt: skip
+        softaudit.assert_accurate(
+            in_dtype, kind="softmax", dtypes=["float16"], families=["gaussian", "long"], policy=Policy(strict=True)
+        )
     assert re.search("warn +float16", str(info.value)) and "fix: " in str(info.value)
 
 
@@ -52,7 +53,7 @@ def test_the_plugin_fixture_is_the_same_function(assert_accurate):
     assert assert_accurate is softaudit.assert_accurate
 
 
-USER_TESTS = '''
+USER_TESTS = """
 import numpy as np
 import softaudit
 
@@ -72,7 +73,7 @@ def test_typo():
 
 def test_missing_target():
     softaudit.assert_accurate("no_such_module_xyz:f", kind="softmax", dtypes=["float16"])
-'''
+"""
 
 
 def test_pytest_shows_the_users_line_and_the_message_not_softaudits_frames(tmp_path):
@@ -80,11 +81,19 @@ def test_pytest_shows_the_users_line_and_the_message_not_softaudits_frames(tmp_p
     import sys
 
     (tmp_path / "test_user.py").write_text(USER_TESTS)
-    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
-                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_user.py"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     out = done.stdout
     assert done.returncode == 1 and "3 failed" in out, out
     assert "softaudit/" not in out and "softaudit\\" not in out, out  # no frame of softaudit's own
-    for line in ('softaudit.assert_accurate(naive, kind="softmax"', "AssertionError: 1 of 1 audits did not pass",
-                 "ValueError: unknown kind 'sofmax'", "TargetError: module 'no_such_module_xyz' does not import"):  # fmt: skip
+    for line in (
+        'softaudit.assert_accurate(naive, kind="softmax"',
+        "AssertionError: 1 of 1 audits did not pass",
+        "ValueError: unknown kind 'sofmax'",
+        "TargetError: module 'no_such_module_xyz' does not import",
+    ):
         assert line in out, out

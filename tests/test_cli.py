@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from softaudit.cli import main
 
-GOOD = '''
+GOOD = """
 import numpy as np
 import softaudit
 
@@ -22,7 +22,7 @@ def kernel(x, axis=-1):
     with np.errstate(all="ignore"):
         e = np.exp(w - w.max(axis=axis, keepdims=True))
         return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
-'''
+"""
 # A precision trade-off: the plain same-dtype softmax, below best practice in float16 (a warn).
 PLAIN = GOOD.replace("w = x.astype(np.float64)", "w = x")
 # A defect: no max shift, so exp overflows float16 past logits of about 11 and inf / inf is NaN (a fail).
@@ -89,14 +89,16 @@ def test_usage_and_configuration_errors_exit_2_with_one_line(project, args, mess
 
 
 def test_config_is_read_and_the_command_line_wins(project):
-    (project / "pyproject.toml").write_text(textwrap.dedent('''
+    (project / "pyproject.toml").write_text(
+        textwrap.dedent("""
         [tool.softaudit]
         targets = ["kernels.py"]
         dtypes = ["float32"]
         suite = "quick"
         out = "from-config"
         formats = ["json"]
-    '''))
+    """)
+    )
     r = invoke("run")
     assert r.exit_code == 0, r.output
     data = json.loads((project / "from-config" / "results.json").read_text())
@@ -166,7 +168,10 @@ def test_github_format_prints_annotations_and_fills_the_step_summary(project, mo
 
 # --- Every setting and file is checked before the audit: a mistake costs seconds, not an audit, and is one line. ---
 
-SPY = GOOD.replace("    w = x.astype(np.float64)", "    open('called', 'a').close()  # the audit reached the candidate\n    w = x.astype(np.float64)")
+SPY = GOOD.replace(
+    "    w = x.astype(np.float64)",
+    "    open('called', 'a').close()  # the audit reached the candidate\n    w = x.astype(np.float64)",
+)
 QUICK = ["--suite", "quick", "--dtype", "float16", "--family", "textbook"]
 
 
@@ -214,20 +219,48 @@ def baseline_text(entry) -> str:
         ({"afile": "x"}, ["--out", "afile/reports"], "Error: --out afile/reports cannot be written: Not a directory"),
         ({}, ["--baseline", "nope.json"], "Error: no such baseline: nope.json (write one with --update-baseline)"),
         ({"b.json": '{"rows": []}'}, ["--baseline", "b.json"], "Error: b.json is not a softaudit baseline (no 'rows')"),
-        ({"b.json": baseline_text(row(max_ulp="big"))}, ["--baseline", "b.json"],
-         "Error: b.json: row 'spy:kernel | float16 | textbook' has 'max_ulp' 'big', not a number or null"),
-        ({"b.json": baseline_text({"max_ulp": 1.0})}, ["--baseline", "b.json"],
-         "Error: b.json: row 'spy:kernel | float16 | textbook' has no 'verdict'"),
-        ({"bdir/keep": ""}, ["--update-baseline", "--baseline", "bdir"], "Error: --update-baseline cannot write bdir: it is a folder"),
-        ({"afile": ""}, ["--update-baseline", "--baseline", "afile/b.json"],
-         "Error: --update-baseline afile/b.json: its folder afile is a file, not a folder"),
-        ({"x.npy": "hello world\n"}, ["--cases", "x.npy"], "Error: x.npy is not a .npy or .npz file (it starts with 'hello world\\n')"),
-        ({"x.npy": npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)}, ["--cases", "x.npy"],
-         "Error: x.npy holds Python objects, not numbers"),
-        ({"x.npy": npy_bytes(np.zeros((2, 2, 2)))}, ["--cases", "x.npy"], "Error: x.npy: expected rows x n, got shape (2, 2, 2)"),
-        ({"corpus.json": "{}"}, ["--corpus", "corpus.json"], "Error: --corpus corpus.json is a file, not a folder of hunt findings"),
+        (
+            {"b.json": baseline_text(row(max_ulp="big"))},
+            ["--baseline", "b.json"],
+            "Error: b.json: row 'spy:kernel | float16 | textbook' has 'max_ulp' 'big', not a number or null",
+        ),
+        (
+            {"b.json": baseline_text({"max_ulp": 1.0})},
+            ["--baseline", "b.json"],
+            "Error: b.json: row 'spy:kernel | float16 | textbook' has no 'verdict'",
+        ),
+        (
+            {"bdir/keep": ""},
+            ["--update-baseline", "--baseline", "bdir"],
+            "Error: --update-baseline cannot write bdir: it is a folder",
+        ),
+        (
+            {"afile": ""},
+            ["--update-baseline", "--baseline", "afile/b.json"],
+            "Error: --update-baseline afile/b.json: its folder afile is a file, not a folder",
+        ),
+        (
+            {"x.npy": "hello world\n"},
+            ["--cases", "x.npy"],
+            "Error: x.npy is not a .npy or .npz file (it starts with 'hello world\\n')",
+        ),
+        (
+            {"x.npy": npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)},
+            ["--cases", "x.npy"],
+            "Error: x.npy holds Python objects, not numbers",
+        ),
+        (
+            {"x.npy": npy_bytes(np.zeros((2, 2, 2)))},
+            ["--cases", "x.npy"],
+            "Error: x.npy: expected rows x n, got shape (2, 2, 2)",
+        ),
+        (
+            {"corpus.json": "{}"},
+            ["--corpus", "corpus.json"],
+            "Error: --corpus corpus.json is a file, not a folder of hunt findings",
+        ),
     ],
-)  # fmt: skip
+)
 def test_run_says_a_mistake_in_one_line_before_the_audit(spy, files, args, error):
     for name, content in files.items():
         (spy / name).parent.mkdir(parents=True, exist_ok=True)
@@ -275,7 +308,7 @@ def test_a_bad_config_value_names_the_key_and_the_file(spy, line, error):
         ({"out.txt": "x"}, ["--out", "out.txt"], "Error: --out out.txt is a file, not a folder"),
         ({"corpus.json": "{}"}, ["--corpus", "corpus.json"], "Error: --corpus corpus.json is a file, not a folder"),
     ],
-)  # fmt: skip
+)
 def test_hunt_says_a_mistake_in_one_line_before_the_search(spy, files, args, error):
     for name, content in files.items():
         (spy / name).write_text(content)
@@ -306,22 +339,30 @@ def test_compare_reads_good_rows_and_checks_results_files(project):
     (project / "b.json").write_text(baseline_text(row(max_ulp=None, mask_leak=0)))
     assert invoke("compare", "b.json", "b.json").exit_code == 0
     (project / "r.json").write_text(json.dumps({"results": [{"candidate": "c", "dtype": "float16", "family": "f"}]}))
-    assert the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"])) == "Error: r.json: result 0 has no 'verdict'"
+    assert (
+        the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"]))
+        == "Error: r.json: result 0 has no 'verdict'"
+    )
     bad = {"candidate": "c", "dtype": "float16", "family": "f", "verdict": "pass", "max_ulp": "x"}
     (project / "r.json").write_text(json.dumps({"results": [bad]}))
-    assert (the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"]))
-            == "Error: r.json: result 0 (c | float16 | f) has 'max_ulp' 'x', not a number or null")  # fmt: skip
+    assert (
+        the_one_error(CliRunner().invoke(main, ["compare", "r.json", "b.json"]))
+        == "Error: r.json: result 0 (c | float16 | f) has 'max_ulp' 'x', not a number or null"
+    )
     r = CliRunner().invoke(main, ["compare", "b.json", "b.json", "--tolerance", "-1"])
     assert the_one_error(r) == "Error: Invalid value for '--tolerance': must be a number >= 0, got -1"
 
 
 # --- Results computed are never lost to a folder problem found after the audit. ---
 
+
 def sabotage(code: str) -> str:
     """The good kernel, running `code` (a line) on its first call: the folder changes under a running audit."""
-    return GOOD.replace("    w = x.astype(np.float64)",
-                        f"    import os, shutil\n    if not os.path.exists('sabotaged'):\n        open('sabotaged', 'w').close()\n"
-                        f"        {code}\n    w = x.astype(np.float64)")  # fmt: skip
+    return GOOD.replace(
+        "    w = x.astype(np.float64)",
+        f"    import os, shutil\n    if not os.path.exists('sabotaged'):\n        open('sabotaged', 'w').close()\n"
+        f"        {code}\n    w = x.astype(np.float64)",
+    )
 
 
 @pytest.fixture
@@ -358,7 +399,9 @@ def test_a_report_that_cannot_be_written_costs_only_itself(project):
 
 def test_a_baseline_that_cannot_be_written_goes_to_a_temporary_folder(project, temporary):
     (project / "kernels.py").write_text(sabotage("os.makedirs('b.json')"))
-    r = CliRunner().invoke(main, ["run", "kernels.py", *QUICK, "--out", "out", "--update-baseline", "--baseline", "b.json"])
+    r = CliRunner().invoke(
+        main, ["run", "kernels.py", *QUICK, "--out", "out", "--update-baseline", "--baseline", "b.json"]
+    )
     (rescue,) = temporary.glob("softaudit-*")
     assert the_one_error(r) == f"Error: could not write the baseline to b.json; written to {rescue} instead"
     assert json.loads((rescue / "baseline.json").read_text())["rows"]
@@ -387,12 +430,20 @@ def test_the_spy_sees_an_audit(spy):
     "args, config, error",
     [
         (["--kind", "attention"], "", "Error: spy.py has no attention candidate; its kinds: softmax"),
-        (["--kind", "sofmax"], "", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad"),
-        ([], "kind = 'sofmax'", "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad"),
+        (
+            ["--kind", "sofmax"],
+            "",
+            "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad",
+        ),
+        (
+            [],
+            "kind = 'sofmax'",
+            "Error: unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad",
+        ),
         (["--device", "tpu"], "", "Error: unknown device 'tpu'; known: cpu, cuda, cuda:N, gpu"),
         ([], "device = 'cuda:x'", "Error: unknown device 'cuda:x'; known: cpu, cuda, cuda:N, gpu"),
     ],
-)  # fmt: skip
+)
 def test_an_unknown_or_absent_kind_or_device_is_one_line_before_the_audit(spy, command, args, config, error):
     (spy / "pyproject.toml").write_text(f"[tool.softaudit]\ntargets = ['spy.py']\n{config}\n")
     r = CliRunner().invoke(main, [*command, "--out", "out", *args])
@@ -416,12 +467,26 @@ def test_device_cpu_gives_the_same_table_as_no_device(project):
     pytest.importorskip("torch")
     for folder, args in (("plain", []), ("cpu", ["--device", "cpu"])):
         # (the forward kinds: a full audit of attention_grad needs its exact reference, written separately)
-        r = invoke("run", "softaudit.frameworks.torch", *QUICK, "--family", "attn_masks", "--kind", "attention",
-                   "--out", folder, "--format", "csv", *args)
+        r = invoke(
+            "run",
+            "softaudit.frameworks.torch",
+            *QUICK,
+            "--family",
+            "attn_masks",
+            "--kind",
+            "attention",
+            "--out",
+            folder,
+            "--format",
+            "csv",
+            *args,
+        )
         assert r.exit_code == 0, r.output
     import pandas as pd
 
-    plain, on_cpu = (pd.read_csv(project / folder / "results.csv").drop(columns="seconds") for folder in ("plain", "cpu"))
+    plain, on_cpu = (
+        pd.read_csv(project / folder / "results.csv").drop(columns="seconds") for folder in ("plain", "cpu")
+    )
     assert len(plain) == 8 and plain.equals(on_cpu)
 
 
@@ -444,7 +509,7 @@ def test_a_file_imports_its_sibling_and_a_module_needs_no_pythonpath(project):
             sys.modules.pop(name, None)
 
 
-USES_HELPER = '''
+USES_HELPER = """
 import softaudit
 from helper import kernel as _k  # a sibling module; its candidate is helper's, not this file's
 
@@ -452,16 +517,27 @@ from helper import kernel as _k  # a sibling module; its candidate is helper's, 
 @softaudit.candidate(kind="softmax", name="mine")
 def mine(x, axis=-1):
     return _k(x, axis)
-'''
+"""
 
 
 def test_python_m_softaudit_runs_the_command_line(project):
     (project / "helper.py").write_text(GOOD)
     (project / "uses_helper.py").write_text(USES_HELPER)
-    done = subprocess.run([sys.executable, "-m", "softaudit", "run", "uses_helper.py", *QUICK, "--out", "out", "--format", "csv"],
-                          capture_output=True, text=True, cwd=project)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "softaudit", "run", "uses_helper.py", *QUICK, "--out", "out", "--format", "csv"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+    )
     assert done.returncode == 0, done.stderr
     assert "1 pass, 0 warn, 0 fail, 0 error" in done.stdout and (project / "out" / "results.csv").is_file()
-    usage = subprocess.run([sys.executable, "-m", "softaudit", "run", "uses_helper.py", "--kind", "attention"],
-                           capture_output=True, text=True, cwd=project)  # fmt: skip
-    assert usage.returncode == 2 and usage.stderr.strip() == "Error: uses_helper.py has no attention candidate; its kinds: softmax"
+    usage = subprocess.run(
+        [sys.executable, "-m", "softaudit", "run", "uses_helper.py", "--kind", "attention"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+    )
+    assert (
+        usage.returncode == 2
+        and usage.stderr.strip() == "Error: uses_helper.py has no attention candidate; its kinds: softmax"
+    )

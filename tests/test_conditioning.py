@@ -204,8 +204,12 @@ def _grad_scale_by_differences(vjp, inputs):
         return np.array([float(v) for v in scale]), np.array([float(v) for v in r])
 
 
-GRADS = {"gaussian": [0.3, -1.2, 2.5, -0.7], "one-hot": [0.0, 1.0, 0.0, 0.0], "constant": [0.5, 0.5, 0.5, 0.5],
-         "wide": [1e-6, -3e4, 2.0, 7e2]}  # fmt: skip
+GRADS = {
+    "gaussian": [0.3, -1.2, 2.5, -0.7],
+    "one-hot": [0.0, 1.0, 0.0, 0.0],
+    "constant": [0.5, 0.5, 0.5, 0.5],
+    "wide": [1e-6, -3e4, 2.0, 7e2],
+}
 
 
 @pytest.mark.parametrize("kind", list(VJPS))
@@ -252,13 +256,17 @@ def test_attention_gradient_scales_bound_finite_differences_of_the_exact_vjp(see
         mc = mpmath.mpf(c)
 
         def vjp(*flat):
-            rows = [[flat[a][i * n:(i + 1) * n] for i in range(m)] for a, (m, n) in enumerate(((lq, d), (lk, d), (lk, dv), (lq, dv)))]
+            rows = [
+                [flat[a][i * n : (i + 1) * n] for i in range(m)]
+                for a, (m, n) in enumerate(((lq, d), (lk, d), (lk, dv), (lq, dv)))
+            ]
             return _attention_vjp(*rows, mc)
 
         expected, r = _grad_scale_by_differences(vjp, [a.ravel() for a in (q, k, v, g)])
     dq, dk, dv_ = np.split(r, [lq * d, lq * d + lk * d])
-    got = conditioning.attention_grad(q, k, v, g, np.ones((lq, lk), bool), (dq.reshape(lq, d), dk.reshape(lk, d),
-                                      dv_.reshape(lk, dv)), c)  # fmt: skip
+    got = conditioning.attention_grad(
+        q, k, v, g, np.ones((lq, lk), bool), (dq.reshape(lq, d), dk.reshape(lk, d), dv_.reshape(lk, dv)), c
+    )
     got = np.concatenate([a.ravel() for a in got])
     assert (got >= expected * (1 - 1e-9)).all()
     assert (got <= 16 * expected).all()

@@ -24,8 +24,9 @@ def documented_columns() -> list[str]:
 def test_every_column_is_documented_once_and_nothing_else_is():
     documented = documented_columns()
     assert len(documented) == len(set(documented)), "a column is defined twice"
-    table = softaudit.audit("softaudit.candidates.softmax:max_shifted", dtypes=["float16"], suite="quick",
-                            families=["textbook"]).table  # fmt: skip
+    table = softaudit.audit(
+        "softaudit.candidates.softmax:max_shifted", dtypes=["float16"], suite="quick", families=["textbook"]
+    ).table
     assert list(table.columns) == list(COLUMNS)
     assert sorted(documented) == sorted(COLUMNS)
 

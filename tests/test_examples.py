@@ -15,8 +15,11 @@ EXAMPLES = Path(__file__).parent.parent / "examples"
 CANDIDATES = {
     "triton_softmax.py": {"triton.fused_softmax": "softmax"},
     "triton_attention.py": {"triton.flash_forward": "attention"},
-    "compiled_module.py": {"compiled.log_softmax": "log_softmax", "compiled.logsumexp": "logsumexp",
-                           "compiled.attention_block": "attention"},  # fmt: skip
+    "compiled_module.py": {
+        "compiled.log_softmax": "log_softmax",
+        "compiled.logsumexp": "logsumexp",
+        "compiled.attention_block": "attention",
+    },
     "cuda_softmax_op.py": {"cuda_op.warp_softmax": "softmax"},
 }
 

@@ -8,19 +8,28 @@ def row(verdict="pass", max_ulp=0.5, **events):
 
 
 def test_every_category():
-    old = {"rows": {
-        "a": row(), "b": row(), "c": row(max_ulp=10.0), "d": row("fail", 50.0), "e": row("fail", 50.0),
-        "f": row(max_ulp=10.0), "gone": row(),
-    }}  # fmt: skip
-    new = {"rows": {
-        "a": row(),                        # unchanged
-        "b": row("fail", 0.5),             # pass became fail
-        "c": row(max_ulp=10.9),            # within max(10 * 1.1, 10 + 0.5) = 11: allowed
-        "d": row("fail", 50.0, nan=3),     # known failure, but a new event: a regression
-        "e": row("pass", 0.5),             # fixed: an improvement
-        "f": row(max_ulp=12.0),            # past the tolerance: a regression
-        "new": row(),
-    }}  # fmt: skip
+    old = {
+        "rows": {
+            "a": row(),
+            "b": row(),
+            "c": row(max_ulp=10.0),
+            "d": row("fail", 50.0),
+            "e": row("fail", 50.0),
+            "f": row(max_ulp=10.0),
+            "gone": row(),
+        }
+    }
+    new = {
+        "rows": {
+            "a": row(),  # unchanged
+            "b": row("fail", 0.5),  # pass became fail
+            "c": row(max_ulp=10.9),  # within max(10 * 1.1, 10 + 0.5) = 11: allowed
+            "d": row("fail", 50.0, nan=3),  # known failure, but a new event: a regression
+            "e": row("pass", 0.5),  # fixed: an improvement
+            "f": row(max_ulp=12.0),  # past the tolerance: a regression
+            "new": row(),
+        }
+    }
     result = gate.compare(old, new)
     regressions = {c.key: c.what for c in result.regressions}
     assert set(regressions) == {"b", "d", "f"}
@@ -56,18 +65,35 @@ THERE = {"machine": "x86_64", "numpy_simd": ["X86_V3", "X86_V4"], "blas": "scipy
 def test_on_another_platform_only_a_worse_verdict_regresses():
     """What the issue measured: numpy's exp2 flushing on AVX-512 (new underflow events) and OpenBLAS's kernels
     (more ULPs) are platform differences there; pass -> warn, warn -> fail and pass -> fail still regress."""
-    old = {"platform": HERE, "rows": {
-        "exp2": row("warn", 3.0), "blas": row(max_ulp=919.0), "w": row(), "f": row("warn", 2.0), "p": row(),
-        "same": row("fail", 9.0),
-    }}  # fmt: skip
-    new = {"platform": THERE, "rows": {
-        "exp2": row("warn", 3.0, underflow=39), "blas": row(max_ulp=2350.0), "w": row("warn", 3.0),
-        "f": row("fail", 2.0), "p": row("fail", 0.5), "same": row("fail", 9.0),
-    }}  # fmt: skip
+    old = {
+        "platform": HERE,
+        "rows": {
+            "exp2": row("warn", 3.0),
+            "blas": row(max_ulp=919.0),
+            "w": row(),
+            "f": row("warn", 2.0),
+            "p": row(),
+            "same": row("fail", 9.0),
+        },
+    }
+    new = {
+        "platform": THERE,
+        "rows": {
+            "exp2": row("warn", 3.0, underflow=39),
+            "blas": row(max_ulp=2350.0),
+            "w": row("warn", 3.0),
+            "f": row("fail", 2.0),
+            "p": row("fail", 0.5),
+            "same": row("fail", 9.0),
+        },
+    }
     result = gate.compare(old, new)
     assert not result.same_platform and "numpy_simd" in result.platform_change and "SkylakeX" in result.platform_change
     assert {c.key: c.what for c in result.regressions} == {
-        "w": "pass became warn; max error 0.5 -> 3 ulp", "f": "warn became fail", "p": "pass became fail"}
+        "w": "pass became warn; max error 0.5 -> 3 ulp",
+        "f": "warn became fail",
+        "p": "pass became fail",
+    }
     platform = {c.key: c.what for c in result.platform}
     assert set(platform) == {"exp2", "blas"} and "new underflow events (39)" in platform["exp2"]
     assert "919 -> 2.35e+03 ulp" in platform["blas"] and "(still pass)" in platform["blas"]

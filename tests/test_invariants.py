@@ -8,11 +8,17 @@ from softaudit.invariants import Probes
 
 def table(targets, kind=None, dtypes=("float32",), families=None):
     t = softaudit.audit(targets, kind=kind, dtypes=list(dtypes), suite="quick", families=families).table
-    return {(r.candidate.rsplit(":", 1)[-1], r.family): r.invariants if isinstance(r.invariants, str) else "" for r in t.itertuples()}
+    return {
+        (r.candidate.rsplit(":", 1)[-1], r.family): r.invariants if isinstance(r.invariants, str) else ""
+        for r in t.itertuples()
+    }
 
 
 def test_exact_shifts_change_nothing_in_max_shifted_softmax_but_do_in_naive():
-    got = table(["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"], families=["gaussian", "long"])
+    got = table(
+        ["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"],
+        families=["gaussian", "long"],
+    )
     assert "shift" in got[("softmax.naive", "gaussian")]
     assert got[("softmax.max_shifted_f32acc", "gaussian")] == "" and got[("softmax.max_shifted_f32acc", "long")] == ""
 
@@ -29,7 +35,10 @@ def test_no_shift_is_checked_where_float64_absorbs_it_next_to_finfo_min():
 def test_logsumexp_below_the_max_and_fills_that_bend_the_kept_entries():
     got = table("softaudit.candidates.logsumexp:naive", families=["offset"])
     assert "lse_below_max" in got[("logsumexp.naive", "offset")]
-    fills = table(["softaudit.candidates.masked_softmax:fill_neg1e4", "softaudit.candidates.masked_softmax:where"], families=["below_fill"])
+    fills = table(
+        ["softaudit.candidates.masked_softmax:fill_neg1e4", "softaudit.candidates.masked_softmax:where"],
+        families=["below_fill"],
+    )
     assert "masked_equals_kept" in fills[("masked_softmax.fill_neg1e4", "below_fill")]
     assert fills[("masked_softmax.where", "below_fill")] == ""
 
@@ -53,4 +62,3 @@ def test_masked_values_that_matter_and_a_non_monotonic_candidate_are_flagged():
     assert "masked_values" in got[("ignores_mask", "random_mask")]
     got = table(reversed_probabilities, kind="softmax", families=["gaussian"])
     assert "monotonic" in got[("reversed_probabilities", "gaussian")]  # (its huge error widens the permutation check)
-

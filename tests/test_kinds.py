@@ -58,9 +58,9 @@ def test_every_family_is_run_by_a_kind():
 
 
 def test_the_comparison_tables_read_the_kinds():
-    assert candidates.PLAIN == {k.name: k.plain for k in KINDS.values()}
-    assert candidates.STANDARD == {k.name: k.standard for k in KINDS.values()}
-    assert candidates.BEST == {k.name: k.best for k in KINDS.values()}
+    assert {k.name: k.plain for k in KINDS.values()} == candidates.PLAIN
+    assert {k.name: k.standard for k in KINDS.values()} == candidates.STANDARD
+    assert {k.name: k.best for k in KINDS.values()} == candidates.BEST
 
 
 def test_an_unknown_kind_is_one_line():
@@ -74,8 +74,8 @@ def test_an_unknown_kind_is_one_line():
 
 
 def test_a_reference_has_one_result_per_output():
-    from softaudit.runner import Prepared
     from softaudit.reference import format_of
+    from softaudit.runner import Prepared
 
     for kind in KINDS.values():
         case = FAMILIES[kind.families[0]].cases(kind.name, format_of("float32"), "quick")[0]
@@ -112,12 +112,22 @@ def test_no_module_outside_the_registry_branches_on_a_kind_name():
 
 
 def test_the_branch_finder_finds_branches():
-    lines = ['if kind == "attention":', 'if candidate.kind != "logsumexp" and x:', 'if kind in ("softmax", "log_softmax"):',
-             'ROW_KINDS = ("softmax", "log_softmax")', '    "attention": "scores in float32",',
-             'per_row = kind not in ["logsumexp"]', 'if kind == "attention_grad":']  # fmt: skip
+    lines = [
+        'if kind == "attention":',
+        'if candidate.kind != "logsumexp" and x:',
+        'if kind in ("softmax", "log_softmax"):',
+        'ROW_KINDS = ("softmax", "log_softmax")',
+        '    "attention": "scores in float32",',
+        'per_row = kind not in ["logsumexp"]',
+        'if kind == "attention_grad":',
+    ]
     assert all(any(p.search(line) for p in BRANCHES) for line in lines)
-    innocent = ['candidate(f, kind="attention", name="x")', 'if dtype.kind == "f":', 'name="softmax.max_shifted"',
-                'if kind == wanted:']  # fmt: skip
+    innocent = [
+        'candidate(f, kind="attention", name="x")',
+        'if dtype.kind == "f":',
+        'name="softmax.max_shifted"',
+        "if kind == wanted:",
+    ]
     assert not any(p.search(line) for p in BRANCHES for line in innocent)
 
 
@@ -134,7 +144,9 @@ def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
         pair = softaudit.Candidate("pair", "pair", lambda x, axis=-1: (x, x.astype(np.float64)))
         (a, b), note = _call.call_all(pair, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)
-        assert a.dtype == b.dtype == np.float32 and np.array_equal(a, x) and note == "b: returned float64, cast to float32"
+        assert (
+            a.dtype == b.dtype == np.float32 and np.array_equal(a, x) and note == "b: returned float64, cast to float32"
+        )
         one = softaudit.Candidate("pair", "one", lambda x, axis=-1: x)
         with pytest.raises(CandidateError, match=r"^returned ndarray, not a tuple \(a, b\)$"):
             _call.call_all(one, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)

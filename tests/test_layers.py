@@ -53,21 +53,27 @@ def _crossings(package: tuple, source: str) -> list[tuple[int, str]]:
 def test_no_package_imports_another_packages_private_module():
     """`from ..adapters._call import call` reaches past adapters' public face: import it from softaudit.adapters.
     A package's own private modules, and its parents' (softaudit/_store.py for every package), are its own."""
-    crossing = [f"{path.relative_to(PACKAGE.parent)}:{line}: {name}" for package, path in _modules()
-                for line, name in _crossings(package, path.read_text(encoding="utf-8"))]
+    crossing = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+        for package, path in _modules()
+        for line, name in _crossings(package, path.read_text(encoding="utf-8"))
+    ]
     assert not crossing, "imports of another package's private module:\n" + "\n".join(crossing)
 
 
-@pytest.mark.parametrize("package, line, crosses", [
-    (("softaudit", "hunt"), "from ..adapters._call import call", True),
-    (("softaudit",), "from .adapters import _bridge as bridge", True),
-    (("softaudit", "hunt"), "import softaudit.report._files", True),
-    (("softaudit",), "from .report._findings import row_key", True),
-    (("softaudit", "hunt"), "from ..adapters import call", False),
-    (("softaudit", "hunt"), "from .._atomic import write_atomic", False),
-    (("softaudit", "candidates"), "from .softmax import _rest_sum", False),
-    (("softaudit", "hunt"), "from ._engine import hunt", False),
-])
+@pytest.mark.parametrize(
+    "package, line, crosses",
+    [
+        (("softaudit", "hunt"), "from ..adapters._call import call", True),
+        (("softaudit",), "from .adapters import _bridge as bridge", True),
+        (("softaudit", "hunt"), "import softaudit.report._files", True),
+        (("softaudit",), "from .report._findings import row_key", True),
+        (("softaudit", "hunt"), "from ..adapters import call", False),
+        (("softaudit", "hunt"), "from .._atomic import write_atomic", False),
+        (("softaudit", "candidates"), "from .softmax import _rest_sum", False),
+        (("softaudit", "hunt"), "from ._engine import hunt", False),
+    ],
+)
 def test_the_check_flags_a_crossing_and_allows_what_is_ones_own(package, line, crosses):
     """The control: the rule flags what it should, on lines written for the purpose."""
     assert bool(_crossings(package, line)) == crosses

@@ -31,7 +31,12 @@ def test_outputs_exactly_one_ulp_off_read_one_ulp():
 
 def test_ulp_uses_the_subnormal_spacing_below_the_normal_range():
     fmt = R.format_of("float16")
-    assert metrics.ulp(np.array([1.0, 2.0**-14, 2.0**-20, 0.0]), fmt).tolist() == [2.0**-10, 2.0**-24, 2.0**-24, 2.0**-24]
+    assert metrics.ulp(np.array([1.0, 2.0**-14, 2.0**-20, 0.0]), fmt).tolist() == [
+        2.0**-10,
+        2.0**-24,
+        2.0**-24,
+        2.0**-24,
+    ]
 
 
 def test_events_are_classified():
@@ -72,9 +77,14 @@ def test_the_short_route_gives_the_same_tally_as_the_general_one():
     from softaudit.runner import Prepared
 
     shorts = 0
-    for kind, dtype, family in [("softmax", "float16", "gaussian"), ("softmax", "float32", "long"),
-                                ("log_softmax", "bfloat16", "dominant"), ("logsumexp", "float32", "offset"),
-                                ("masked_softmax", "float16", "padding"), ("attention", "float16", "attn_gaussian")]:  # fmt: skip
+    for kind, dtype, family in [
+        ("softmax", "float16", "gaussian"),
+        ("softmax", "float32", "long"),
+        ("log_softmax", "bfloat16", "dominant"),
+        ("logsumexp", "float32", "offset"),
+        ("masked_softmax", "float16", "padding"),
+        ("attention", "float16", "attn_gaussian"),
+    ]:
         fmt = R.format_of(dtype)
         for i, case in enumerate(FAMILIES[family].cases(kind, fmt, "quick")):
             pc = Prepared(case, fmt, i)

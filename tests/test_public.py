@@ -16,18 +16,24 @@ def no_float8(x, axis=-1):
 
 
 def test_a_numpy_candidate_that_raises_candidate_skip_gives_skip_rows_with_its_reason():
-    result = softaudit.audit(no_float8, kind="softmax", dtypes=["float8_e4m3fn", "float16"], suite="quick",
-                             families=["textbook", "gaussian"])  # fmt: skip
+    result = softaudit.audit(
+        no_float8, kind="softmax", dtypes=["float8_e4m3fn", "float16"], suite="quick", families=["textbook", "gaussian"]
+    )
     table = result.table.set_index(["dtype", "family"])
     assert list(table.loc["float8_e4m3fn"].verdict) == ["skip", "skip"]
     assert list(table.loc["float8_e4m3fn"].note) == ["no float8", "no float8"]
     assert list(table.loc["float16"].verdict) == ["pass", "pass"] and result.passed
 
 
-@pytest.mark.parametrize("name, module", [("CandidateSkip", "softaudit.adapters._bridge"),
-                                          ("CandidateError", "softaudit.adapters._call"),
-                                          ("TargetError", "softaudit.adapters._targets"),
-                                          ("CaseFileError", "softaudit.cases._files")])  # fmt: skip
+@pytest.mark.parametrize(
+    "name, module",
+    [
+        ("CandidateSkip", "softaudit.adapters._bridge"),
+        ("CandidateError", "softaudit.adapters._call"),
+        ("TargetError", "softaudit.adapters._targets"),
+        ("CaseFileError", "softaudit.cases._files"),
+    ],
+)
 def test_the_types_a_user_catches_are_exported(name, module):
     assert name in softaudit.__all__ and getattr(softaudit, name).__module__ == module
 

@@ -18,8 +18,14 @@ from .test_runner import good, raises
 def result():
     """A passing candidate and one that raises (error rows: most columns missing), on cases small enough that the
     worst inputs are kept whole."""
-    return softaudit.audit([good, raises], kind="softmax", dtypes=["float16"], suite="quick",
-                           families=["gaussian", "textbook"], isolation="none")
+    return softaudit.audit(
+        [good, raises],
+        kind="softmax",
+        dtypes=["float16"],
+        suite="quick",
+        families=["gaussian", "textbook"],
+        isolation="none",
+    )
 
 
 def _is(value, kind) -> bool:
@@ -43,7 +49,7 @@ def test_the_table_has_the_columns_in_order_each_of_its_type(result):
 
 def test_the_per_case_table_starts_with_its_columns(result):
     assert list(result.cases.columns[: len(CASE_COLUMNS)]) == list(CASE_COLUMNS)
-    assert set(result.cases.columns[len(CASE_COLUMNS):]) <= {"scale", "n"}  # (the families' parameters)
+    assert set(result.cases.columns[len(CASE_COLUMNS) :]) <= {"scale", "n"}  # (the families' parameters)
 
 
 def test_the_counts_name_every_verdict_and_the_summary_line_says_them():

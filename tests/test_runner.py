@@ -71,8 +71,25 @@ def test_another_output_dtype_is_noted_and_cast():
 
 def test_the_results_table_has_the_documented_columns():
     table = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float32"], suite="quick").table
-    for column in ("candidate", "kind", "dtype", "family", "cases", "elements", "max_ulp", "mean_ulp", "max_rel_err",
-                   "max_abs_err", "nan", "overflow", "underflow", "mask_leak", "sum_err", "verdict", "note"):
+    for column in (
+        "candidate",
+        "kind",
+        "dtype",
+        "family",
+        "cases",
+        "elements",
+        "max_ulp",
+        "mean_ulp",
+        "max_rel_err",
+        "max_abs_err",
+        "nan",
+        "overflow",
+        "underflow",
+        "mask_leak",
+        "sum_err",
+        "verdict",
+        "note",
+    ):
         assert column in table.columns
     assert set(table.verdict) <= {"pass", "fail", "error"}
 
@@ -186,11 +203,18 @@ def out_of_place(x, axis=-1):
 
 
 def test_an_output_that_is_the_input_buffer_is_measured_before_the_buffer_is_reused():
-    options = {"kind": "softmax", "dtypes": ["float32", "float16"], "suite": "quick", "families": ["gaussian", "long"],
-               "cache": False}  # fmt: skip
+    options = {
+        "kind": "softmax",
+        "dtypes": ["float32", "float16"],
+        "suite": "quick",
+        "families": ["gaussian", "long"],
+        "cache": False,
+    }
     table = softaudit.audit([in_place, out_of_place], **options).table
     cols = ["dtype", "family", "max_ulp", "mean_ulp", "correctly_rounded", "invariants", "verdict"]
-    mine, theirs = (table[table.candidate.str.endswith(n)][cols].reset_index(drop=True) for n in ("in_place", "out_of_place"))
+    mine, theirs = (
+        table[table.candidate.str.endswith(n)][cols].reset_index(drop=True) for n in ("in_place", "out_of_place")
+    )
     assert len(mine) == 4 and mine.equals(theirs)
 
 
@@ -219,10 +243,18 @@ def test_a_family_with_no_case_in_a_dtype_gives_no_row():
     from softaudit.cases import FAMILIES
 
     assert not FAMILIES["attn_large_activations"].cases("attention", R.format_of("bfloat16"), "quick")
-    table = softaudit.audit("softaudit.candidates.attention:upcast", dtypes=["bfloat16", "float16"], suite="quick",
-                            families=["attn_large_activations", "attn_gaussian"], cache=False).table  # fmt: skip
-    assert sorted(zip(table.dtype, table.family)) == [("bfloat16", "attn_gaussian"), ("float16", "attn_gaussian"),
-                                                      ("float16", "attn_large_activations")]  # fmt: skip
+    table = softaudit.audit(
+        "softaudit.candidates.attention:upcast",
+        dtypes=["bfloat16", "float16"],
+        suite="quick",
+        families=["attn_large_activations", "attn_gaussian"],
+        cache=False,
+    ).table
+    assert sorted(zip(table.dtype, table.family)) == [
+        ("bfloat16", "attn_gaussian"),
+        ("float16", "attn_gaussian"),
+        ("float16", "attn_large_activations"),
+    ]
 
 
 def test_worst_inputs_of_a_run_on_a_device_replay_there():
@@ -230,8 +262,9 @@ def test_worst_inputs_of_a_run_on_a_device_replay_there():
     pytest.importorskip("torch")
     from softaudit import worst as W
 
-    result = softaudit.audit("softaudit.frameworks.torch:softmax", dtypes=["float16"], suite="quick", device="cpu",
-                             families=["textbook"])  # fmt: skip
+    result = softaudit.audit(
+        "softaudit.frameworks.torch:softmax", dtypes=["float16"], suite="quick", device="cpu", families=["textbook"]
+    )
     record = result.worst[("torch.softmax", "float16", "textbook", "")]
     assert record.device == "cpu" and "--device cpu" in record.command()
     assert W.replay(record.as_json())["cond_err"] == result.table.max_cond_err[0]
@@ -241,8 +274,13 @@ def test_worst_inputs_of_a_run_on_a_device_replay_there():
 def test_each_output_of_attention_grad_is_a_row_and_its_worst_input_replays_that_output():
     from softaudit import worst as W
 
-    result = softaudit.audit("softaudit.candidates.attention_grad:naive", dtypes=["float16"], suite="quick",
-                             families=["attn_gaussian"], cache_dir="off")  # fmt: skip
+    result = softaudit.audit(
+        "softaudit.candidates.attention_grad:naive",
+        dtypes=["float16"],
+        suite="quick",
+        families=["attn_gaussian"],
+        cache_dir="off",
+    )
     assert list(result.table.output) == ["dq", "dk", "dv"]
     for name in ("dq", "dk", "dv"):
         record = result.worst[("attention_grad.naive", "float16", "attn_gaussian", name)]

@@ -13,15 +13,21 @@ from softaudit import _store, prepare
 
 from .test_runner import good
 
-
 OPTIONS = {"kind": "softmax", "dtypes": ["bfloat16"], "suite": "quick", "families": ["gaussian", "ties"]}
 
 
 def test_arrays_come_back_bit_for_bit_read_only_and_mapped(tmp_path):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((3, 50))
-    obj = {"f64": x, "bf16": x.astype(ml_dtypes.bfloat16), "bool": x > 0, "int8": np.arange(7, dtype=np.int8),
-           "strided": x[:, ::3], "scalar": np.float32(2.5), "nested": [x.T, None, "text"]}  # fmt: skip
+    obj = {
+        "f64": x,
+        "bf16": x.astype(ml_dtypes.bfloat16),
+        "bool": x > 0,
+        "int8": np.arange(7, dtype=np.int8),
+        "strided": x[:, ::3],
+        "scalar": np.float32(2.5),
+        "nested": [x.T, None, "text"],
+    }
     _store.save(tmp_path / "a.pkl", obj)
     back = _store.load(tmp_path / "a.pkl")
     for name in ("f64", "bf16", "bool", "int8", "strided"):
@@ -48,7 +54,9 @@ def test_a_new_process_reuses_the_references_and_gives_the_same_table(tmp_path, 
     computed = len(counted_references)
     assert computed > 0
     assert sorted(p.name.split("-", 1)[1] for p in tmp_path.iterdir()) == [
-        "gaussian-softmax-bfloat16-quick-0.pkl", "ties-softmax-bfloat16-quick-0.pkl"]  # fmt: skip
+        "gaussian-softmax-bfloat16-quick-0.pkl",
+        "ties-softmax-bfloat16-quick-0.pkl",
+    ]
     prepare.clear_cache()  # as a new process would start
     second = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
     assert len(counted_references) == computed  # nothing computed again
@@ -106,15 +114,27 @@ def test_the_command_line_keeps_families_in_the_folder_it_is_given(tmp_path):
     import pandas as pd
 
     env = os.environ | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-c", "from softaudit.cli import main; main()", "run",
-               "softaudit.candidates.softmax:naive", "--dtype", "float32", "--suite", "quick", "--family", "gaussian",
-               "-q"]
+    command = [
+        sys.executable,
+        "-c",
+        "from softaudit.cli import main; main()",
+        "run",
+        "softaudit.candidates.softmax:naive",
+        "--dtype",
+        "float32",
+        "--suite",
+        "quick",
+        "--family",
+        "gaussian",
+        "-q",
+    ]
     runs = [(env, []), (env, []), (env | {"SOFTAUDIT_CACHE_DIR": str(tmp_path / "other")}, ["--cache-dir", "off"])]
     tables = []
     for i, (run_env, extra) in enumerate(runs):
         out = tmp_path / f"out{i}"
-        done = subprocess.run([*command, "--out", str(out), *extra], env=run_env, capture_output=True, text=True,
-                              cwd=tmp_path)
+        done = subprocess.run(
+            [*command, "--out", str(out), *extra], env=run_env, capture_output=True, text=True, cwd=tmp_path
+        )
         assert done.returncode == 1, done.stderr  # naive softmax overflows on the gaussian family: a fail
         assert done.stdout.startswith("FAIL  softmax.naive float32 (gaussian): ") and not done.stderr
         tables.append(pd.read_csv(out / "results.csv").drop(columns="seconds"))

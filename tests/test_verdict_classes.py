@@ -161,7 +161,7 @@ def _audit(fn, kind, dtypes, families=None):
         (scaled_by_d, "attention", ["float16", "float32"], ["attn_gaussian"], "x the conditioning"),
         (multiplicative_mask, "attention", ["float32"], ["attn_masks"], "mask leak"),
     ],
-)  # fmt: skip
+)
 def test_defects_fail_for_their_reason(fn, kind, dtypes, families, rule):
     table = _audit(fn, kind, dtypes, families)
     failing = table[table.verdict == "fail"]
@@ -178,8 +178,9 @@ def test_a_running_sum_in_bfloat16_is_a_trade_off_that_warns_with_its_cause_even
     assert (grows.verdict == "warn").all() and "float32" in grows.fix.iloc[0]
     path = tmp_path / "long_rows.npy"
     np.save(path, np.random.default_rng(0).standard_normal((2, 8192)) * 0.1)
-    table = softaudit.audit(stalling_running_sum, kind="softmax", dtypes=["bfloat16"], cases=[path], families=[],
-                            cache=False).table  # fmt: skip
+    table = softaudit.audit(
+        stalling_running_sum, kind="softmax", dtypes=["bfloat16"], cases=[path], families=[], cache=False
+    ).table
     stalled = table[table.family == "file:long_rows"].iloc[0]
     assert stalled.verdict == "warn" and stalled.cause == "accumulation" and stalled.max_rel_err > 5
     assert "accumulate the sum in float32" in stalled.fix

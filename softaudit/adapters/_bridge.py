@@ -58,8 +58,15 @@ def _jax_gpus() -> list:
 
 
 def _torch_dtype(torch, dtype: np.dtype):
-    names = {"float16": "float16", "float32": "float32", "float64": "float64", "bfloat16": "bfloat16",
-             "float8_e4m3fn": "float8_e4m3fn", "float8_e5m2": "float8_e5m2", "bool": "bool"}  # fmt: skip
+    names = {
+        "float16": "float16",
+        "float32": "float32",
+        "float64": "float64",
+        "bfloat16": "bfloat16",
+        "float8_e4m3fn": "float8_e4m3fn",
+        "float8_e5m2": "float8_e5m2",
+        "bool": "bool",
+    }
     found = getattr(torch, names.get(dtype.name, "-"), None)
     if found is None:
         raise CandidateSkip(f"torch has no {dtype.name}")

@@ -93,8 +93,9 @@ def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout:
     return out, note
 
 
-def call_all(candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
-             reuse: bool = False):  # fmt: skip
+def call_all(
+    candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False
+):
     """Call the candidate on arrays of the audited dtype; return (its outputs cast to dtype, note or "").
 
     The kind's calling convention gives the arguments. Each output must be an array (or array-like) of its shape in
@@ -121,8 +122,10 @@ def call_all(candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, tim
         raise
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}") from exc
-    checked = [_checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
-               for o, shape, name in zip(outs, shapes, kind.outputs)]  # fmt: skip
+    checked = [
+        _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
+        for o, shape, name in zip(outs, shapes, kind.outputs)
+    ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for _, n in checked if n))
 
 

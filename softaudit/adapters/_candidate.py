@@ -51,8 +51,14 @@ class Mark:
     owner: str | None
 
 
-def candidate(fn: Callable | None = None, *, kind: str, name: str | None = None, framework: str = "numpy",
-              device: str | None = None):  # fmt: skip
+def candidate(
+    fn: Callable | None = None,
+    *,
+    kind: str,
+    name: str | None = None,
+    framework: str = "numpy",
+    device: str | None = None,
+):
     """Mark `fn`, any callable, as a candidate of `kind`; `softaudit run module` then audits every candidate
     marked at the module's top level, a factory's products included.
 

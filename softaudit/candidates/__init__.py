@@ -12,8 +12,18 @@ rounded once, in the dtype itself otherwise). Each kind names its own (softaudit
 
 from ..adapters import Candidate, load_target
 from ..kinds import KINDS
-from . import (attention, attention_grad, log_softmax, log_softmax_grad, logsumexp, logsumexp_grad, masked_softmax,
-               masked_softmax_grad, softmax, softmax_grad)
+from . import (
+    attention,
+    attention_grad,
+    log_softmax,
+    log_softmax_grad,
+    logsumexp,
+    logsumexp_grad,
+    masked_softmax,
+    masked_softmax_grad,
+    softmax,
+    softmax_grad,
+)
 from .attention import tiled_attention as tiled_attention
 from .softmax import online_softmax as online_softmax
 
@@ -33,8 +43,18 @@ BEST = {k.name: k.best for k in KINDS.values()}
 
 def builtins() -> list[Candidate]:
     """Every built-in candidate, kind by kind, in definition order."""
-    modules = (softmax, log_softmax, logsumexp, masked_softmax, attention, softmax_grad, log_softmax_grad,
-               logsumexp_grad, masked_softmax_grad, attention_grad)  # fmt: skip
+    modules = (
+        softmax,
+        log_softmax,
+        logsumexp,
+        masked_softmax,
+        attention,
+        softmax_grad,
+        log_softmax_grad,
+        logsumexp_grad,
+        masked_softmax_grad,
+        attention_grad,
+    )
     return [c for module in modules for c in load_target(module.__name__)]
 
 

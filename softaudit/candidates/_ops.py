@@ -136,7 +136,9 @@ def rowwise(fn):
     @functools.wraps(fn)
     def wrapper(x, *rest, axis=-1):
         x = np.moveaxis(np.asarray(x), axis, -1)
-        rest = tuple(np.moveaxis(np.broadcast_to(np.asarray(m), np.moveaxis(x, -1, axis).shape), axis, -1) for m in rest)
+        rest = tuple(
+            np.moveaxis(np.broadcast_to(np.asarray(m), np.moveaxis(x, -1, axis).shape), axis, -1) for m in rest
+        )
         with np.errstate(all="ignore"):
             out = fn(x, *rest)
         return out if out.ndim < x.ndim else np.moveaxis(out, -1, axis)

@@ -78,7 +78,9 @@ def tiled_attention(block: int = 64):
         m = np.full(shape + (1,), -np.inf, w)
         total = np.zeros(shape + (1,), w)
         acc = np.zeros(shape + (v.shape[-1],), w)
-        keep_all = np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+        keep_all = (
+            np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+        )
         with np.errstate(all="ignore"):
             for start in range(0, lk, block):
                 kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]

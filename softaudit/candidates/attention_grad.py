@@ -6,7 +6,7 @@ exact gradient is 0 and it adds nothing to dK and dV. Batch axes broadcast as in
 over the axes its input was broadcast along.
 
 "In the dtype" as in `attention`: elementwise work rounded to the dtype, matrix products accumulated in float32
-(float64 for float64) and rounded once to the dtype (`_ops.matmul`). 
+(float64 for float64) and rounded once to the dtype (`_ops.matmul`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import numpy as np
 from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
 from .attention import tiled_attention, tiled_b64
-
 
 
 def _t(a):

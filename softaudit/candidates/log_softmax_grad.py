@@ -11,7 +11,6 @@ from .log_softmax import log1p_form as _log1p_form
 from .log_softmax import shifted as _shifted
 
 
-
 @candidate(kind="log_softmax_grad", name="log_softmax_grad.in_dtype")
 @rowwise
 def in_dtype(x, g):

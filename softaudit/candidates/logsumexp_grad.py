@@ -13,7 +13,6 @@ from ..adapters import candidate
 from ._ops import dtype_sum, exp, log, row_max, rowwise, work_dtype
 
 
-
 def reduced_g(fn):
     """Give fn(x, g), g keeping the axis (length 1), the convention f(x, g, axis=-1) with g lacking the axis."""
 

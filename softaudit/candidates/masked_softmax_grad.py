@@ -16,7 +16,6 @@ from .softmax_grad import f32acc as _softmax_grad_f32acc
 from .softmax_grad import vjp
 
 
-
 @candidate(kind="masked_softmax_grad", name="masked_softmax_grad.fill_neginf")
 @rowwise
 def fill_neginf(x, mask, g):

@@ -12,7 +12,6 @@ from .log_softmax import shifted as _log_softmax_in_dtype
 from .softmax import max_shifted as _softmax_in_dtype
 
 
-
 def vjp(p, g):
     """p * (g - <g, p>) along the last axis, every step in p's dtype (the dot pairwise in it)."""
     return p * (g - dtype_sum(g * p))

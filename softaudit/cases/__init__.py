@@ -18,5 +18,17 @@ from ._files import load_case_file as load_case_file
 from ._files import load_case_files as load_case_files
 from ._reported import REPORTED as REPORTED
 
-__all__ = ["FAMILIES", "REPORTED", "SIZES", "SUITES", "Case", "CaseFileError", "Family", "check_case_file", "families_for",
-           "hex_rows", "load_case_file", "load_case_files"]
+__all__ = [
+    "FAMILIES",
+    "REPORTED",
+    "SIZES",
+    "SUITES",
+    "Case",
+    "CaseFileError",
+    "Family",
+    "check_case_file",
+    "families_for",
+    "hex_rows",
+    "load_case_file",
+    "load_case_files",
+]

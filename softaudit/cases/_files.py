@@ -94,7 +94,7 @@ def _floats(name, value, path) -> np.ndarray:
 
 
 def _listed(names) -> str:
-    """"q, k and v"."""
+    """ "q, k and v"."""
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
@@ -113,7 +113,9 @@ def _cases(data, path: Path, kind: str) -> list[Case]:
     names = set(data)
     needed = set(of.inputs)
     if not needed <= names:
-        raise CaseFileError(f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}")
+        raise CaseFileError(
+            f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}"
+        )
     arrays = {name: _floats(name, data[name], path) for name in sorted(needed)}
     mask = data.get("mask")
     if mask is not None and mask.dtype != np.bool_:

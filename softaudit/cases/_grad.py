@@ -124,8 +124,10 @@ def g_cross_entropy(kind, fmt, size, rng):
 @family("g_constant", "g constant along each row: softmax's exact VJP is exactly 0, every nonzero is error.")
 def g_constant(kind, fmt, size, rng):
     x, mask = _logits(kind, size, rng)
-    return [({"x": x, "g": constant_g(rng, x.shape, value)}, mask, f"g = {value:g}", {"g": value})
-            for value in (1.0, 0.3, -7.5)]  # fmt: skip
+    return [
+        ({"x": x, "g": constant_g(rng, x.shape, value)}, mask, f"g = {value:g}", {"g": value})
+        for value in (1.0, 0.3, -7.5)
+    ]
 
 
 @family("g_wide", "g spanning 8 decades with random signs: a narrow dot <g, p> swallows the small entries.")
@@ -134,21 +136,30 @@ def g_wide(kind, fmt, size, rng):
     return [({"x": x, "g": wide_range_g(rng, x.shape)}, mask, "|g| from 1e-4 to 1e4")]
 
 
-@family("attn_similar_low_rank", "Similar low-rank q and k (rank one plus 1e-4 noise): FlashAttention's bfloat16 D is "
-        "biased (Qiu & Yao, arXiv 2510.04212).")  # fmt: skip
+@family(
+    "attn_similar_low_rank",
+    "Similar low-rank q and k (rank one plus 1e-4 noise): FlashAttention's bfloat16 D is "
+    "biased (Qiu & Yao, arXiv 2510.04212).",
+)
 def attn_similar_low_rank(kind, fmt, size, rng):
     arrays, mask = similar_low_rank(rng, heads=4, lq=size.lq, lk=128, d=64)
     return [(arrays, mask, f"4 heads, Lq={size.lq}, Lk=128, d=64, eps=1e-4")]
 
 
-@family("attn_keys_64_mod_128", "Key lengths 64 mod 128 with an explicit padding mask (PyTorch #196678: cuDNN "
-        "backward NaN in grad_q).")  # fmt: skip
+@family(
+    "attn_keys_64_mod_128",
+    "Key lengths 64 mod 128 with an explicit padding mask (PyTorch #196678: cuDNN backward NaN in grad_q).",
+)
 def attn_keys_64_mod_128(kind, fmt, size, rng):
-    return [(arrays, mask, f"Lk={arrays['k'].shape[-2]}, padding mask") for arrays, mask in keys_64_mod_128(rng, lq=size.lq)]
+    return [
+        (arrays, mask, f"Lk={arrays['k'].shape[-2]}, padding mask") for arrays, mask in keys_64_mod_128(rng, lq=size.lq)
+    ]
 
 
-@family("attn_constant_1000", "q, k and v all 1000 (PyTorch #125674: memory-efficient backward NaN); every score "
-        "equal, so dq = dk = 0 exactly.")  # fmt: skip
+@family(
+    "attn_constant_1000",
+    "q, k and v all 1000 (PyTorch #125674: memory-efficient backward NaN); every score equal, so dq = dk = 0 exactly.",
+)
 def attn_constant_1000(kind, fmt, size, rng):
     arrays, mask = constant_1000(rng, lq=size.lq)
     return [(arrays, mask, "q = k = v = 1000, Lk=64, d=64")]

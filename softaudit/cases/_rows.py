@@ -15,7 +15,6 @@ from .. import kinds
 from ._case import family
 
 
-
 def _kept(kind, rng, x, density=0.7):
     """For a masked kind, a random mask with at least one kept entry per row; None for the plain kinds."""
     if not kinds.get(kind).masked:
@@ -30,9 +29,23 @@ def _max(fmt) -> float:
 
 
 TEXTBOOK = [
-    [10, 0, -5], [1, 0, 1], [2, 4, 4], [2, 2, 3], [1000, 1001, 999], [1, 0.5, 0], [2, 1, 0], [4, 2, 0],
-    [0, 0, 0, 0], [3, 1, -1], [1.5, 0.5, -0.5], [1, 1, 10], [-1, 0, 1], [0, 1, 2, 3], [10000, 10001, 10002, 10003],
-    [-25, 0, 25, 50], [1, 325, 749, 750],
+    [10, 0, -5],
+    [1, 0, 1],
+    [2, 4, 4],
+    [2, 2, 3],
+    [1000, 1001, 999],
+    [1, 0.5, 0],
+    [2, 1, 0],
+    [4, 2, 0],
+    [0, 0, 0, 0],
+    [3, 1, -1],
+    [1.5, 0.5, -0.5],
+    [1, 1, 10],
+    [-1, 0, 1],
+    [0, 1, 2, 3],
+    [10000, 10001, 10002, 10003],
+    [-25, 0, 25, 50],
+    [1, 325, 749, 750],
 ]
 
 
@@ -80,7 +93,10 @@ def ties(kind, fmt, size, rng):
     top_tie = rng.standard_normal((size.rows, n))
     top_tie[:, :3] = top_tie.max() + 1
     near = 1 + np.ldexp(rng.integers(0, 4, (size.rows, n)).astype(float), 1 - p)
-    return [({"x": x}, _kept(kind, rng, x), d) for x, d in ((equal, "equal"), (top_tie, "tie at the max"), (near, "1 + k ulp"))]
+    return [
+        ({"x": x}, _kept(kind, rng, x), d)
+        for x, d in ((equal, "equal"), (top_tie, "tie at the max"), (near, "1 + k ulp"))
+    ]
 
 
 @family("dominant", "One logit far above the rest: log-softmax of the top entry is a tiny negative number.")
@@ -146,8 +162,6 @@ def mnist_logits(kind, fmt, size, rng):
     if size.rows < 16:
         x = x[:200]
     return [({"x": x}, _kept(kind, rng, x), "real logits, 10 classes")]
-
-
 
 
 @family("padding", "Padding masks: each row keeps a prefix of random length.")

@@ -34,5 +34,18 @@ from ._pool import needs_gpu as needs_gpu
 from ._pool import pool as pool
 from ._pool import sendable as sendable
 
-__all__ = ["ISOLATION", "NOT_AGAIN", "Called", "Executor", "InProcess", "Isolated", "TimedOut", "calls", "executor",
-           "located", "needs_gpu", "pool", "sendable"]
+__all__ = [
+    "ISOLATION",
+    "NOT_AGAIN",
+    "Called",
+    "Executor",
+    "InProcess",
+    "Isolated",
+    "TimedOut",
+    "calls",
+    "executor",
+    "located",
+    "needs_gpu",
+    "pool",
+    "sendable",
+]

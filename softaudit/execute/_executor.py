@@ -26,8 +26,7 @@ class Executor:
     def __init__(self):
         self._past_limit: set[tuple] = set()
 
-    def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None,
-                 reuse: bool = False):  # fmt: skip
+    def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False):
         """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
         with one line saying why.
 

@@ -69,8 +69,12 @@ class Isolated(Executor):
         arena = (self._arena.path, self._arena.size, specs, outs)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)
             self._load(key, candidate, pickled)
-            answer = self._wait(_worker.run, (key, ticket, list(arrays), arena), timeout,
-                                f"no answer in {timeout:g} s: killed" if timeout else "")  # fmt: skip
+            answer = self._wait(
+                _worker.run,
+                (key, ticket, list(arrays), arena),
+                timeout,
+                f"no answer in {timeout:g} s: killed" if timeout else "",
+            )
             if answer[0] != "unloaded":
                 break
             self._ready.discard(key)

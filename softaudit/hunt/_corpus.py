@@ -24,11 +24,24 @@ def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask
     """Add one failing input to the candidate's corpus file (an identical input is not added twice); error: its
     conditioning-scaled error."""
     path = file_for(corpus, candidate)
-    data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {"candidate": candidate, "kind": kind, "cases": []}
-    entry = {"dtype": dtype, "reason": reason, "max_cond_err": None if not np.isfinite(error) else error,
-             "inputs": {name: {"shape": list(np.shape(a)), "values": hex_rows(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1)))}
-                        for name, a in inputs.items()},
-             "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()}}  # fmt: skip
+    data = (
+        json.loads(path.read_text(encoding="utf-8"))
+        if path.exists()
+        else {"candidate": candidate, "kind": kind, "cases": []}
+    )
+    entry = {
+        "dtype": dtype,
+        "reason": reason,
+        "max_cond_err": None if not np.isfinite(error) else error,
+        "inputs": {
+            name: {
+                "shape": list(np.shape(a)),
+                "values": hex_rows(np.reshape(a, (-1, np.shape(a)[-1]) if np.ndim(a) else (1, 1))),
+            }
+            for name, a in inputs.items()
+        },
+        "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()},
+    }
     if all(c["inputs"] != entry["inputs"] or c["mask"] != entry["mask"] or c["dtype"] != dtype for c in data["cases"]):
         data["cases"].append(entry)
     return write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
@@ -53,6 +66,10 @@ def load(corpus, kind: str, dtype: str) -> list[Case]:
             if entry.get("dtype") != dtype:
                 continue
             arrays = {name: _array(spec) for name, spec in entry["inputs"].items()}
-            mask = None if entry["mask"] is None else np.array(entry["mask"]["values"], bool).reshape(entry["mask"]["shape"])
+            mask = (
+                None
+                if entry["mask"] is None
+                else np.array(entry["mask"]["values"], bool).reshape(entry["mask"]["shape"])
+            )
             cases.append(Case(kind, "corpus", arrays, mask, None, f"{path.name}: {entry['reason']}"))
     return cases

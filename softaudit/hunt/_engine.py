@@ -23,11 +23,10 @@ from ..execute import Executor, calls, needs_gpu, pool
 from ..judge import unit
 from ..plan import candidates_for
 from ..policy import Policy
-from ..results import SEVERITY
 from ..prepare import Prepared, PreparedFamily, compare
 from ..reference import format_of
+from ..results import SEVERITY
 from . import _corpus, _shrink
-
 
 #: (suite, seed, corpus) of a hunt's input: none regenerates it (the corpus keeps the input itself).
 HUNT_RECIPE = (None, None, None)
@@ -81,8 +80,9 @@ def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
         return verdict, reasons, math.inf, 1
     worst = float(np.fmax.reduce([t.max_cond_err for t in result.tallies]))
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
-    events = sum(t.nan + t.overflow + t.mask_leak + t.nan_not_propagated + sum(t.invariants.values())
-                 for t in result.tallies)
+    events = sum(
+        t.nan + t.overflow + t.mask_leak + t.nan_not_propagated + sum(t.invariants.values()) for t in result.tallies
+    )
     return verdict, reasons, worst, events
 
 
@@ -99,9 +99,15 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     state = {"examples": 0, "last": None}
     start = time.monotonic()
 
-    @settings(max_examples=10**6, deadline=None, database=None, derandomize=bool(os.environ.get("CI")),
-              suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.target, Phase.shrink],
-              report_multiple_bugs=False)  # fmt: skip
+    @settings(
+        max_examples=10**6,
+        deadline=None,
+        database=None,
+        derandomize=bool(os.environ.get("CI")),
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate, Phase.target, Phase.shrink],
+        report_multiple_bugs=False,
+    )
     @given(strategy)
     def probe(drawn):
         if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
@@ -140,9 +146,22 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     return Finding(candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask)
 
 
-def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, corpus="reports/corpus",
-         policy: Policy | None = None, timeout: float = 10.0, progress=None, device=None, isolation: str = "worker",
-         memory_limit_mib: int | None = None, workers: int = 1, scheduler=None) -> list[Finding]:
+def hunt(
+    targets=None,
+    *,
+    kind=None,
+    dtypes=("float32",),
+    budget: float = 60.0,
+    corpus="reports/corpus",
+    policy: Policy | None = None,
+    timeout: float = 10.0,
+    progress=None,
+    device=None,
+    isolation: str = "worker",
+    memory_limit_mib: int | None = None,
+    workers: int = 1,
+    scheduler=None,
+) -> list[Finding]:
     """Hunt each candidate x dtype for failing inputs within `budget` seconds in all; save failures to `corpus`.
 
     Targets, kind, device, isolation, memory_limit_mib, workers and scheduler as softaudit.audit takes them: with
@@ -163,15 +182,24 @@ def hunt(targets=None, *, kind=None, dtypes=("float32",), budget: float = 60.0, 
 
 def _searches(where, units: list, share: float, policy: Policy, timeout: float):
     """Each unit's search, in order: all submitted at once where they run side by side, else one at a time."""
-    submitted = (where.submit(hunt_one, where.sent(c)[1], fmt, share, policy, timeout, gpu=needs_gpu(c))
-                 for c, fmt in units)
+    submitted = (
+        where.submit(hunt_one, where.sent(c)[1], fmt, share, policy, timeout, gpu=needs_gpu(c)) for c, fmt in units
+    )
     yield from list(submitted) if where.parallel else submitted
 
 
 def _saved(finding: Finding, candidate, corpus) -> Finding:
     """A finding with its failure saved to the corpus."""
     if finding.failed and corpus:
-        path = _corpus.save(corpus, candidate.name, candidate.kind, finding.dtype, finding.inputs, finding.mask,
-                            finding.reason, finding.max_cond_err)  # fmt: skip
+        path = _corpus.save(
+            corpus,
+            candidate.name,
+            candidate.kind,
+            finding.dtype,
+            finding.inputs,
+            finding.mask,
+            finding.reason,
+            finding.max_cond_err,
+        )
         finding.corpus_file = str(path)
     return finding

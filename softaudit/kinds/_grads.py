@@ -12,10 +12,16 @@ from .. import conditioning as _conditioning
 from .. import reference
 
 #: The conditioning scale of each row gradient kind (masked softmax's VJP is softmax's over the kept entries).
-_ROW_SCALES = {"softmax_grad": _conditioning.softmax_grad, "masked_softmax_grad": _conditioning.softmax_grad,
-               "log_softmax_grad": _conditioning.log_softmax_grad, "logsumexp_grad": _conditioning.logsumexp_grad}  # fmt: skip
+_ROW_SCALES = {
+    "softmax_grad": _conditioning.softmax_grad,
+    "masked_softmax_grad": _conditioning.softmax_grad,
+    "log_softmax_grad": _conditioning.log_softmax_grad,
+    "logsumexp_grad": _conditioning.logsumexp_grad,
+}
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
+
+
 def _exact(ref) -> np.ndarray:
     return ref.hi if not ref.lo.any() else ref.hi + ref.lo
 
@@ -42,7 +48,9 @@ def row_conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     scale = _ROW_SCALES[kind.name](x, mask, g, _exact(ref))
     # A row whose kept logits are all -inf has no softmax, so no gradient either (the reference gives 0 there, as
     # for a row the mask keeps nothing of, which is defined: its gradient is exactly 0).
-    no_softmax = reference.undefined_rows(x, mask) & (True if mask is None else np.broadcast_to(mask, x.shape).any(axis=-1))
+    no_softmax = reference.undefined_rows(x, mask) & (
+        True if mask is None else np.broadcast_to(mask, x.shape).any(axis=-1)
+    )
     undefined = ref.undefined | no_softmax
     extra = {"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale}
     return (extra | {"masked": ~kept} if kind.masked else extra,)

@@ -5,8 +5,19 @@ from __future__ import annotations
 from ._kind import Kind
 
 #: The row families every row kind runs, in registration order (softaudit/cases/_rows.py).
-_ROW_FAMILIES = ("textbook", "gaussian", "offset", "wide_spread", "ties", "dominant", "long", "temperature",
-                 "subnormal", "neg_inf", "mnist_logits")  # fmt: skip
+_ROW_FAMILIES = (
+    "textbook",
+    "gaussian",
+    "offset",
+    "wide_spread",
+    "ties",
+    "dominant",
+    "long",
+    "temperature",
+    "subnormal",
+    "neg_inf",
+    "mnist_logits",
+)
 #: Rows with a NaN, a +inf logit or every entry -inf: run by the unmasked row kinds.
 _UNDEFINED = ("undefined",)
 _MASKED_FAMILIES = ("padding", "causal", "random_mask", "fully_masked", "masked_extremes", "below_fill")
@@ -25,145 +36,268 @@ _REPORTED_ATTENTION = (
 
 _ROWS = "softaudit.kinds._rows"
 #: What the row kinds share: x of rows x n, reduced along its last axis.
-_ROW = dict(reference=f"{_ROWS}:reference", conditioning=f"{_ROWS}:conditioning",
-            element_inputs=f"{_ROWS}:element_inputs", diagnose="softaudit.causes:diagnose_row",
-            strategy="softaudit.hunt._strategies:rows", reduction=("x", -1), row_wise=True)  # fmt: skip
+_ROW = dict(
+    reference=f"{_ROWS}:reference",
+    conditioning=f"{_ROWS}:conditioning",
+    element_inputs=f"{_ROWS}:element_inputs",
+    diagnose="softaudit.causes:diagnose_row",
+    strategy="softaudit.hunt._strategies:rows",
+    reduction=("x", -1),
+    row_wise=True,
+)
 _PROBABILITIES = ("negative", "sum_err", "argmax_flips")
 
 SOFTMAX = Kind(
-    "softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    "softmax",
+    "f(x, axis=-1)",
+    arguments=("x",),
+    keywords=("axis",),
+    outputs=("y",),
     plain="softmax.max_shifted",
-    standard=("softmax.max_shifted", "softmax.max_shifted_running", "softmax.online_b128", "softmax.exp2",
-              "softmax.division_free", "softmax.log1p_form"),
+    standard=(
+        "softmax.max_shifted",
+        "softmax.max_shifted_running",
+        "softmax.online_b128",
+        "softmax.exp2",
+        "softmax.division_free",
+        "softmax.log1p_form",
+    ),
     best="softmax.max_shifted_f32acc",
     best_practice="max-shift and sum in float32, round once (softmax.max_shifted_f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=False, logarithmic=False,
-    invariants=("shift", "permutation", "monotonic"), measures=_PROBABILITIES, causes=("subnormal",), **_ROW,
-)  # fmt: skip
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
+    reduces=False,
+    logarithmic=False,
+    invariants=("shift", "permutation", "monotonic"),
+    measures=_PROBABILITIES,
+    causes=("subnormal",),
+    **_ROW,
+)
 
 LOG_SOFTMAX = Kind(
-    "log_softmax", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    "log_softmax",
+    "f(x, axis=-1)",
+    arguments=("x",),
+    keywords=("axis",),
+    outputs=("y",),
     plain="log_softmax.shifted",
     standard=("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
     best="log_softmax.log1p_form_f32acc",
     best_practice="x - max - log1p(sum of the others) in float32, round once (log_softmax.log1p_form_f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=False, logarithmic=True,
-    invariants=("shift", "permutation", "monotonic"), measures=("argmax_flips",), causes=("absorbed", "subnormal"),
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
+    reduces=False,
+    logarithmic=True,
+    invariants=("shift", "permutation", "monotonic"),
+    measures=("argmax_flips",),
+    causes=("absorbed", "subnormal"),
     **_ROW,
-)  # fmt: skip
+)
 
 LOGSUMEXP = Kind(
-    "logsumexp", "f(x, axis=-1)", arguments=("x",), keywords=("axis",), outputs=("y",),
+    "logsumexp",
+    "f(x, axis=-1)",
+    arguments=("x",),
+    keywords=("axis",),
+    outputs=("y",),
     plain="logsumexp.shifted",
     standard=("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
     best="logsumexp.log1p_form_f32acc",
     best_practice="max + log1p(sum of the others) in float32, round once (logsumexp.log1p_form_f32acc)",
     # (no subnormal cause: a result below the normal range is judged as any other)
-    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS, reduces=True, logarithmic=True,
-    invariants=("permutation", "lse_below_max"), causes=("absorbed",), **_ROW,
-)  # fmt: skip
+    families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
+    reduces=True,
+    logarithmic=True,
+    invariants=("permutation", "lse_below_max"),
+    causes=("absorbed",),
+    **_ROW,
+)
 
 MASKED_SOFTMAX = Kind(
-    "masked_softmax", "f(x, mask, axis=-1)", arguments=("x", "mask"), keywords=("axis",), outputs=("y",),
+    "masked_softmax",
+    "f(x, mask, axis=-1)",
+    arguments=("x", "mask"),
+    keywords=("axis",),
+    outputs=("y",),
     plain="masked_softmax.where_in_dtype",
     standard=("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
     best="masked_softmax.where",
     best_practice="where over the kept entries in float32, round once (masked_softmax.where)",
-    families=_ROW_FAMILIES + _MASKED_FAMILIES + _REPORTED_ROWS, reduces=False, logarithmic=False,
-    invariants=("shift", "permutation", "monotonic", "masked_values", "masked_equals_kept"), measures=_PROBABILITIES,
-    causes=("subnormal",), fixes={"nan": "take the max over the kept entries only and exclude masked ones with where"},
+    families=_ROW_FAMILIES + _MASKED_FAMILIES + _REPORTED_ROWS,
+    reduces=False,
+    logarithmic=False,
+    invariants=("shift", "permutation", "monotonic", "masked_values", "masked_equals_kept"),
+    measures=_PROBABILITIES,
+    causes=("subnormal",),
+    fixes={"nan": "take the max over the kept entries only and exclude masked ones with where"},
     **_ROW,
-)  # fmt: skip
+)
 
 _ATTENTION_BEST = "scores, softmax and P V in float32, round once (attention.upcast)"
 ATTENTION = Kind(
-    "attention", "f(q, k, v, mask=None)", arguments=("q", "k", "v"), keywords=("mask",), outputs=("y",),
+    "attention",
+    "f(q, k, v, mask=None)",
+    arguments=("q", "k", "v"),
+    keywords=("mask",),
+    outputs=("y",),
     plain="attention.naive",
     standard=("attention.naive", "attention.tiled_b64"),
     best="attention.upcast",
     best_practice=_ATTENTION_BEST,
     families=_ATTENTION_FAMILIES + _REPORTED_ATTENTION,
-    reference="softaudit.kinds._attention:reference", conditioning="softaudit.kinds._attention:conditioning",
-    element_inputs="softaudit.kinds._attention:element_inputs", diagnose="softaudit.causes:diagnose_scores",
-    strategy="softaudit.hunt._strategies:attention", reduction=("k", -2), row_wise=False, reduces=False,
-    logarithmic=False, leak_probe=True, measures=("max_ulp_vsum", "max_normwise"), causes=("subnormal",),
-    scale_terms="sum p|v| and the scores' share", leak="outputs move when masked keys change",
+    reference="softaudit.kinds._attention:reference",
+    conditioning="softaudit.kinds._attention:conditioning",
+    element_inputs="softaudit.kinds._attention:element_inputs",
+    diagnose="softaudit.causes:diagnose_scores",
+    strategy="softaudit.hunt._strategies:attention",
+    reduction=("k", -2),
+    row_wise=False,
+    reduces=False,
+    logarithmic=False,
+    leak_probe=True,
+    measures=("max_ulp_vsum", "max_normwise"),
+    causes=("subnormal",),
+    scale_terms="sum p|v| and the scores' share",
+    leak="outputs move when masked keys change",
     fixes={
         "nan": "subtract each query's largest score before exp and form the scores in float32",
         "mask_leak": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",
         "below_best": "keep P in float32 for P V, or upcast throughout: rounding P to the dtype before P V costs about "
         f"u of sum p|v| per output, as FlashAttention does; best practice: {_ATTENTION_BEST}",
     },
-)  # fmt: skip
+)
 
 # The gradient kinds: vector-Jacobian products for an upstream gradient g (docs/metrics.md, docs/reference.md).
 _GRADS = "softaudit.kinds._grads"
-_ROW_GRAD = dict(reference=f"{_GRADS}:row_reference", conditioning=f"{_GRADS}:row_conditioning",
-                 element_inputs=f"{_GRADS}:row_element_inputs", diagnose="softaudit.causes:diagnose_row",
-                 strategy="softaudit.hunt._strategies:gradients", upstream=f"{_GRADS}:row_upstream", reduction=("x", -1), row_wise=True, reduces=False,
-                 logarithmic=False, causes=("subnormal",), scale_terms="the terms of g - <g, p>")  # fmt: skip
+_ROW_GRAD = dict(
+    reference=f"{_GRADS}:row_reference",
+    conditioning=f"{_GRADS}:row_conditioning",
+    element_inputs=f"{_GRADS}:row_element_inputs",
+    diagnose="softaudit.causes:diagnose_row",
+    strategy="softaudit.hunt._strategies:gradients",
+    upstream=f"{_GRADS}:row_upstream",
+    reduction=("x", -1),
+    row_wise=True,
+    reduces=False,
+    logarithmic=False,
+    causes=("subnormal",),
+    scale_terms="the terms of g - <g, p>",
+)
 #: Upstream gradients with a known structure, on Gaussian logits (softaudit/cases/_grad.py).
 _UPSTREAM_FAMILIES = ("g_onehot", "g_cross_entropy", "g_constant", "g_wide")
 
 SOFTMAX_GRAD = Kind(
-    "softmax_grad", "f(x, g, axis=-1) -> dx", arguments=("x", "g"), keywords=("axis",), outputs=("dx",),
-    plain="softmax_grad.in_dtype", standard=("softmax_grad.in_dtype", "softmax_grad.from_logp"),
+    "softmax_grad",
+    "f(x, g, axis=-1) -> dx",
+    arguments=("x", "g"),
+    keywords=("axis",),
+    outputs=("dx",),
+    plain="softmax_grad.in_dtype",
+    standard=("softmax_grad.in_dtype", "softmax_grad.from_logp"),
     best="softmax_grad.f32acc",
     best_practice="p, <g, p> and p (g - <g, p>) in float32, round once (softmax_grad.f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES, measures=("sum_zero",), **_ROW_GRAD,
-)  # fmt: skip
+    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
+    measures=("sum_zero",),
+    **_ROW_GRAD,
+)
 
 LOG_SOFTMAX_GRAD = Kind(
-    "log_softmax_grad", "f(x, g, axis=-1) -> dx", arguments=("x", "g"), keywords=("axis",), outputs=("dx",),
-    plain="log_softmax_grad.in_dtype", standard=("log_softmax_grad.in_dtype",), best="log_softmax_grad.f32acc",
+    "log_softmax_grad",
+    "f(x, g, axis=-1) -> dx",
+    arguments=("x", "g"),
+    keywords=("axis",),
+    outputs=("dx",),
+    plain="log_softmax_grad.in_dtype",
+    standard=("log_softmax_grad.in_dtype",),
+    best="log_softmax_grad.f32acc",
     best_practice="p and g - p sum(g) in float32, round once (log_softmax_grad.f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES, **_ROW_GRAD,
-)  # fmt: skip
+    families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
+    **_ROW_GRAD,
+)
 
 LOGSUMEXP_GRAD = Kind(
-    "logsumexp_grad", "f(x, g, axis=-1) -> dx (g: x's shape without the axis)", arguments=("x", "g"),
-    keywords=("axis",), outputs=("dx",), plain="logsumexp_grad.exp_minus_lse",
-    standard=("logsumexp_grad.exp_minus_lse", "logsumexp_grad.softmax_in_dtype"), best="logsumexp_grad.f32acc",
+    "logsumexp_grad",
+    "f(x, g, axis=-1) -> dx (g: x's shape without the axis)",
+    arguments=("x", "g"),
+    keywords=("axis",),
+    outputs=("dx",),
+    plain="logsumexp_grad.exp_minus_lse",
+    standard=("logsumexp_grad.exp_minus_lse", "logsumexp_grad.softmax_in_dtype"),
+    best="logsumexp_grad.f32acc",
     best_practice="p g with p in float32, round once (logsumexp_grad.f32acc)",
-    families=_ROW_FAMILIES + _UNDEFINED, **_ROW_GRAD,
-)  # fmt: skip
+    families=_ROW_FAMILIES + _UNDEFINED,
+    **_ROW_GRAD,
+)
 
 MASKED_SOFTMAX_GRAD = Kind(
-    "masked_softmax_grad", "f(x, mask, g, axis=-1) -> dx", arguments=("x", "mask", "g"), keywords=("axis",),
-    outputs=("dx",), plain="masked_softmax_grad.where_in_dtype", standard=("masked_softmax_grad.where_in_dtype",),
+    "masked_softmax_grad",
+    "f(x, mask, g, axis=-1) -> dx",
+    arguments=("x", "mask", "g"),
+    keywords=("axis",),
+    outputs=("dx",),
+    plain="masked_softmax_grad.where_in_dtype",
+    standard=("masked_softmax_grad.where_in_dtype",),
     best="masked_softmax_grad.where",
     best_practice="where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)",
-    families=_ROW_FAMILIES + _MASKED_FAMILIES + _UPSTREAM_FAMILIES, measures=("sum_zero",),
+    families=_ROW_FAMILIES + _MASKED_FAMILIES + _UPSTREAM_FAMILIES,
+    measures=("sum_zero",),
     leak="masked entries get a gradient",
-    fixes={"nan": "give rows with nothing kept a zero gradient: where over the kept entries, not a -inf fill",
-           "mask_leak": "multiply the gradient by the mask (or use where): a masked entry's gradient is exactly 0"},
+    fixes={
+        "nan": "give rows with nothing kept a zero gradient: where over the kept entries, not a -inf fill",
+        "mask_leak": "multiply the gradient by the mask (or use where): a masked entry's gradient is exactly 0",
+    },
     **_ROW_GRAD,
-)  # fmt: skip
+)
 
 _ATTENTION_GRAD_BEST = "P, dP, D and dS in float32, each gradient rounded once (attention_grad.upcast)"
 ATTENTION_GRAD = Kind(
-    "attention_grad", "f(q, k, v, g, mask=None) -> (dq, dk, dv)", arguments=("q", "k", "v", "g"), keywords=("mask",),
-    outputs=("dq", "dk", "dv"), plain="attention_grad.naive", standard=("attention_grad.naive", "attention_grad.flash2_b64"),
-    best="attention_grad.upcast", best_practice=_ATTENTION_GRAD_BEST,
+    "attention_grad",
+    "f(q, k, v, g, mask=None) -> (dq, dk, dv)",
+    arguments=("q", "k", "v", "g"),
+    keywords=("mask",),
+    outputs=("dq", "dk", "dv"),
+    plain="attention_grad.naive",
+    standard=("attention_grad.naive", "attention_grad.flash2_b64"),
+    best="attention_grad.upcast",
+    best_practice=_ATTENTION_GRAD_BEST,
     # Not attn_large_activations: its scores spread over thousands, so nearly every gradient is far below float64's
     # range and only its sign is left to decide, which tier B cannot and tier C does in minutes (docs/gradients.md).
     families=tuple(f for f in _ATTENTION_FAMILIES if f != "attn_large_activations")
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal"),
-    reference=f"{_GRADS}:attention_reference", conditioning=f"{_GRADS}:attention_conditioning",
-    element_inputs=f"{_GRADS}:attention_element_inputs", diagnose="softaudit.causes:diagnose_scores",
+    reference=f"{_GRADS}:attention_reference",
+    conditioning=f"{_GRADS}:attention_conditioning",
+    element_inputs=f"{_GRADS}:attention_element_inputs",
+    diagnose="softaudit.causes:diagnose_scores",
     strategy="softaudit.hunt._strategies:gradients",
-    upstream=f"{_GRADS}:attention_upstream", reduction=("k", -2),
-    row_wise=False, reduces=False, logarithmic=False,
-    causes=("subnormal",), scale_terms="the terms of dP - D and their share of the scores",
+    upstream=f"{_GRADS}:attention_upstream",
+    reduction=("k", -2),
+    row_wise=False,
+    reduces=False,
+    logarithmic=False,
+    causes=("subnormal",),
+    scale_terms="the terms of dP - D and their share of the scores",
     leak="keys no query may attend get a gradient",
-    fixes={"nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
-           "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",
-           "below_best": f"keep P, dP and D in float32; best practice: {_ATTENTION_GRAD_BEST}"},
-)  # fmt: skip
+    fixes={
+        "nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
+        "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",
+        "below_best": f"keep P, dP and D in float32; best practice: {_ATTENTION_GRAD_BEST}",
+    },
+)
 
 #: Every kind by name, in the order the audit runs them.
-KINDS: dict[str, Kind] = {k.name: k for k in (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP, MASKED_SOFTMAX, ATTENTION, SOFTMAX_GRAD,
-                                             LOG_SOFTMAX_GRAD, LOGSUMEXP_GRAD, MASKED_SOFTMAX_GRAD, ATTENTION_GRAD)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        SOFTMAX,
+        LOG_SOFTMAX,
+        LOGSUMEXP,
+        MASKED_SOFTMAX,
+        ATTENTION,
+        SOFTMAX_GRAD,
+        LOG_SOFTMAX_GRAD,
+        LOGSUMEXP_GRAD,
+        MASKED_SOFTMAX_GRAD,
+        ATTENTION_GRAD,
+    )
+}
 
 
 def get(name) -> Kind:

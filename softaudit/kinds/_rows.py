@@ -23,8 +23,15 @@ def conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     scale = _conditioning.rows(kind.name, x, mask, exact)
     if kind.masked:
         masked = ~np.broadcast_to(mask, x.shape)
-        return ({"undefined": undefined, "nothing_kept": masked.all(axis=-1), "masked": masked,
-                 "kept_nan_rows": kept_nan, "scale": scale},)  # fmt: skip
+        return (
+            {
+                "undefined": undefined,
+                "nothing_kept": masked.all(axis=-1),
+                "masked": masked,
+                "kept_nan_rows": kept_nan,
+                "scale": scale,
+            },
+        )
     return ({"undefined": undefined, "kept_nan_rows": kept_nan, "scale": scale},)
 
 

@@ -18,19 +18,19 @@ from ._attention import prepare, round_attention
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
-from ._grad_attention import attention_grad as _attention_grad
-from ._grad_rows import round_rows as round_grad_rows
 from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
 from ._formats import format_of as format_of
 from ._formats import round_array
+from ._grad_attention import attention_grad as _attention_grad
+from ._grad_rows import round_rows as round_grad_rows
 from ._validate import axis_index, bool_mask, float_array, scale_value, target
 
 __all__ = [
     "DTYPE_NAMES",
+    "TIER_NAMES",
     "Format",
     "Result",
-    "TIER_NAMES",
     "attention",
     "attention_grad",
     "attention_undefined_rows",
@@ -254,8 +254,7 @@ def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
     return prepare(q, k, v, mask, None).undefined
 
 
-def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto",
-                       device="auto") -> Result:  # fmt: skip
+def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto", device="auto") -> Result:
     """The full `Result` of attention (per query row: undefined); `device` as for `attention`."""
     problem = prepare(q, k, v, mask, scale_value(scale))
     return round_attention(problem, target(dtype, prec), _method(method), detail=True, device=device)

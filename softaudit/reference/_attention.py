@@ -73,8 +73,11 @@ def prepare(q, k, v, mask, scale) -> Problem:
 
 #: The exponent bits of the IEEE formats: all ones is an infinity or a NaN. Read from the bits, the test takes a
 #: third of np.isfinite's time on float16 (no SIMD loop there), which matters for inputs of millions of values.
-_EXPONENT = {np.dtype(np.float16): (np.uint16, 0x7C00), np.dtype(np.float32): (np.uint32, 0x7F800000),
-             np.dtype(np.float64): (np.uint64, 0x7FF0000000000000)}  # fmt: skip
+_EXPONENT = {
+    np.dtype(np.float16): (np.uint16, 0x7C00),
+    np.dtype(np.float32): (np.uint32, 0x7F800000),
+    np.dtype(np.float64): (np.uint64, 0x7FF0000000000000),
+}
 
 
 def _finite_rows(a: np.ndarray) -> np.ndarray:
@@ -180,7 +183,9 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
     pending = np.broadcast_to(~undefined[:, :, None], (nb, lq, dv)).copy()
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (q, k, v)) and dv:
         # Elements per query row of each tier's largest temporaries: tier A's scores, tier B's products.
-        tiers = [(1, tier_a, lk), (2, tier_b, lk * max(d, dv))] if tier_a_target(fmt) else [(2, tier_b, lk * max(d, dv))]
+        tiers = (
+            [(1, tier_a, lk), (2, tier_b, lk * max(d, dv))] if tier_a_target(fmt) else [(2, tier_b, lk * max(d, dv))]
+        )
         torch_device = _torch_tier.device_for(device, nb * lq * lk) if tier_a_target(fmt) else None
         if torch_device is not None and _torch_tier.run(problem, fmt, torch_device, pending, out):
             tiers = []  # tiers A and B ran on the device: what is left needs tier C
@@ -217,7 +222,9 @@ def _negative_zeros(problem: Problem, out: _Collector):
     if not negative_zero.any():
         return
     others = problem.keep.astype(np.float64) @ (~negative_zero).astype(np.float64)  # (B, Lq, dv): kept non -0 values
-    where = (others == 0) & problem.keep.any(axis=2)[:, :, None] & ~problem.undefined.reshape(others.shape[:2])[:, :, None]
+    where = (
+        (others == 0) & problem.keep.any(axis=2)[:, :, None] & ~problem.undefined.reshape(others.shape[:2])[:, :, None]
+    )
     out.fill(where, -0.0)
 
 

@@ -176,7 +176,9 @@ def _leading(value: tuple, bits: int) -> float:
 # ln2 in three parts: k * _LN2_1 and k * _LN2_2 are exact for |k| < 2**12, the rest is below 2**-80.
 _LN2_1 = _leading(_LN2, 40)
 _LN2_2 = _leading(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200), 40)
-_LN2_3 = libmp.to_float(libmp.mpf_sub(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200), libmp.from_float(_LN2_2), 200))
+_LN2_3 = libmp.to_float(
+    libmp.mpf_sub(libmp.mpf_sub(_LN2, libmp.from_float(_LN2_1), 200), libmp.from_float(_LN2_2), 200)
+)
 _INV_LN2 = 1.0 / math.log(2.0)
 _STEPS = 4096
 _REACH = 1421  # |r| <= ln2/2 + 2**-40 gives |j| <= 1420
@@ -189,9 +191,7 @@ def _table() -> tuple[np.ndarray, np.ndarray]:
     """e**(j/4096) for |j| <= 1421 as double-doubles, computed once with mpmath at 200 bits (about 50 ms)."""
     global _TABLE
     if _TABLE is None:
-        pairs = [
-            _constant(libmp.mpf_exp(libmp.from_rational(j, _STEPS, 220), 200)) for j in range(-_REACH, _REACH + 1)
-        ]
+        pairs = [_constant(libmp.mpf_exp(libmp.from_rational(j, _STEPS, 220), 200)) for j in range(-_REACH, _REACH + 1)]
         _TABLE = (np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs]))
     return _TABLE
 

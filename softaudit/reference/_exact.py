@@ -274,11 +274,18 @@ def attention_row(
         es = [libmp.mpf_exp(t, wp) for t in ts]
         total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
         # 1.02 (2 eta + 3 * 2**-wp), rounded up
-        bound = libmp.mpf_mul(libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP), libmp.from_float(1.02), 30, _ROUND_UP)
+        bound = libmp.mpf_mul(
+            libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
+            libmp.from_float(1.02),
+            30,
+            _ROUND_UP,
+        )
         for c, column in diffs.items():
             if c in done:
                 continue
-            terms = [libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)]
+            terms = [
+                libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)
+            ]
             corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
             size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
             err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)

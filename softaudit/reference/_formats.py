@@ -194,6 +194,7 @@ def _to_longdouble(value: tuple, negative: bool) -> np.longdouble:
     result = np.ldexp(np.longdouble(hi) * np.longdouble(2**32) + np.longdouble(lo), exp)
     return -result if negative else result
 
+
 def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray]:
     """Round h + lo to fmt wherever every number within err of it rounds alike.
 
@@ -258,6 +259,8 @@ def _decide_float64(h, lo, err):
     lo_mag = 0.0 if lo is None else np.where(h < 0, -lo, lo)
     ok = (lo_mag + err < 0.5 * above) & (err - lo_mag < 0.5 * below) & (exponent > 53) & (exponent < 2046)
     return h + 0.0, ok
+
+
 def _decide_general(h, lo, err, fmt: Format):
     """Any format: the value in units of fmt's spacing at its binade, then round to an integer."""
     p = fmt.precision

@@ -212,7 +212,9 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
                 sig = (tuple(w.keys), key_of[j]) + ((tuple(dp), dp_of[j]) if which == 1 else ())
                 if sig not in merged:
                     if which == 1:
-                        form = Form(w, cov=({key_of[j]: dp_of[j]} if dp_of[j] else {}, {key_of[j]: Fraction(1)}, dp_group))
+                        form = Form(
+                            w, cov=({key_of[j]: dp_of[j]} if dp_of[j] else {}, {key_of[j]: Fraction(1)}, dp_group)
+                        )
                     else:
                         form = Form(w, mean={key_of[j]: Fraction(1)})
                     merged[sig] = [Fraction(0), form]
@@ -275,5 +277,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     if not detail:
         return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
     undefined = (bad, bad_key, bad_key)
-    return tuple(Result(*(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)), rows.reshape(shape[:-1]))
-                 for o, shape, rows in zip(outs, shapes, undefined))  # fmt: skip
+    return tuple(
+        Result(*(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)), rows.reshape(shape[:-1]))
+        for o, shape, rows in zip(outs, shapes, undefined)
+    )

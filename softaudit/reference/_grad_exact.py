@@ -159,7 +159,9 @@ class Form:
         self.base = self.n0_value / self.d0
         self.correction: dict | None = None  # M, once expanded
         self.rho2 = Fraction(0)
-        cost = 0 if cov is None else len(self._n_parts[0]) * len(w.counts) + len(self._n_parts[1]) * len(self._n_parts[2])
+        cost = (
+            0 if cov is None else len(self._n_parts[0]) * len(w.counts) + len(self._n_parts[1]) * len(self._n_parts[2])
+        )
         if cost <= _CHEAP:
             self.expand()
 
@@ -184,7 +186,9 @@ class Form:
                 self.numerator = combine(Fraction(1), _times(sab, self.w.counts), Fraction(-1), _times(sa, sb))
             n0, top = self.w.n0, self.n0_value
             rho = {k: v for k, v in self.w.counts.items() if k}
-            s_part = combine(Fraction(n0**self.k), {Fraction(0): Fraction(1)}, Fraction(self.k * n0 ** (self.k - 1)), rho)
+            s_part = combine(
+                Fraction(n0**self.k), {Fraction(0): Fraction(1)}, Fraction(self.k * n0 ** (self.k - 1)), rho
+            )
             self.correction = combine(self.d0, self.numerator, -top, s_part)
             self.correction.pop(Fraction(0), None)  # cancels exactly
             self.rho2 = -top if self.k == 2 and rho else Fraction(0)
@@ -214,8 +218,12 @@ class Form:
         t1, zero = keys[1], Fraction(0)
         sab, sa, sb = self._n_parts
         n = self.w.counts
-        return (sab.get(zero, 0) * n[t1] + sab.get(t1, 0) * n[zero] - sa.get(zero, 0) * sb.get(t1, 0)
-                - sa.get(t1, 0) * sb.get(zero, 0))  # fmt: skip
+        return (
+            sab.get(zero, 0) * n[t1]
+            + sab.get(t1, 0) * n[zero]
+            - sa.get(zero, 0) * sb.get(t1, 0)
+            - sa.get(t1, 0) * sb.get(zero, 0)
+        )
 
     def corr(self, wp: int) -> tuple[tuple, tuple] | None:
         """The value minus base at wp, with an error bound; None to refine."""
@@ -237,11 +245,22 @@ class Form:
                 square = libmp.mpf_mul(_mpf(self.rho2), libmp.mpf_mul(rho, rho, wp), wp)
                 rel = libmp.mpf_add(libmp.mpf_div(rho_err, rho, 30, _UP), libmp.from_man_exp(1, 2 - wp), 30, _UP)
                 m = libmp.mpf_add(m, square, wp)
-                m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(square), libmp.mpf_mul(rel, libmp.from_float(2.02), 30, _UP), 30, _UP), 30, _UP)
-                m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)
+                m_err = libmp.mpf_add(
+                    m_err,
+                    libmp.mpf_mul(libmp.mpf_abs(square), libmp.mpf_mul(rel, libmp.from_float(2.02), 30, _UP), 30, _UP),
+                    30,
+                    _UP,
+                )
+                m_err = libmp.mpf_add(
+                    m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP
+                )
             den = libmp.mpf_mul(_mpf(self.d0), libmp.mpf_pow_int(s, self.k, wp), wp)
-            rel_den = libmp.mpf_add(libmp.mpf_mul(libmp.from_int(self.k), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
-                                    libmp.from_man_exp(1, 2 - wp), 30, _UP)  # fmt: skip
+            rel_den = libmp.mpf_add(
+                libmp.mpf_mul(libmp.from_int(self.k), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
+                libmp.from_man_exp(1, 2 - wp),
+                30,
+                _UP,
+            )
             value = libmp.mpf_div(m, den, wp)
         else:  # cov not yet expanded: N = Sab s - Sa Sb directly, minus the base
             sab, sa, sb = (_evaluate(p, exps, eta, wp) for p in self._n_parts)
@@ -249,14 +268,22 @@ class Form:
             sizes = [_evaluate({k: abs(v) for k, v in p.items()}, exps, eta, wp)[0] for p in self._n_parts]
             # |Sx - Sx^| <= eta' |Sx|_abs for each sum, so |N - N^| <= 2.01 eta' (|Sab| s + |Sa| |Sb|) + roundings.
             rel = libmp.mpf_add(libmp.mpf_div(s_err, s, 30, _UP), libmp.from_man_exp(1, 3 - wp), 30, _UP)
-            big = libmp.mpf_add(libmp.mpf_mul(sizes[0], s, 30, _UP), libmp.mpf_mul(sizes[1], sizes[2], 30, _UP), 30, _UP)
+            big = libmp.mpf_add(
+                libmp.mpf_mul(sizes[0], s, 30, _UP), libmp.mpf_mul(sizes[1], sizes[2], 30, _UP), 30, _UP
+            )
             m_err = libmp.mpf_mul(libmp.mpf_mul(big, rel, 30, _UP), libmp.from_float(2.02), 30, _UP)
             den = libmp.mpf_mul(s, s, wp)
-            rel_den = libmp.mpf_add(libmp.mpf_mul(libmp.from_int(2), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
-                                    libmp.from_man_exp(1, 2 - wp), 30, _UP)  # fmt: skip
+            rel_den = libmp.mpf_add(
+                libmp.mpf_mul(libmp.from_int(2), libmp.mpf_div(s_err, s, 30, _UP), 30, _UP),
+                libmp.from_man_exp(1, 2 - wp),
+                30,
+                _UP,
+            )
             value = libmp.mpf_sub(libmp.mpf_div(m, den, wp), _mpf(self.base, wp), wp)
             base_err = libmp.mpf_mul(_mpf(abs(self.base), wp), libmp.from_man_exp(1, 1 - wp), 30, _UP)
-            m_err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)
+            m_err = libmp.mpf_add(
+                m_err, libmp.mpf_mul(libmp.mpf_abs(m), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP
+            )
         # (m +- m_err) / (den (1 +- rel_den)): error <= (m_err + |m| rel_den) / den * 1.01, plus the division's rounding
         err = libmp.mpf_add(m_err, libmp.mpf_mul(libmp.mpf_abs(m), rel_den, 30, _UP), 30, _UP)
         err = libmp.mpf_mul(libmp.mpf_div(err, den, 30, _UP), libmp.from_float(1.01), 30, _UP)
@@ -300,16 +327,24 @@ def decide_terms(terms: list[tuple[Fraction, Form]], factor: Scale, fmt: Format)
             cc = _mpf(c) if _dyadic(c) else _mpf(c, wp + 8)
             scaled = libmp.mpf_mul(cc, corr, wp)
             # c as rounded (2**(-wp - 7)) and the product rounded (2**-wp): 2**(1 - wp) |c corr| covers both
-            bound = libmp.mpf_add(libmp.mpf_mul(libmp.mpf_abs(cc), err, 30, _UP),
-                                  libmp.mpf_mul(libmp.mpf_abs(scaled), libmp.from_man_exp(1, 1 - wp), 30, _UP), 30, _UP)  # fmt: skip
+            bound = libmp.mpf_add(
+                libmp.mpf_mul(libmp.mpf_abs(cc), err, 30, _UP),
+                libmp.mpf_mul(libmp.mpf_abs(scaled), libmp.from_man_exp(1, 1 - wp), 30, _UP),
+                30,
+                _UP,
+            )
             found = decide_sum(c * base, scaled, libmp.mpf_mul(bound, libmp.from_float(1.01), 30, _UP), 0, fmt)
         else:
             total = libmp.mpf_add(_mpf(base, wp + 8), corr, wp + 8)
             c = factor.value(wp + 8)
             value = libmp.mpf_mul(c, total, wp)
             # c within 2**(-wp - 7), base within 2**(-wp - 7), products and sum rounded: 2**(3 - wp) |value| covers them
-            bound = libmp.mpf_add(libmp.mpf_mul(c, err, 30, _UP),
-                                  libmp.mpf_mul(libmp.mpf_abs(value), libmp.from_man_exp(1, 3 - wp), 30, _UP), 30, _UP)  # fmt: skip
+            bound = libmp.mpf_add(
+                libmp.mpf_mul(c, err, 30, _UP),
+                libmp.mpf_mul(libmp.mpf_abs(value), libmp.from_man_exp(1, 3 - wp), 30, _UP),
+                30,
+                _UP,
+            )
             found = decide(value, bound, 0, fmt)
             found = None if found is None else (found, value, bound)
         if found is not None:

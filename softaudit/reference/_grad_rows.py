@@ -15,9 +15,8 @@ makes every difference exact in structure: a constant g gives exactly 0 with a z
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import math
+from fractions import Fraction
 
 import numpy as np
 from mpmath import libmp
@@ -26,8 +25,8 @@ from . import _dd, _grad_exact, _rows
 from ._dd import TINY, U
 from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
-from ._grad_exact import Form
 from ._formats import Format, decide_arrays, exact_mpf, round_mpf
+from ._grad_exact import Form
 from ._rows import Approx
 
 KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
@@ -62,7 +61,11 @@ def _far_below(kind: str, x, g, removed, fmt: Format) -> np.ndarray:
     (absolute terms of 2**-1074) cannot make this decision for float64 targets."""
     kept = np.where(removed, -np.inf, x)
     t = kept - kept.max(axis=1, keepdims=True)
-    size = np.abs(g)[:, None] if kind == "logsumexp_grad" else 2 * np.abs(np.where(removed, 0.0, g)).max(axis=1, keepdims=True)
+    size = (
+        np.abs(g)[:, None]
+        if kind == "logsumexp_grad"
+        else 2 * np.abs(np.where(removed, 0.0, g)).max(axis=1, keepdims=True)
+    )
     with np.errstate(divide="ignore"):
         bound = t * (1 - U) + np.log(size) + 1.0  # ln of an upper bound of |dx|, with the margin
     return ~removed & (bound < (fmt.min_subnormal_exp - 1) * math.log(2))
@@ -180,8 +183,17 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
         keep = np.flatnonzero(~removed[r])
         cols = np.flatnonzero(pending[r])
         rest = _fractions(g[r, removed[r]]) if kind == "log_softmax_grad" else []  # g at -inf logits
-        for col, entry in zip(cols, exact_row(kind, x[r, keep], g[r] if kind == "logsumexp_grad" else g[r, keep],
-                                              list(np.searchsorted(keep, cols)), fmt, sum(rest, Fraction(0)))):  # fmt: skip
+        for col, entry in zip(
+            cols,
+            exact_row(
+                kind,
+                x[r, keep],
+                g[r] if kind == "logsumexp_grad" else g[r, keep],
+                list(np.searchsorted(keep, cols)),
+                fmt,
+                sum(rest, Fraction(0)),
+            ),
+        ):
             out.put_exact((r, col), *entry)
     return out
 

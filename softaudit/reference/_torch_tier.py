@@ -204,7 +204,9 @@ def _pairwise_dd(h, lo, one_sign=False):
         n = h.shape[-1]
         m = n // 2
         s, sl = plus(h[..., :m], lo[..., :m], h[..., m : 2 * m], lo[..., m : 2 * m])
-        h, lo = (torch.cat([s, h[..., 2 * m :]], dim=-1), torch.cat([sl, lo[..., 2 * m :]], dim=-1)) if n % 2 else (s, sl)
+        h, lo = (
+            (torch.cat([s, h[..., 2 * m :]], dim=-1), torch.cat([sl, lo[..., 2 * m :]], dim=-1)) if n % 2 else (s, sl)
+        )
     if h.shape[-1] == 0:
         return h.new_zeros(h.shape[:-1]), h.new_zeros(h.shape[:-1])
     return h[..., 0], lo[..., 0]

@@ -38,9 +38,26 @@ FORMATS = (*FILE_FORMATS, "github")
 def write_reports(result, out, formats=FILE_FORMATS, comparison=None, writers: dict = WRITERS) -> list[Path]:
     """Write the chosen formats of `writers` (a format it has not is left out) into `out`; the paths written."""
     out = Path(out)
-    return [write_atomic(out / name, render(result, comparison))
-            for fmt in writers if fmt in formats for name, render in writers[fmt].items()]
+    return [
+        write_atomic(out / name, render(result, comparison))
+        for fmt in writers
+        if fmt in formats
+        for name, render in writers[fmt].items()
+    ]
 
 
-__all__ = ["FILE_FORMATS", "FORMATS", "HUNT_WRITERS", "WRITERS", "annotations", "families_text", "hunt_table",
-           "issues", "machine", "platform_key", "summary", "versions", "write_reports"]
+__all__ = [
+    "FILE_FORMATS",
+    "FORMATS",
+    "HUNT_WRITERS",
+    "WRITERS",
+    "annotations",
+    "families_text",
+    "hunt_table",
+    "issues",
+    "machine",
+    "platform_key",
+    "summary",
+    "versions",
+    "write_reports",
+]

@@ -36,8 +36,12 @@ def platform_key() -> dict:
     once imported). Equal keys give equal bits; across keys, SIMD functions and BLAS kernels may round otherwise."""
     from numpy._core import _multiarray_umath as umath
 
-    key = {"machine": platform.machine(), "python": sys.version.split()[0],
-           "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)], "blas": _blas()}  # fmt: skip
+    key = {
+        "machine": platform.machine(),
+        "python": sys.version.split()[0],
+        "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)],
+        "blas": _blas(),
+    }
     for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy", "triton"):
         if name in ("numpy", "ml_dtypes") or name in sys.modules:
             try:
@@ -53,8 +57,11 @@ def accelerator() -> dict:
     found = {}
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_available():
-        found |= {"gpu": torch.cuda.get_device_name(), "cuda": torch.version.cuda,
-                  "cudnn": torch.backends.cudnn.version()}  # fmt: skip
+        found |= {
+            "gpu": torch.cuda.get_device_name(),
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+        }
     jax = sys.modules.get("jax")
     if jax is not None:
         gpus = [str(d.device_kind) for d in jax.devices() if d.platform != "cpu"]

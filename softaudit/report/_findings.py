@@ -17,8 +17,10 @@ def interrupted_line(result) -> str:
     """What an interrupted run's reports say first ("" for a run that finished)."""
     if not result.interrupted:
         return ""
-    return ("Interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished. These are the rows that "
-            "finished; the rest were not run, and the baseline gate did not compare this run.")  # fmt: skip
+    return (
+        "Interrupted: the run was stopped (Ctrl-C or SIGTERM) before it finished. These are the rows that "
+        "finished; the rest were not run, and the baseline gate did not compare this run."
+    )
 
 
 def verdict_matrix(table) -> dict:
@@ -39,12 +41,24 @@ def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
     """
     rows = table[table.verdict.isin(verdicts)]
     groups = []
-    for (candidate, dtype, verdict, cause), group in rows.groupby(["candidate", "dtype", "verdict", "cause"], sort=False, dropna=False):
+    for (candidate, dtype, verdict, cause), group in rows.groupby(
+        ["candidate", "dtype", "verdict", "cause"], sort=False, dropna=False
+    ):
         errors = group.max_cond_err.astype(float)
         lead = group.loc[errors.idxmax()] if errors.notna().any() else group.iloc[0]
-        groups.append({"candidate": candidate, "dtype": dtype, "verdict": verdict, "cause": _text(cause),
-                       "families": list(group.family), "max_cond_err": _max(errors),
-                       "max_ulp": _max(group.max_ulp.astype(float)), "note": _text(lead.note), "fix": _text(lead.get("fix"))})  # fmt: skip
+        groups.append(
+            {
+                "candidate": candidate,
+                "dtype": dtype,
+                "verdict": verdict,
+                "cause": _text(cause),
+                "families": list(group.family),
+                "max_cond_err": _max(errors),
+                "max_ulp": _max(group.max_ulp.astype(float)),
+                "note": _text(lead.note),
+                "fix": _text(lead.get("fix")),
+            }
+        )
     return sorted(groups, key=lambda g: ORDER.index(g["verdict"]))
 
 

@@ -56,11 +56,13 @@ def _fix_table(table) -> str:
         f"<td>{escape(g['note'])}</td><td>{escape(g['fix'])}</td></tr>"
         for g in found
     )
-    return ("<table id='fix'><tr><th>verdict</th><th>candidate</th><th>dtype</th><th>families</th><th>error</th>"
-            f"<th>max ulp</th><th>why</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
-            "(u x scale), the error against the problem's conditioning; fail = a defect (an event, or past both "
-            "2 x every standard algorithm in the dtype and a quarter of the dtype's bits), warn = sound but below best "
-            "practice (docs/policy.md).</p>")  # fmt: skip
+    return (
+        "<table id='fix'><tr><th>verdict</th><th>candidate</th><th>dtype</th><th>families</th><th>error</th>"
+        f"<th>max ulp</th><th>why</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
+        "(u x scale), the error against the problem's conditioning; fail = a defect (an event, or past both "
+        "2 x every standard algorithm in the dtype and a quarter of the dtype's bits), warn = sound but below best "
+        "practice (docs/policy.md).</p>"
+    )
 
 
 def _series(cases, kind, dtype, family, param):
@@ -102,9 +104,14 @@ def _plots(result) -> str:
         hists = []
         for dtype, group in cases.groupby("dtype", sort=False):
             values = group.max_cond_err.astype(float)
-            counts = [int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum()) for lo, hi in zip(edges, edges[1:])]
+            counts = [
+                int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum())
+                for lo, hi in zip(edges, edges[1:])
+            ]
             counts.append(int((group.nonfinite > 0).sum()))
-            hists.append(bar_chart(f"{dtype}: cases by error against the conditioning", labels, counts, Y_LABEL + " of a case"))
+            hists.append(
+                bar_chart(f"{dtype}: cases by error against the conditioning", labels, counts, Y_LABEL + " of a case")
+            )
         blocks.append(f"<h3>Histograms</h3><div class='charts'>{''.join(hists)}</div>")
     return "".join(blocks)
 
@@ -112,12 +119,22 @@ def _plots(result) -> str:
 def _family_tables(table) -> str:
     out = []
     for family, group in table.groupby("family", sort=False):
-        view = group.pivot_table(index="candidate", columns="dtype", values="max_cond_err", aggfunc="max", sort=False, dropna=False)
+        view = group.pivot_table(
+            index="candidate", columns="dtype", values="max_cond_err", aggfunc="max", sort=False, dropna=False
+        )
         verdicts = group.pivot_table(index="candidate", columns="dtype", values="verdict", aggfunc="first", sort=False)
-        styler = view.style.format("{:.3g}", na_rep="-").format_index(escape="html", axis=0).format_index(escape="html", axis=1)
-        styler = styler.apply(lambda _: verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}"), axis=None)
-        out.append(f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
-                   "compared); colour is the verdict</p>" + styler.to_html())  # fmt: skip
+        styler = (
+            view.style.format("{:.3g}", na_rep="-")
+            .format_index(escape="html", axis=0)
+            .format_index(escape="html", axis=1)
+        )
+        styler = styler.apply(
+            lambda _: verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}"), axis=None
+        )
+        out.append(
+            f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
+            "compared); colour is the verdict</p>" + styler.to_html()
+        )
     return "".join(out)
 
 
@@ -130,10 +147,12 @@ def _worst(result, limit: int = 40) -> str:
         f"<td><code>{escape(w.command())}</code></td></tr>"
         for w in rows
     )
-    return ("<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
-            f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
-            "and each row's recipe are in worst.csv; <code>softaudit replay worst.csv --row N</code> reproduces a row's "
-            "worst error.</p>")  # fmt: skip
+    return (
+        "<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
+        f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
+        "and each row's recipe are in worst.csv; <code>softaudit replay worst.csv --row N</code> reproduces a row's "
+        "worst error.</p>"
+    )
 
 
 def _gate(comparison) -> str:
@@ -141,17 +160,27 @@ def _gate(comparison) -> str:
         return ""
     items = "".join(f"<li><code>{escape(c.key)}</code>: {escape(c.what)}</li>" for c in comparison.regressions)
     head = f"{len(comparison.regressions)} regression(s)" if comparison.regressions else "No regressions"
-    other = "" if comparison.same_platform else (f" The baseline was made on another platform "
-                                                   f"({escape(comparison.platform_change)}): {len(comparison.platform)} "
-                                                   "platform difference(s), not regressions.")  # fmt: skip
-    return (f"<h2>Against the baseline</h2><p>{head}; {len(comparison.known)} known; "
-            f"{len(comparison.improvements)} improvement(s).{other}</p><ul>{items}</ul>")  # fmt: skip
+    other = (
+        ""
+        if comparison.same_platform
+        else (
+            f" The baseline was made on another platform "
+            f"({escape(comparison.platform_change)}): {len(comparison.platform)} "
+            "platform difference(s), not regressions."
+        )
+    )
+    return (
+        f"<h2>Against the baseline</h2><p>{head}; {len(comparison.known)} known; "
+        f"{len(comparison.improvements)} improvement(s).{other}</p><ul>{items}</ul>"
+    )
 
 
 def report_html(result, comparison=None) -> str:
     """The page."""
     table = result.table
-    settings = "".join(f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items())
+    settings = "".join(
+        f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items()
+    )
     env = versions() | machine() | {"platform": platform_key()}
     env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in env.items())
     banner = f"<p><strong>{escape(interrupted_line(result))}</strong></p>\n" if interrupted_line(result) else ""

@@ -9,11 +9,22 @@ def hunt_table(findings) -> object:
     import numpy as np
     import pandas as pd
 
-    return pd.DataFrame([{"candidate": f.candidate, "dtype": f.dtype, "examples": f.examples,
-                          "found": "FAIL" if f.failed else "none", "max_cond_err": f.max_cond_err,
-                          "seconds": round(f.seconds, 2),
-                          "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
-                          "reason": f.reason, "corpus": f.corpus_file or ""} for f in findings])
+    return pd.DataFrame(
+        [
+            {
+                "candidate": f.candidate,
+                "dtype": f.dtype,
+                "examples": f.examples,
+                "found": "FAIL" if f.failed else "none",
+                "max_cond_err": f.max_cond_err,
+                "seconds": round(f.seconds, 2),
+                "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
+                "reason": f.reason,
+                "corpus": f.corpus_file or "",
+            }
+            for f in findings
+        ]
+    )
 
 
 def hunt_csv(findings, comparison=None) -> str:
@@ -25,6 +36,7 @@ def hunt_md(findings, comparison=None) -> str:
     """The table in Markdown (a hunt has no baseline: comparison is always None)."""
     table = hunt_table(findings)
     header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
-    body = "".join("| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n"
-                   for row in table.itertuples(index=False))
+    body = "".join(
+        "| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False)
+    )
     return "# softaudit hunt\n\n" + header + body

@@ -16,14 +16,24 @@ def junit(result, comparison=None) -> str:
     failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
     for candidate, group in result.table.groupby("candidate", sort=False):
-        suite = ET.SubElement(root, "testsuite", name=str(candidate), tests=str(len(group)),
-                              failures=str(int(group.verdict.isin(failing).sum())),
-                              errors=str(int((group.verdict == "error").sum())),
-                              time=f"{group.seconds.fillna(0).sum():.6f}")  # fmt: skip
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=str(candidate),
+            tests=str(len(group)),
+            failures=str(int(group.verdict.isin(failing).sum())),
+            errors=str(int((group.verdict == "error").sum())),
+            time=f"{group.seconds.fillna(0).sum():.6f}",
+        )
         for row in group.to_dict(orient="records"):
             seconds = row["seconds"]
-            case = ET.SubElement(suite, "testcase", classname=str(candidate), name=f"{row['dtype']} / {row['family']}",
-                                 time=f"{0.0 if seconds != seconds else seconds:.6f}")  # fmt: skip
+            case = ET.SubElement(
+                suite,
+                "testcase",
+                classname=str(candidate),
+                name=f"{row['dtype']} / {row['family']}",
+                time=f"{0.0 if seconds != seconds else seconds:.6f}",
+            )
             key = row_key(row)
             why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", _why(row)]))
             if row["verdict"] == "error":

@@ -32,12 +32,26 @@ def summary(result, comparison=None) -> str:
         lines.append(f"| `{candidate}` | " + " | ".join(row) + " |")
     found = issues(table)
     if found:
-        lines += ["", "## What to fix", "",
-                  "Error is max |y - exact| / (u x scale), the error against the problem's conditioning (docs/metrics.md).", "",
-                  "| verdict | candidate | dtype | families | error | max ulp | why | fix |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "## What to fix",
+            "",
+            "Error is max |y - exact| / (u x scale), the error against the problem's conditioning (docs/metrics.md).",
+            "",
+            "| verdict | candidate | dtype | families | error | max ulp | why | fix |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for g in found:
-            cells_ = [SYMBOL[g["verdict"]], f"`{g['candidate']}`", g["dtype"], families_text(g["families"]),
-                      number(g["max_cond_err"]), number(g["max_ulp"]), g["note"], g["fix"]]  # fmt: skip
+            cells_ = [
+                SYMBOL[g["verdict"]],
+                f"`{g['candidate']}`",
+                g["dtype"],
+                families_text(g["families"]),
+                number(g["max_cond_err"]),
+                number(g["max_ulp"]),
+                g["note"],
+                g["fix"],
+            ]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells_) + " |")
     return "\n".join(lines) + "\n"
 
@@ -51,8 +65,11 @@ def _gate_section(comparison) -> list[str]:
         lines.append("No regressions.")
     lines.append("")
     if not comparison.same_platform:
-        lines += [f"The baseline was made on another platform ({comparison.platform_change}): differences that do "
-                  "not change a verdict are platform differences, not regressions.", ""]  # fmt: skip
+        lines += [
+            f"The baseline was made on another platform ({comparison.platform_change}): differences that do "
+            "not change a verdict are platform differences, not regressions.",
+            "",
+        ]
     if comparison.known:
         lines += [f"{len(comparison.known)} known failure(s) or warning(s), already in the baseline (not fatal).", ""]
     if comparison.platform:

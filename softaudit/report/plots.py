@@ -50,22 +50,28 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
     y_lo, y_hi = 1.0, max(ys) * 1.5 if max(ys) > 1 else 10.0
     px = _scale(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx, WIDTH - LEFT - RIGHT, False)
     py = _scale(y_lo, y_hi, True, HEIGHT - TOP - BOTTOM, True)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
-             f"<title>{escape(title)}</title>",
-             f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
-             f'<g transform="translate({LEFT},{TOP})">']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+        f'<g transform="translate({LEFT},{TOP})">',
+    ]
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     parts.append(f'<rect width="{inner_w}" height="{inner_h}" class="frame"/>')
     for tick in _ticks(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx):
         if x_lo <= tick <= max(x_hi, x_lo):
             x = px(tick)
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
-                         f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{tick:g}</text>')  # fmt: skip
+            parts.append(
+                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
+                f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{tick:g}</text>'
+            )
     for tick in _ulp_ticks(y_hi - 1):
         if y_lo <= 1 + tick <= y_hi:
             y = py(1 + tick)
-            parts.append(f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                         f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>')  # fmt: skip
+            parts.append(
+                f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
+                f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>'
+            )
     crosses = False
     for i, (name, pts) in enumerate(series.items()):
         pts = sorted(p for p in pts if p[0] > 0 or not logx)
@@ -79,13 +85,19 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
             if bad:
                 crosses = True
                 c, d = px(x), 4 + 3 * (i % 4)  # staggered, so candidates failing at one x stay apart
-                parts.append(f'<path d="M{c - 4:.1f},{d - 4} L{c + 4:.1f},{d + 4} M{c - 4:.1f},{d + 4} L{c + 4:.1f},{d - 4}" '
-                             f'stroke="{color}" stroke-width="2"><title>{escape(str(name))}: NaN or inf at {x:g}</title></path>')  # fmt: skip
-        parts.append(f'<text x="{inner_w + 8}" y="{12 + 14 * i}" style="fill:{color}" class="legend">{escape(str(name))}</text>')
+                parts.append(
+                    f'<path d="M{c - 4:.1f},{d - 4} L{c + 4:.1f},{d + 4} M{c - 4:.1f},{d + 4} L{c + 4:.1f},{d - 4}" '
+                    f'stroke="{color}" stroke-width="2"><title>{escape(str(name))}: NaN or inf at {x:g}</title></path>'
+                )
+        parts.append(
+            f'<text x="{inner_w + 8}" y="{12 + 14 * i}" style="fill:{color}" class="legend">{escape(str(name))}</text>'
+        )
     if crosses:
         parts.append(f'<text x="{inner_w + 8}" y="{inner_h}" class="legend">x: NaN or inf outputs</text>')
     parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text>')
-    parts.append(f'<text transform="rotate(-90)" x="{-inner_h / 2}" y="-44" text-anchor="middle">{escape(y_label)}</text>')
+    parts.append(
+        f'<text transform="rotate(-90)" x="{-inner_h / 2}" y="-44" text-anchor="middle">{escape(y_label)}</text>'
+    )
     parts.append("</g></svg>")
     return "".join(parts)
 
@@ -96,14 +108,18 @@ def bar_chart(title: str, labels: list[str], counts: list[int], x_label: str) ->
     inner_w, inner_h = WIDTH - LEFT - 20, HEIGHT - TOP - BOTTOM
     width = inner_w / len(counts)
     top = max(counts)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
-             f"<title>{escape(title)}</title>",
-             f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
-             f'<g transform="translate({LEFT},{TOP})"><rect width="{inner_w}" height="{inner_h}" class="frame"/>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" width="{WIDTH}" height="{HEIGHT}" role="img">',
+        f"<title>{escape(title)}</title>",
+        f'<text x="{WIDTH / 2}" y="16" text-anchor="middle" class="t">{escape(title)}</text>',
+        f'<g transform="translate({LEFT},{TOP})"><rect width="{inner_w}" height="{inner_h}" class="frame"/>',
+    ]
     for i, (label, count) in enumerate(zip(labels, counts)):
         h = inner_h * count / top
-        parts.append(f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" fill="{PALETTE[0]}"/>'
-                     f'<text x="{i * width + width / 2:.1f}" y="{inner_h + 14}" text-anchor="middle">{escape(label)}</text>'
-                     f'<text x="{i * width + width / 2:.1f}" y="{inner_h - h - 3:.1f}" text-anchor="middle">{count}</text>')  # fmt: skip
+        parts.append(
+            f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" fill="{PALETTE[0]}"/>'
+            f'<text x="{i * width + width / 2:.1f}" y="{inner_h + 14}" text-anchor="middle">{escape(label)}</text>'
+            f'<text x="{i * width + width / 2:.1f}" y="{inner_h - h - 3:.1f}" text-anchor="middle">{count}</text>'
+        )
     parts.append(f'<text x="{inner_w / 2}" y="{inner_h + 32}" text-anchor="middle">{escape(x_label)}</text></g></svg>')
     return "".join(parts)

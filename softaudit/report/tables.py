@@ -4,8 +4,27 @@ from __future__ import annotations
 
 import json
 
-WORST_COLUMNS = ("candidate", "target", "kind", "dtype", "family", "output_name", "case", "case_index", "element", "cond_err", "ulp_err",
-                 "scale", "output", "reference", "cause", "explanation", "replay", "recipe", "inputs")  # fmt: skip
+WORST_COLUMNS = (
+    "candidate",
+    "target",
+    "kind",
+    "dtype",
+    "family",
+    "output_name",
+    "case",
+    "case_index",
+    "element",
+    "cond_err",
+    "ulp_err",
+    "scale",
+    "output",
+    "reference",
+    "cause",
+    "explanation",
+    "replay",
+    "recipe",
+    "inputs",
+)
 
 
 def results_csv(result, comparison=None) -> str:
@@ -18,10 +37,15 @@ def worst_rows(result) -> list[dict]:
     rows = []
     for worst in result.worst_inputs:
         data = worst.as_json()
-        rows.append({k: data[k] for k in WORST_COLUMNS if k in data and k not in ("element", "recipe", "inputs")}
-                    | {"element": json.dumps(data["element"]), "replay": worst.command(),
-                       "recipe": json.dumps(data["recipe"], sort_keys=True),
-                       "inputs": "" if data["inputs"] is None else json.dumps(data["inputs"], separators=(",", ":"))})  # fmt: skip
+        rows.append(
+            {k: data[k] for k in WORST_COLUMNS if k in data and k not in ("element", "recipe", "inputs")}
+            | {
+                "element": json.dumps(data["element"]),
+                "replay": worst.command(),
+                "recipe": json.dumps(data["recipe"], sort_keys=True),
+                "inputs": "" if data["inputs"] is None else json.dumps(data["inputs"], separators=(",", ":")),
+            }
+        )
     return rows
 
 

@@ -11,8 +11,10 @@ from softaudit.adapters import _bridge
 from softaudit.runner import candidates_for
 
 
-@pytest.mark.parametrize("device, parsed", [(None, ("cpu", 0)), ("cpu", ("cpu", 0)), ("cuda", ("cuda", 0)),
-                                            ("cuda:1", ("cuda", 1)), ("gpu", ("cuda", 0))])  # fmt: skip
+@pytest.mark.parametrize(
+    "device, parsed",
+    [(None, ("cpu", 0)), ("cpu", ("cpu", 0)), ("cuda", ("cuda", 0)), ("cuda:1", ("cuda", 1)), ("gpu", ("cuda", 0))],
+)
 def test_device_names(device, parsed):
     assert _bridge.parse_device(device) == parsed
 
@@ -78,8 +80,9 @@ def test_jax_arrays_are_placed_on_the_cpu_device_asked_for():
 
     for device in (None, "cpu"):
         seen.clear()
-        table = softaudit.audit(placed, dtypes=["float32"], suite="quick", families=["textbook"], device=device,
-                                isolation="none").table  # (the candidate records what it saw: in this process)
+        table = softaudit.audit(
+            placed, dtypes=["float32"], suite="quick", families=["textbook"], device=device, isolation="none"
+        ).table  # (the candidate records what it saw: in this process)
         assert set(table.verdict) == {"pass"} and seen
         assert all(devices == {jax.devices("cpu")[0]} for devices in seen)
 
@@ -108,8 +111,9 @@ def test_device_cpu_gives_the_same_table_as_none():
 
 def test_the_cudnn_backend_is_a_candidate_that_skips_on_the_cpu():
     pytest.importorskip("torch")
-    table = softaudit.audit("softaudit.frameworks.torch:sdpa_bool_cudnn", dtypes=["float32"], suite="quick",
-                            families=["attn_masks"]).table  # fmt: skip
+    table = softaudit.audit(
+        "softaudit.frameworks.torch:sdpa_bool_cudnn", dtypes=["float32"], suite="quick", families=["attn_masks"]
+    ).table
     assert list(table.verdict) == ["skip"] and table.note[0]
     assert np.all(table.candidate == "torch.sdpa_bool_cudnn")
 

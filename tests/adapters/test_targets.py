@@ -12,7 +12,7 @@ import softaudit
 from softaudit.adapters._targets import TargetError, load_target
 
 MODULE = textwrap.dedent(
-    '''
+    """
     import numpy as np
     import softaudit
 
@@ -27,7 +27,7 @@ MODULE = textwrap.dedent(
 
     def helper(x, axis=-1):
         return x
-    '''
+    """
 )
 
 
@@ -118,7 +118,7 @@ HELPER = textwrap.dedent(
     '''
 )
 KERNELS = textwrap.dedent(
-    '''
+    """
     import functools
     import math
 
@@ -130,7 +130,7 @@ KERNELS = textwrap.dedent(
     alias = b16  # the same candidate under a second name: audited once
     part = softaudit.candidate(functools.partial(_softmax, axis=-1), kind="softmax", name="part")
     exp = softaudit.candidate(math.exp, kind="logsumexp")  # a builtin cannot take an attribute: a thin function
-    '''
+    """
 )
 
 
@@ -196,7 +196,9 @@ def test_a_module_from_the_working_directory_imports_without_pythonpath(tmp_path
 def test_a_kind_the_module_does_not_have_names_the_kinds_it_has(target_file):
     with pytest.raises(TargetError, match=r"my_kernels.py has no attention candidate; its kinds: softmax, logsumexp$"):
         load_target(str(target_file), kind="attention")
-    with pytest.raises(ValueError, match=r"^unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax"):
+    with pytest.raises(
+        ValueError, match=r"^unknown kind 'sofmax'; known: softmax, log_softmax, logsumexp, masked_softmax"
+    ):
         load_target(str(target_file), kind="sofmax")
 
 

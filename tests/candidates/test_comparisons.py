@@ -7,8 +7,18 @@ import pytest
 from softaudit import candidates
 from softaudit.candidates import BEST, PLAIN, STANDARD, best, masked_softmax, plain, standard
 
-KINDS = ["softmax", "log_softmax", "logsumexp", "masked_softmax", "attention", "softmax_grad", "log_softmax_grad",
-         "logsumexp_grad", "masked_softmax_grad", "attention_grad"]
+KINDS = [
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "masked_softmax",
+    "attention",
+    "softmax_grad",
+    "log_softmax_grad",
+    "logsumexp_grad",
+    "masked_softmax_grad",
+    "attention_grad",
+]
 
 
 def test_every_kind_has_a_plain_and_a_best_practice_builtin():

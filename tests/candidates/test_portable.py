@@ -19,7 +19,6 @@ import mpmath
 import numpy as np
 import pytest
 
-from softaudit.candidates import _ops
 from softaudit.candidates._ops import exp, exp2, log, log1p, matmul
 
 #: The largest error of the float64 results in ulps, as measured (0.532 over 4 million random inputs per function)
@@ -75,26 +74,77 @@ N = 1500
 
 
 def test_exp_within_its_stated_ulps_over_the_whole_range_and_at_the_hard_inputs():
-    hard = [709.782712893384, 709.7827128933841, 709.78, 700.0, 1.0, -1.0, 0.5, -0.5, 0.34657359027997264, 1e-300,
-            -1e-300, 5e-324, -5e-324, 1e-8, -708.3964185322641, -708.39641853226, -708.4, -720.0, -744.44007192138,
-            -745.1332191019411, -745.1332191019412, -745.13, -740.5]
-    _assert_accurate("exp", np.concatenate([
-        RNG.uniform(-745.2, 709.8, N),
-        RNG.uniform(-1, 1, N) * 10.0 ** RNG.uniform(-20, 0, N),
-        RNG.uniform(-745.2, -708.3, N // 3),  # subnormal results
-        hard,
-    ]))
+    hard = [
+        709.782712893384,
+        709.7827128933841,
+        709.78,
+        700.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        0.34657359027997264,
+        1e-300,
+        -1e-300,
+        5e-324,
+        -5e-324,
+        1e-8,
+        -708.3964185322641,
+        -708.39641853226,
+        -708.4,
+        -720.0,
+        -744.44007192138,
+        -745.1332191019411,
+        -745.1332191019412,
+        -745.13,
+        -740.5,
+    ]
+    _assert_accurate(
+        "exp",
+        np.concatenate(
+            [
+                RNG.uniform(-745.2, 709.8, N),
+                RNG.uniform(-1, 1, N) * 10.0 ** RNG.uniform(-20, 0, N),
+                RNG.uniform(-745.2, -708.3, N // 3),  # subnormal results
+                hard,
+            ]
+        ),
+    )
 
 
 def test_exp2_within_its_stated_ulps_and_exact_at_integers():
-    hard = [1023.9999999999999, 1024.0, -1022.0, -1022.5, -1074.0, -1074.4, -1074.6, -1075.0, -1075.5, 0.5, -0.5,
-            1e-300, 5e-324, 1e10, -1e10, 1e300, -1e300, 2.0**52 + 1, -(2.0**52) - 1]
-    _assert_accurate("exp2", np.concatenate([
-        RNG.uniform(-1075, 1024, N),
-        RNG.uniform(-1, 1, N),
-        RNG.uniform(-1075, -1022, N // 3),  # subnormal results
-        hard,
-    ]))
+    hard = [
+        1023.9999999999999,
+        1024.0,
+        -1022.0,
+        -1022.5,
+        -1074.0,
+        -1074.4,
+        -1074.6,
+        -1075.0,
+        -1075.5,
+        0.5,
+        -0.5,
+        1e-300,
+        5e-324,
+        1e10,
+        -1e10,
+        1e300,
+        -1e300,
+        2.0**52 + 1,
+        -(2.0**52) - 1,
+    ]
+    _assert_accurate(
+        "exp2",
+        np.concatenate(
+            [
+                RNG.uniform(-1075, 1024, N),
+                RNG.uniform(-1, 1, N),
+                RNG.uniform(-1075, -1022, N // 3),  # subnormal results
+                hard,
+            ]
+        ),
+    )
     k = np.arange(-1074, 1024)
     assert np.array_equal(exp2(k.astype(np.float64)), np.ldexp(1.0, k))
 
@@ -102,41 +152,102 @@ def test_exp2_within_its_stated_ulps_and_exact_at_integers():
 def test_log_within_its_stated_ulps_over_the_whole_range_and_near_1():
     steps = np.arange(1, 33)
     near_one = np.concatenate([1 + steps * 2.0**-52, 1 - steps * 2.0**-53])
-    hard = [5e-324, 1e-320, 2.2250738585072014e-308, 2.225073858507201e-308, 1.7976931348623157e308, 2.0, 0.5,
-            math.sqrt(2), math.sqrt(0.5), np.nextafter(math.sqrt(0.5), 0), np.nextafter(math.sqrt(2), 2), math.e]
-    _assert_accurate("log", np.concatenate([
-        np.ldexp(RNG.uniform(1, 2, N), RNG.integers(-1074, 1024, N)),
-        RNG.uniform(0.5, 2, N),
-        near_one,
-        hard,
-    ]))
+    hard = [
+        5e-324,
+        1e-320,
+        2.2250738585072014e-308,
+        2.225073858507201e-308,
+        1.7976931348623157e308,
+        2.0,
+        0.5,
+        math.sqrt(2),
+        math.sqrt(0.5),
+        np.nextafter(math.sqrt(0.5), 0),
+        np.nextafter(math.sqrt(2), 2),
+        math.e,
+    ]
+    _assert_accurate(
+        "log",
+        np.concatenate(
+            [
+                np.ldexp(RNG.uniform(1, 2, N), RNG.integers(-1074, 1024, N)),
+                RNG.uniform(0.5, 2, N),
+                near_one,
+                hard,
+            ]
+        ),
+    )
 
 
 def test_log1p_within_its_stated_ulps_for_tiny_arguments_and_near_minus_1():
     tiny = [1e-300, -1e-300, 5e-324, -5e-324, 2.0**-54, -(2.0**-54), 2.0**-53, -(2.0**-53), 1e-17, 1.5e-16, -1.7e-16]
     near_minus_one = -1 + 2.0 ** -np.arange(1, 53, dtype=np.float64)
-    hard = [math.sqrt(2) - 1, math.sqrt(0.5) - 1, 0.41421356237309515, -0.2928932188134524, 1.0, -0.5, 1e300,
-            1.7976931348623157e308, -0.9999999999999999]
-    _assert_accurate("log1p", np.concatenate([
-        RNG.uniform(-1, 1, N),
-        10.0 ** RNG.uniform(-300, 300, N // 2),
-        -(10.0 ** RNG.uniform(-300, 0, N // 2)),
-        near_minus_one,
-        tiny,
-        hard,
-    ]))
+    hard = [
+        math.sqrt(2) - 1,
+        math.sqrt(0.5) - 1,
+        0.41421356237309515,
+        -0.2928932188134524,
+        1.0,
+        -0.5,
+        1e300,
+        1.7976931348623157e308,
+        -0.9999999999999999,
+    ]
+    _assert_accurate(
+        "log1p",
+        np.concatenate(
+            [
+                RNG.uniform(-1, 1, N),
+                10.0 ** RNG.uniform(-300, 300, N // 2),
+                -(10.0 ** RNG.uniform(-300, 0, N // 2)),
+                near_minus_one,
+                tiny,
+                hard,
+            ]
+        ),
+    )
 
 
 SPECIALS = [
-    (exp, -np.inf, 0.0), (exp, np.inf, np.inf), (exp, np.nan, np.nan), (exp, 0.0, 1.0), (exp, -0.0, 1.0),
-    (exp, 1e-300, 1.0), (exp, -1e-300, 1.0), (exp, 5e-324, 1.0), (exp, 710.0, np.inf), (exp, -746.0, 0.0),
-    (exp2, -np.inf, 0.0), (exp2, np.inf, np.inf), (exp2, np.nan, np.nan), (exp2, 0.0, 1.0), (exp2, -0.0, 1.0),
-    (exp2, 1024.0, np.inf), (exp2, -1075.0, 0.0), (exp2, -1074.0, 5e-324), (exp2, 1e300, np.inf), (exp2, -1e300, 0.0),
-    (log, 0.0, -np.inf), (log, -0.0, -np.inf), (log, -1.0, np.nan), (log, -np.inf, np.nan), (log, np.inf, np.inf),
-    (log, np.nan, np.nan), (log, 1.0, 0.0), (log, -5e-324, np.nan),
-    (log1p, -1.0, -np.inf), (log1p, -2.0, np.nan), (log1p, -np.inf, np.nan), (log1p, np.inf, np.inf),
-    (log1p, np.nan, np.nan), (log1p, 0.0, 0.0), (log1p, -0.0, -0.0), (log1p, 5e-324, 5e-324),
-    (log1p, -5e-324, -5e-324), (log1p, 1e-300, 1e-300), (log1p, -1.0000000000000002, np.nan),
+    (exp, -np.inf, 0.0),
+    (exp, np.inf, np.inf),
+    (exp, np.nan, np.nan),
+    (exp, 0.0, 1.0),
+    (exp, -0.0, 1.0),
+    (exp, 1e-300, 1.0),
+    (exp, -1e-300, 1.0),
+    (exp, 5e-324, 1.0),
+    (exp, 710.0, np.inf),
+    (exp, -746.0, 0.0),
+    (exp2, -np.inf, 0.0),
+    (exp2, np.inf, np.inf),
+    (exp2, np.nan, np.nan),
+    (exp2, 0.0, 1.0),
+    (exp2, -0.0, 1.0),
+    (exp2, 1024.0, np.inf),
+    (exp2, -1075.0, 0.0),
+    (exp2, -1074.0, 5e-324),
+    (exp2, 1e300, np.inf),
+    (exp2, -1e300, 0.0),
+    (log, 0.0, -np.inf),
+    (log, -0.0, -np.inf),
+    (log, -1.0, np.nan),
+    (log, -np.inf, np.nan),
+    (log, np.inf, np.inf),
+    (log, np.nan, np.nan),
+    (log, 1.0, 0.0),
+    (log, -5e-324, np.nan),
+    (log1p, -1.0, -np.inf),
+    (log1p, -2.0, np.nan),
+    (log1p, -np.inf, np.nan),
+    (log1p, np.inf, np.inf),
+    (log1p, np.nan, np.nan),
+    (log1p, 0.0, 0.0),
+    (log1p, -0.0, -0.0),
+    (log1p, 5e-324, 5e-324),
+    (log1p, -5e-324, -5e-324),
+    (log1p, 1e-300, 1e-300),
+    (log1p, -1.0000000000000002, np.nan),
 ]
 
 
@@ -178,8 +289,10 @@ def test_shapes_are_kept_and_longdouble_falls_back_to_numpy():
 
 def _exact_matmul(a, b):
     """a @ b in exact rational arithmetic (2-D)."""
-    return [[sum((Fraction(x) * Fraction(y) for x, y in zip(row, col)), Fraction(0)) for col in b.T.tolist()]
-            for row in a.tolist()]
+    return [
+        [sum((Fraction(x) * Fraction(y) for x, y in zip(row, col)), Fraction(0)) for col in b.T.tolist()]
+        for row in a.tolist()
+    ]
 
 
 def test_matmul_is_exact_where_every_product_and_sum_is_representable():
@@ -215,15 +328,29 @@ def _pairwise(values):
 def test_matmul_forms_products_in_float32_adds_them_pairwise_and_rounds_once(dtype):
     a = RNG.standard_normal((3, 29)).astype(dtype)
     b = RNG.standard_normal((29, 4)).astype(dtype)
-    expected = np.array([[_pairwise([np.float32(x) * np.float32(y) for x, y in zip(row, col)])
-                          for col in b.T.astype(np.float32)] for row in a.astype(np.float32)]).astype(dtype)
+    expected = np.array(
+        [
+            [_pairwise([np.float32(x) * np.float32(y) for x, y in zip(row, col)]) for col in b.T.astype(np.float32)]
+            for row in a.astype(np.float32)
+        ]
+    ).astype(dtype)
     got = matmul(a, b, dtype)
     assert got.dtype == np.dtype(dtype)
     assert np.array_equal(got.astype(np.float32), expected.astype(np.float32))
 
 
-SHAPES = [((3, 4), (4, 5)), ((4,), (4, 5)), ((3, 4), (4,)), ((4,), (4,)), ((2, 1, 3, 4), (5, 4, 6)),
-          ((2, 3, 6, 16), (2, 3, 16, 50)), ((7, 0), (0, 3)), ((0, 3), (3, 2)), ((2, 3, 5), (5, 2)), ((3, 5), (1, 5, 2))]
+SHAPES = [
+    ((3, 4), (4, 5)),
+    ((4,), (4, 5)),
+    ((3, 4), (4,)),
+    ((4,), (4,)),
+    ((2, 1, 3, 4), (5, 4, 6)),
+    ((2, 3, 6, 16), (2, 3, 16, 50)),
+    ((7, 0), (0, 3)),
+    ((0, 3), (3, 2)),
+    ((2, 3, 5), (5, 2)),
+    ((3, 5), (1, 5, 2)),
+]
 
 
 @pytest.mark.parametrize("shape_a, shape_b", SHAPES)
@@ -241,13 +368,17 @@ def test_matmul_rejects_what_the_at_operator_rejects():
         matmul(np.float32(2), np.ones(3), np.float32)
 
 
-@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    "dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64], ids=lambda d: np.dtype(d).name
+)
 def test_matmul_chunks_give_the_same_bits(dtype):
     a = RNG.standard_normal((2, 3, 9, 40)).astype(dtype)
     b = RNG.standard_normal((3, 40, 11)).astype(dtype)
     whole = matmul(a, b, dtype)
     for chunk in (1, 7, 40, 333, 4000):
-        assert np.array_equal(matmul(a, b, dtype, chunk=chunk).view(f"u{whole.itemsize}"), whole.view(f"u{whole.itemsize}"))
+        assert np.array_equal(
+            matmul(a, b, dtype, chunk=chunk).view(f"u{whole.itemsize}"), whole.view(f"u{whole.itemsize}")
+        )
 
 
 def test_matmul_holds_at_most_a_chunk_of_products_at_a_time():
@@ -264,8 +395,28 @@ def test_matmul_holds_at_most_a_chunk_of_products_at_a_time():
 # --- what the built-ins may call ----------------------------------------------------------------------------------
 
 #: numpy functions whose bits depend on the CPU (SIMD dispatch, SVML, BLAS), or sums in numpy's own order.
-CPU_DEPENDENT = {"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "power", "float_power", "logaddexp",
-                 "logaddexp2", "tanh", "sinh", "cosh", "matmul", "dot", "vdot", "inner", "einsum", "tensordot"}
+CPU_DEPENDENT = {
+    "exp",
+    "exp2",
+    "expm1",
+    "log",
+    "log2",
+    "log10",
+    "log1p",
+    "power",
+    "float_power",
+    "logaddexp",
+    "logaddexp2",
+    "tanh",
+    "sinh",
+    "cosh",
+    "matmul",
+    "dot",
+    "vdot",
+    "inner",
+    "einsum",
+    "tensordot",
+}
 SUMS = {"sum", "mean", "nansum", "cumsum", "dot", "matmul"}
 
 
@@ -292,7 +443,9 @@ def test_builtins_use_only_portable_arithmetic():
     found = [hit for path in sorted(folder.glob("*.py")) for hit in _forbidden_calls(path)]
     # _libm hands longdouble (wider than float64) to numpy's own functions, and only that
     lines = (folder / "_libm.py").read_text().splitlines()
-    fallback = [hit for hit in found if hit.startswith("_libm.py:") and "_elementwise(" in lines[int(hit.split(":")[1]) - 1]]
+    fallback = [
+        hit for hit in found if hit.startswith("_libm.py:") and "_elementwise(" in lines[int(hit.split(":")[1]) - 1]
+    ]
     unexpected = sorted(set(found) - set(fallback))
     assert not unexpected
 
@@ -386,10 +539,22 @@ def _environments():
 
 
 def _probe_all(envs):
-    base = {key: value for key, value in os.environ.items()
-            if key not in ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")}
-    runs = [subprocess.Popen([sys.executable, "-c", PROBE], cwd=ROOT, env={**base, **env}, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE) for env in envs]
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES", "OPENBLAS_CORETYPE")
+    }
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", PROBE],
+            cwd=ROOT,
+            env={**base, **env},
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for env in envs
+    ]
     results = []
     for env, run in zip(envs, runs):
         out, err = run.communicate(timeout=300)

@@ -41,7 +41,9 @@ def test_best_practice_backward_builtins_never_fail_and_warn_only_for_flushed_su
     are warns."""
     best = quick[quick.candidate.isin(BEST) & quick.kind.str.endswith("_grad")]
     assert len(best) > 100
-    assert set(best.verdict) <= {"pass", "warn"}, best[best.verdict != "pass"][["candidate", "dtype", "family", "note"]].to_string()
+    assert set(best.verdict) <= {"pass", "warn"}, best[best.verdict != "pass"][
+        ["candidate", "dtype", "family", "note"]
+    ].to_string()
     warned = best[best.verdict == "warn"]
     expected = (warned.flushed > 0) & warned.note.str.contains("flushed to zero") | (warned.family == "g_constant")
     assert expected.all(), warned[["candidate", "dtype", "family", "note"]].to_string()
@@ -50,7 +52,9 @@ def test_best_practice_backward_builtins_never_fail_and_warn_only_for_flushed_su
 def test_naive_softmax_overflows_in_float16_past_logits_of_about_11(tmp_path):
     path = tmp_path / "edge.npy"
     np.save(path, np.array([[10.9, 0.0], [11.2, 0.0]]))  # exp(11.2) = 73130 > 65504, exp(10.9) = 54176 < 65504
-    table = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], cases=[path], suite="quick").table
+    table = softaudit.audit(
+        "softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], cases=[path], suite="quick"
+    ).table
     edge = table[table.family == "file:edge"].set_index("dtype")
     # [11.2, 0]: inf / inf = NaN for the first entry, 1 / inf = 0 for the second (an underflow); [10.9, 0] is fine
     assert edge.loc["float16", "nan"] == 1 and edge.loc["float16", "underflow"] == 1

@@ -36,12 +36,16 @@ OBJECTS = npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)
         ("x.npy", OBJECTS, "x.npy holds Python objects, not numbers"),
         ("x.npz", npz_bytes(**{"x.npy": OBJECTS}), "x.npz: x holds Python objects, not numbers"),
         ("x.npz", npz_bytes(**{"x.npy": ROWS})[:-30], "x.npz is a damaged .npz file: File is not a zip file"),
-        ("x.npz", npz_bytes(**{"x.npy": ROWS, "notes.txt": b"hi"}), "x.npz holds 'notes.txt', which is not a .npy array"),
+        (
+            "x.npz",
+            npz_bytes(**{"x.npy": ROWS, "notes.txt": b"hi"}),
+            "x.npz holds 'notes.txt', which is not a .npy array",
+        ),
         ("x.npz", npz_bytes(**{"a.npy": ROWS}), "x.npz holds neither x nor q, k and v; it has a"),
         ("x.npy", npy_bytes(np.array(["a", "b"])), "x.npy: the array must hold numbers, got dtype <U1"),
         ("x.npy", npy_bytes(np.zeros((2, 2, 2))), "x.npy: expected rows x n, got shape (2, 2, 2)"),
     ],
-)  # fmt: skip
+)
 def test_a_wrong_or_damaged_file_is_one_line(tmp_path, monkeypatch, name, content, message):
     monkeypatch.chdir(tmp_path)
     (tmp_path / name).write_bytes(content)
@@ -79,7 +83,9 @@ def test_a_file_serves_the_kinds_it_fits_and_must_fit_one(tmp_path, monkeypatch)
     check_case_file("rows.npy", ["softmax", "masked_softmax"])
     check_case_file("attn.npz", ["attention"])
     found = load_case_files(["rows.npy", "attn.npz"], ["softmax", "attention"])  # each serves the kind it fits
-    assert [c.family for c in found["softmax"]] == ["file:rows"] and [c.family for c in found["attention"]] == ["file:attn"]
+    assert [c.family for c in found["softmax"]] == ["file:rows"] and [c.family for c in found["attention"]] == [
+        "file:attn"
+    ]
     with pytest.raises(CaseFileError) as error:
         check_case_file("rows.npy", ["attention"])
     assert str(error.value) == "rows.npy: attention needs a .npz with q, k and v"

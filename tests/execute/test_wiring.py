@@ -70,7 +70,8 @@ def test_faults_are_error_rows_with_their_cause_and_the_run_goes_on(project):
 
 
 def test_isolation_none_calls_candidates_in_this_process(project):
-    (project / "pid.py").write_text(textwrap.dedent("""
+    (project / "pid.py").write_text(
+        textwrap.dedent("""
         import os
         import numpy as np
         import softaudit
@@ -81,7 +82,8 @@ def test_isolation_none_calls_candidates_in_this_process(project):
                 f.write(f"{os.getpid()}\\n")
             e = np.exp(x - x.max(axis=axis, keepdims=True))
             return e / e.sum(axis=axis, keepdims=True)
-    """))
+    """)
+    )
     for isolation, here in (("none", True), ("worker", False)):
         Path("pids").unlink(missing_ok=True)
         r = CliRunner().invoke(main, ["run", "pid.py", *QUICK, "--isolation", isolation, "--out", isolation])
@@ -91,10 +93,13 @@ def test_isolation_none_calls_candidates_in_this_process(project):
         assert json.loads((project / isolation / "results.json").read_text())["settings"]["isolation"] == isolation
 
 
-@pytest.mark.parametrize("text, message", [
-    ("isolation = 'thread'", "[tool.softaudit] isolation must be one of worker, none, got 'thread'"),
-    ("memory_limit = 0", "[tool.softaudit] memory_limit must be an integer > 0, got 0"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("isolation = 'thread'", "[tool.softaudit] isolation must be one of worker, none, got 'thread'"),
+        ("memory_limit = 0", "[tool.softaudit] memory_limit must be an integer > 0, got 0"),
+    ],
+)
 def test_a_bad_isolation_setting_is_a_configuration_error(project, text, message):
     (project / "pyproject.toml").write_text(f"[tool.softaudit]\n{text}\n")
     r = CliRunner().invoke(main, ["run", f"{FAULTY}:sound", *QUICK])
@@ -121,7 +126,7 @@ def test_audit_leaves_the_callers_timer_and_handler_alone():
 
 # --- Interruption: the first Ctrl-C or SIGTERM keeps the finished rows; a second quits at once. ---
 
-SLOW = '''
+SLOW = """
 import os, time
 import numpy as np
 import softaudit
@@ -139,14 +144,26 @@ def slow(x, axis=-1):
     open("started", "w").close()  # (the test signals once this exists: the first candidate's rows are done)
     time.sleep(SECONDS)
     return _softmax(x, axis)
-'''
+"""
 
 
 def start_run(folder: Path, seconds: float, *args) -> subprocess.Popen:
     (folder / "slow.py").write_text(SLOW.replace("SECONDS", str(seconds)))
     env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
-    command = [sys.executable, "-m", "softaudit", "run", "slow.py", "--suite", "quick", "--dtype", "float32",
-               "--out", "out", *args]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "softaudit",
+        "run",
+        "slow.py",
+        "--suite",
+        "quick",
+        "--dtype",
+        "float32",
+        "--out",
+        "out",
+        *args,
+    ]
     return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

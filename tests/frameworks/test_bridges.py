@@ -12,7 +12,9 @@ DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, ml_dtypes.floa
 
 def _values(dtype):
     rng = np.random.default_rng(0)
-    raw = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-3, 3, 200), [0.0, -0.0, np.inf, -np.inf, np.nan]])
+    raw = np.concatenate(
+        [rng.standard_normal(200) * 10.0 ** rng.integers(-3, 3, 200), [0.0, -0.0, np.inf, -np.inf, np.nan]]
+    )
     with np.errstate(over="ignore"):
         return raw.astype(dtype)
 

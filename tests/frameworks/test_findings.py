@@ -12,14 +12,19 @@ def audit(target, dtypes, families, suite="quick"):
 
 def test_torch_softmax_passes_every_family_in_16_bit_and_float32():
     pytest.importorskip("torch")
-    table = softaudit.audit("softaudit.frameworks.torch:softmax", dtypes=["float16", "bfloat16", "float32"], suite="quick").table
+    table = softaudit.audit(
+        "softaudit.frameworks.torch:softmax", dtypes=["float16", "bfloat16", "float32"], suite="quick"
+    ).table
     assert (table.verdict == "pass").all(), table[table.verdict != "pass"][["dtype", "family", "note"]]
 
 
 def test_torch_fully_masked_rows_and_nan_inputs():
     pytest.importorskip("torch")
     # (the forward candidates only: the gradients' facts are in tests/gradients/test_frameworks.py)
-    forward = [f"softaudit.frameworks.torch:{n}" for n in ("masked_fill_neginf", "masked_fill_finfo_min", "sdpa_bool_math", "softmax")]
+    forward = [
+        f"softaudit.frameworks.torch:{n}"
+        for n in ("masked_fill_neginf", "masked_fill_finfo_min", "sdpa_bool_math", "softmax")
+    ]
     rows = audit(forward, ["float32"], ["fully_masked", "attn_masks", "undefined"])
     assert rows[("torch.masked_fill_neginf", "float32", "fully_masked")].fully_masked == "nan"
     assert rows[("torch.masked_fill_finfo_min", "float32", "fully_masked")].fully_masked == "uniform"
@@ -29,15 +34,24 @@ def test_torch_fully_masked_rows_and_nan_inputs():
 
 def test_torch_skips_what_it_cannot_do():
     pytest.importorskip("torch")
-    table = softaudit.audit("softaudit.frameworks.torch:softmax", dtypes=["float8_e4m3fn"], suite="quick", families=["gaussian"]).table
+    table = softaudit.audit(
+        "softaudit.frameworks.torch:softmax", dtypes=["float8_e4m3fn"], suite="quick", families=["gaussian"]
+    ).table
     assert (table.verdict == "skip").all() and table.note.str.contains("not implemented").all()
-    efficient = softaudit.audit("softaudit.frameworks.torch:sdpa_bool_efficient", dtypes=["float32"], suite="quick",
-                                families=["attn_gaussian"]).table  # fmt: skip
+    efficient = softaudit.audit(
+        "softaudit.frameworks.torch:sdpa_bool_efficient", dtypes=["float32"], suite="quick", families=["attn_gaussian"]
+    ).table
     assert (efficient.verdict == "skip").all()  # no CPU kernel
 
 
-@pytest.mark.parametrize("target", ["softaudit.frameworks.torch:log_softmax", "softaudit.frameworks.jax:log_softmax",
-                                    "softaudit.frameworks.scipy:log_softmax"])  # fmt: skip
+@pytest.mark.parametrize(
+    "target",
+    [
+        "softaudit.frameworks.torch:log_softmax",
+        "softaudit.frameworks.jax:log_softmax",
+        "softaudit.frameworks.scipy:log_softmax",
+    ],
+)
 def test_log_softmax_of_a_dominant_entry_loses_its_digits(target):
     pytest.importorskip(target.split(".")[2].split(":")[0])
     (row,) = softaudit.audit(target, dtypes=["float32"], suite="quick", families=["dominant"]).table.itertuples()
@@ -47,9 +61,15 @@ def test_log_softmax_of_a_dominant_entry_loses_its_digits(target):
 def test_logsumexp_of_a_subnormal_result():
     pytest.importorskip("torch")
     pytest.importorskip("scipy")
-    torch_row = audit("softaudit.frameworks.torch:logsumexp", ["float32"], ["subnormal"])[("torch.logsumexp", "float32", "subnormal")]
-    scipy_row = audit("softaudit.frameworks.scipy:logsumexp", ["float32"], ["subnormal"])[("scipy.special.logsumexp", "float32", "subnormal")]
-    assert torch_row.verdict == "warn" and torch_row.underflow > 0 and torch_row.cause == "absorbed"  # log(1 + tiny) = 0
+    torch_row = audit("softaudit.frameworks.torch:logsumexp", ["float32"], ["subnormal"])[
+        ("torch.logsumexp", "float32", "subnormal")
+    ]
+    scipy_row = audit("softaudit.frameworks.scipy:logsumexp", ["float32"], ["subnormal"])[
+        ("scipy.special.logsumexp", "float32", "subnormal")
+    ]
+    assert (
+        torch_row.verdict == "warn" and torch_row.underflow > 0 and torch_row.cause == "absorbed"
+    )  # log(1 + tiny) = 0
     assert scipy_row.verdict == "pass"
 
 

@@ -116,6 +116,12 @@ def attention_grad_delta_unnormalized_o(q, k, v, g, mask=None):
 
 
 SOUND = [sound_softmax_grad, sound_masked_softmax_grad, sound_attention_grad]
-DEFECTIVE = [softmax_grad_missing_dot, masked_softmax_grad_nan_fully_masked, masked_softmax_grad_leaks,
-             attention_grad_scale_1_over_d, attention_grad_dk_missing_scale, attention_grad_delta_rowsum_do,
-             attention_grad_delta_unnormalized_o]  # fmt: skip
+DEFECTIVE = [
+    softmax_grad_missing_dot,
+    masked_softmax_grad_nan_fully_masked,
+    masked_softmax_grad_leaks,
+    attention_grad_scale_1_over_d,
+    attention_grad_dk_missing_scale,
+    attention_grad_delta_rowsum_do,
+    attention_grad_delta_unnormalized_o,
+]

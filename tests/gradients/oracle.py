@@ -51,8 +51,11 @@ def attention_vjp(q, k, v, g, mask=None):
     dp = np.einsum("...id,...jd->...ij", g, v)
     ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
     c = 1 / math.sqrt(q.shape[-1])
-    return (c * np.einsum("...ij,...jd->...id", ds, k), c * np.einsum("...ij,...id->...jd", ds, q),
-            np.einsum("...ij,...id->...jd", p, g))
+    return (
+        c * np.einsum("...ij,...jd->...id", ds, k),
+        c * np.einsum("...ij,...id->...jd", ds, q),
+        np.einsum("...ij,...id->...jd", p, g),
+    )
 
 
 def mp_softmax_vjp(row, grad, dps: int = 50):

@@ -1,9 +1,7 @@
 """The backward built-ins against float64 VJPs computed here (tests/gradients/oracle.py) and mpmath, their documented
 weaknesses, and their bits under other CPU code paths."""
 
-import hashlib
 import json
-import math
 import os
 import subprocess
 import sys
@@ -13,11 +11,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from softaudit.kinds import KINDS
-
 from softaudit.adapters._candidate import marking
 from softaudit.adapters._targets import load_target
 from softaudit.candidates import attention_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, softmax_grad
+from softaudit.kinds import KINDS
 
 from . import oracle as O
 
@@ -52,6 +49,7 @@ def test_each_module_names_its_plain_standard_and_best_builtins_and_marks_them_w
 
 # --- accuracy against float64 VJPs ---------------------------------------------------------------------------
 
+
 def _rows_case(kind, dtype):
     x = (RNG.standard_normal((16, 128)) * 3).astype(dtype)
     g = RNG.standard_normal((16, 128)).astype(dtype)
@@ -64,9 +62,12 @@ def _rows_case(kind, dtype):
 
 
 def _exact(kind, x, mask, g):
-    return {"softmax_grad": lambda: O.softmax_vjp(x, g), "log_softmax_grad": lambda: O.log_softmax_vjp(x, g),
-            "logsumexp_grad": lambda: O.logsumexp_vjp(x, g),
-            "masked_softmax_grad": lambda: O.softmax_vjp(x, g, mask)}[kind]()  # fmt: skip
+    return {
+        "softmax_grad": lambda: O.softmax_vjp(x, g),
+        "log_softmax_grad": lambda: O.log_softmax_vjp(x, g),
+        "logsumexp_grad": lambda: O.logsumexp_vjp(x, g),
+        "masked_softmax_grad": lambda: O.softmax_vjp(x, g, mask),
+    }[kind]()
 
 
 def _call(c, x, mask, g, axis=-1):
@@ -82,11 +83,13 @@ def _allowed(best, dtype, few=8):
 
 
 ROW_BUILTINS = [c for c in builtins() if c.kind != "attention_grad"]
-BEST = {KINDS[m.__name__.rsplit('.', 1)[1]].best for m in MODULES}
+BEST = {KINDS[m.__name__.rsplit(".", 1)[1]].best for m in MODULES}
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("c", [c for c in ROW_BUILTINS if c.name != "masked_softmax_grad.fill_neginf"], ids=lambda c: c.name)
+@pytest.mark.parametrize(
+    "c", [c for c in ROW_BUILTINS if c.name != "masked_softmax_grad.fill_neginf"], ids=lambda c: c.name
+)
 def test_row_builtins_match_the_float64_vjp_within_a_few_units_of_the_dtype(c, dtype):
     x, mask, g = _rows_case(c.kind, DTYPES[dtype])
     got = _call(c, x, mask, g)
@@ -156,11 +159,18 @@ def test_the_float64_oracle_agrees_with_central_differences_of_the_forwards():
     mask = np.array([[True, False, True, True, False, True]] * 2)
     assert np.allclose(O.softmax_vjp(x, g), O.central_difference(O.softmax, x, g), atol=1e-8)
     assert np.allclose(O.softmax_vjp(x, g, mask), O.central_difference(lambda t: O.softmax(t, mask), x, g), atol=1e-8)
-    log_softmax = lambda t: t - t.max(-1, keepdims=True) - np.log(np.exp(t - t.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    log_softmax = lambda t: (
+        t - t.max(-1, keepdims=True) - np.log(np.exp(t - t.max(-1, keepdims=True)).sum(-1, keepdims=True))
+    )
     assert np.allclose(O.log_softmax_vjp(x, g), O.central_difference(log_softmax, x, g), atol=1e-8)
     lse = lambda t: np.log(np.exp(t).sum(-1))
     assert np.allclose(O.logsumexp_vjp(x, g[:, 0]), O.central_difference(lse, x, g[:, 0]), atol=1e-8)
-    q, k, v, do = RNG.standard_normal((3, 4)), RNG.standard_normal((5, 4)), RNG.standard_normal((5, 2)), RNG.standard_normal((3, 2))
+    q, k, v, do = (
+        RNG.standard_normal((3, 4)),
+        RNG.standard_normal((5, 4)),
+        RNG.standard_normal((5, 2)),
+        RNG.standard_normal((3, 2)),
+    )
     amask = RNG.random((3, 5)) < 0.6
     amask[:, 0], amask[2] = True, False
     dq, dk, dv = O.attention_vjp(q, k, v, do, amask)
@@ -214,6 +224,7 @@ def test_attention_builtins_sum_gradients_over_broadcast_batch_axes():
 
 # --- the documented weaknesses ---------------------------------------------------------------------------------
 
+
 def test_fill_neginf_gives_nan_on_a_fully_masked_row_where_gives_exact_zeros():
     x, mask, g = _rows_case("masked_softmax_grad", np.float32)
     assert np.isnan(masked_softmax_grad.fill_neginf(x, mask, g)[5]).all()
@@ -234,8 +245,11 @@ def test_where_ignores_junk_in_masked_entries_of_x_and_g():
 
 @pytest.mark.parametrize("kind", ["softmax_grad", "log_softmax_grad", "masked_softmax_grad"])
 def test_plain_float16_backward_is_worse_than_float32_accumulation_on_long_rows(kind):
-    module = {"softmax_grad": softmax_grad, "log_softmax_grad": log_softmax_grad,
-              "masked_softmax_grad": masked_softmax_grad}[kind]  # fmt: skip
+    module = {
+        "softmax_grad": softmax_grad,
+        "log_softmax_grad": log_softmax_grad,
+        "masked_softmax_grad": masked_softmax_grad,
+    }[kind]
     # 1024 near-uniform logits (p about 1/1024, dx well above float16's subnormals), g near its mean: the float16
     # dot <g, p> (or sum(g)) is off by ulps of |g|, and g - <g, p> is ten times smaller than g
     x = (RNG.standard_normal((4, 1024)) * 0.1).astype(np.float16)
@@ -343,11 +357,17 @@ def test_backward_builtins_give_the_same_bits_with_numpys_cpu_dispatch_restricte
 
     dispatched, _ = _cpu_features()
     envs = [{}] + ([{"NPY_DISABLE_CPU_FEATURES": " ".join(dispatched)}] if dispatched else [])
-    base = {key: value for key, value in os.environ.items() if key not in ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES")}
+    base = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("NPY_DISABLE_CPU_FEATURES", "NPY_ENABLE_CPU_FEATURES")
+    }
     base["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [os.environ.get("PYTHONPATH")] if p])
     results = []
     for env in envs:
-        run = subprocess.run([sys.executable, "-c", PROBE], cwd=ROOT, env={**base, **env}, text=True, capture_output=True, timeout=300)
+        run = subprocess.run(
+            [sys.executable, "-c", PROBE], cwd=ROOT, env={**base, **env}, text=True, capture_output=True, timeout=300
+        )
         assert run.returncode == 0, run.stderr
         results.append(json.loads(run.stdout))
     assert len(results[0]) == sum(len(load_target(m.__name__)) for m in MODULES) * 4

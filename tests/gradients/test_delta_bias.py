@@ -57,9 +57,13 @@ def measure(q, k, v, do, delta=None):
     heads = err.mean(axis=-1)
     s = np.einsum("hid,hjd->hij", q.astype(np.float64), k.astype(np.float64)) / math.sqrt(D)
     gap = s.max(-1, keepdims=True) - s
-    return {"mean": float(heads.mean()), "se": float(heads.std(ddof=1) / math.sqrt(HEADS)),
-            "positive": float((err > 0).mean()), "relative": float((err / exact).mean()),
-            "near_max": float(((gap > 0) & (gap < 2.0**-9)).mean())}  # fmt: skip
+    return {
+        "mean": float(heads.mean()),
+        "se": float(heads.std(ddof=1) / math.sqrt(HEADS)),
+        "positive": float((err > 0).mean()),
+        "relative": float((err / exact).mean()),
+        "near_max": float(((gap > 0) & (gap < 2.0**-9)).mean()),
+    }
 
 
 @pytest.fixture(scope="module")

@@ -37,15 +37,19 @@ def called(c, arrays, mask=None):
 def row_checks(prefix, x, g):
     """(candidate name, arrays, mask, exact float64 dx, rows compared) for each row gradient of a framework."""
     masked = {"torch": ["masked_fill_neginf_grad", "masked_fill_finfo_min_grad"], "jax.nn": ["softmax_where_grad"]}
-    return [(f"{prefix}.softmax_grad", {"x": x, "g": g}, None, O.softmax_vjp(x, g), slice(None)),
-            (f"{prefix}.log_softmax_grad", {"x": x, "g": g}, None, O.log_softmax_vjp(x, g), slice(None)),
-            (f"{prefix}.logsumexp_grad", {"x": x, "g": g[:, 0]}, None, O.logsumexp_vjp(x, g[:, 0]), slice(None)),
-            *[(f"{prefix}.{name}", {"x": x, "g": g}, MASK, O.softmax_vjp(x, g, MASK), KEPT) for name in masked[prefix]]]  # fmt: skip
+    return [
+        (f"{prefix}.softmax_grad", {"x": x, "g": g}, None, O.softmax_vjp(x, g), slice(None)),
+        (f"{prefix}.log_softmax_grad", {"x": x, "g": g}, None, O.log_softmax_vjp(x, g), slice(None)),
+        (f"{prefix}.logsumexp_grad", {"x": x, "g": g[:, 0]}, None, O.logsumexp_vjp(x, g[:, 0]), slice(None)),
+        *[(f"{prefix}.{name}", {"x": x, "g": g}, MASK, O.softmax_vjp(x, g, MASK), KEPT) for name in masked[prefix]],
+    ]
 
 
-@pytest.mark.parametrize("framework, prefix, dtype",
-                         [("torch", "torch", d) for d in TOLERANCE] + [("jax", "jax.nn", np.float32)],
-                         ids=lambda v: getattr(v, "__name__", v))  # (jax compiles each dtype: one is enough)
+@pytest.mark.parametrize(
+    "framework, prefix, dtype",
+    [("torch", "torch", d) for d in TOLERANCE] + [("jax", "jax.nn", np.float32)],
+    ids=lambda v: getattr(v, "__name__", v),
+)  # (jax compiles each dtype: one is enough)
 def test_row_gradients_match_the_float64_vjp(framework, prefix, dtype):
     found = candidates(framework)
     checks = row_checks(prefix, X.astype(dtype), G.astype(dtype))
@@ -66,15 +70,18 @@ def test_torch_masking_idioms_keep_autograds_zeros():
 
 
 def test_jax_softmax_where_gives_zero_gradient_on_masked_entries():
-    (got,) = called(candidates("jax")["jax.nn.softmax_where_grad"], {"x": X.astype(np.float32), "g": G.astype(np.float32)}, MASK)
+    (got,) = called(
+        candidates("jax")["jax.nn.softmax_where_grad"], {"x": X.astype(np.float32), "g": G.astype(np.float32)}, MASK
+    )
     assert (got[~MASK] == 0).all()
 
 
 def test_a_quick_audit_of_the_row_gradients_judges_them_against_the_exact_vjp():
     pytest.importorskip("torch")
     names = ["softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_fill_neginf_grad"]
-    table = softaudit.audit([f"softaudit.frameworks.torch:{n}" for n in names], dtypes=["float32"], suite="quick",
-                            families=["textbook"]).table  # fmt: skip
+    table = softaudit.audit(
+        [f"softaudit.frameworks.torch:{n}" for n in names], dtypes=["float32"], suite="quick", families=["textbook"]
+    ).table
     rows = {r.candidate: r for r in table.itertuples()}
     assert sorted(rows) == sorted(f"torch.{n}" for n in names) and table.verdict.isin(["pass", "warn"]).all()
     # autograd's exp(x - lse), with lse rounded to float32, where best practice rounds p g once
@@ -84,8 +91,9 @@ def test_a_quick_audit_of_the_row_gradients_judges_them_against_the_exact_vjp():
 
 def test_a_dtype_torch_lacks_is_a_skip_row():
     pytest.importorskip("torch")
-    table = softaudit.audit("softaudit.frameworks.torch:softmax_grad", dtypes=["float8_e4m3fn"], suite="quick",
-                            families=["gaussian"]).table  # fmt: skip
+    table = softaudit.audit(
+        "softaudit.frameworks.torch:softmax_grad", dtypes=["float8_e4m3fn"], suite="quick", families=["gaussian"]
+    ).table
     assert (table.verdict == "skip").all() and table.note.str.contains("not implemented").all()
 
 
@@ -107,9 +115,15 @@ def test_attention_gradients_on_the_cpu_match_the_float64_vjp(dtype, mask):
     exact = O.attention_vjp(*arrays.values(), mask=mask)
     found = {**candidates("torch"), **candidates("jax")}
     ran = []
-    for name in ["torch.sdpa_bool_math_grad", "torch.sdpa_float_math_grad", "torch.sdpa_causal_math_grad",
-                 "torch.sdpa_bool_flash_grad", "torch.sdpa_float_flash_grad", "torch.sdpa_causal_flash_grad",
-                 "jax.nn.dot_product_attention_grad"]:  # fmt: skip
+    for name in [
+        "torch.sdpa_bool_math_grad",
+        "torch.sdpa_float_math_grad",
+        "torch.sdpa_causal_math_grad",
+        "torch.sdpa_bool_flash_grad",
+        "torch.sdpa_float_flash_grad",
+        "torch.sdpa_causal_flash_grad",
+        "jax.nn.dot_product_attention_grad",
+    ]:
         if "causal" in name and mask is PADDED:
             with pytest.raises(softaudit.CandidateSkip, match="causal masks only"):
                 called(found[name], arrays, mask)
@@ -144,5 +158,9 @@ def test_sdpa_grad_makes_a_candidate_pinned_to_a_device():
     from softaudit.frameworks.torch import sdpa_grad
 
     mark = marking(sdpa_grad("bool", "flash", device="cuda"))
-    assert (mark.kind, mark.name, mark.framework, mark.device) == ("attention_grad", "torch.sdpa_bool_flash_cuda_grad",
-                                                                   "torch", "cuda")  # fmt: skip
+    assert (mark.kind, mark.name, mark.framework, mark.device) == (
+        "attention_grad",
+        "torch.sdpa_bool_flash_cuda_grad",
+        "torch",
+        "cuda",
+    )

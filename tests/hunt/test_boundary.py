@@ -30,6 +30,7 @@ def test_rows_the_failure_does_not_need_are_dropped_and_values_set_to_zero():
 @pytest.mark.parametrize("sign", [1, -1])
 def test_an_element_is_bisected_to_the_first_value_that_fails(dtype, sign):
     x = np.array([[0.5, sign * 1000.0, 2.0]], dtype)
+
     def fails(inputs, mask):
         return bool((sign * inputs["x"].astype(float) > 3.3).any())
 

@@ -103,7 +103,10 @@ def attention_row(q, ks, vs, keep, scale, prec):
         m = max(scores)
         weights = [mpmath.exp(s - m) for s in scores]
         total = mpmath.fsum(weights)
-        return [mpmath.fsum(w * mpmath.mpf(float(v[c_])) for w, v in zip(weights, values)) / total for c_ in range(len(vs[0]))]
+        return [
+            mpmath.fsum(w * mpmath.mpf(float(v[c_])) for w, v in zip(weights, values)) / total
+            for c_ in range(len(vs[0]))
+        ]
 
 
 def near_boundary(value, dtype, prec) -> bool:
@@ -207,13 +210,20 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
                     row[j] = pj
             P.append(row)
         dP = [[mpmath.fsum(G[i][a] * V[j][a] for a in range(dv)) for j in range(lk)] for i in range(lq)]
-        dS = [[P[i][j] * mpmath.fsum(P[i][l] * (dP[i][j] - dP[i][l]) for l in range(lk)) for j in range(lk)]
-              for i in range(lq)]  # fmt: skip
+        dS = [
+            [P[i][j] * mpmath.fsum(P[i][l] * (dP[i][j] - dP[i][l]) for l in range(lk)) for j in range(lk)]
+            for i in range(lq)
+        ]
         # dq as sum over key pairs of P_j P_l (dP_j - dP_l)(K_j - K_l): a column of K with equal values gives 0
         # exactly, as it must (dS sums to 0 along a row), where sum_j dS_j K_j would leave rounding noise.
         pairs = [(j, m) for j in range(lk) for m in range(j + 1, lk)]
-        dq = [[c * mpmath.fsum(P[i][j] * P[i][m] * (dP[i][j] - dP[i][m]) * (K[j][a] - K[m][a]) for j, m in pairs)
-               for a in range(d)] for i in range(lq)]  # fmt: skip
+        dq = [
+            [
+                c * mpmath.fsum(P[i][j] * P[i][m] * (dP[i][j] - dP[i][m]) * (K[j][a] - K[m][a]) for j, m in pairs)
+                for a in range(d)
+            ]
+            for i in range(lq)
+        ]
         dk = [[c * mpmath.fsum(dS[i][j] * Q[i][a] for i in range(lq)) for a in range(d)] for j in range(lk)]
         dvv = [[mpmath.fsum(P[i][j] * G[i][a] for i in range(lq)) for a in range(dv)] for j in range(lk)]
         return dq, dk, dvv

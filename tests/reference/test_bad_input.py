@@ -10,7 +10,12 @@ X = np.zeros((2, 3))
 
 @pytest.mark.parametrize(
     "value, dtype_name",
-    [(np.zeros(3, np.int32), "int32"), (np.zeros(3, np.complex128), "complex128"), (np.array([1.0, "a"], dtype=object), "object"), (np.zeros(3, bool), "bool")],
+    [
+        (np.zeros(3, np.int32), "int32"),
+        (np.zeros(3, np.complex128), "complex128"),
+        (np.array([1.0, "a"], dtype=object), "object"),
+        (np.zeros(3, bool), "bool"),
+    ],
 )
 def test_non_float_x_is_a_type_error_naming_x(value, dtype_name):
     with pytest.raises(TypeError, match=f"x must be a floating-point array, got dtype {dtype_name}"):

@@ -86,7 +86,10 @@ def test_pairwise_sum_error_is_within_gamma_of_its_depth():
         hi, lo = _dd.pairwise_sum(x, np.zeros_like(x))
         for row, h, low in zip(x, hi, lo):
             exact = sum(Fraction(float(v)) for v in row)
-            assert abs(Fraction(float(h)) + Fraction(float(low)) - exact) <= Fraction(_dd.depth(n, 2) * _dd.DD_OP_REL) * exact
+            assert (
+                abs(Fraction(float(h)) + Fraction(float(low)) - exact)
+                <= Fraction(_dd.depth(n, 2) * _dd.DD_OP_REL) * exact
+            )
 
 
 def _dd_operands(rng, n, same_sign):

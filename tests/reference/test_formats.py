@@ -131,7 +131,9 @@ def test_round_to_matches_independent_rounding(dtype):
     from softaudit import reference
 
     rng = np.random.default_rng(9)
-    values = np.concatenate([rng.standard_normal(300) * 10.0 ** rng.integers(-8, 8, 300), [1 + 2.0**-8 + 2.0**-30, -0.0, np.inf, -np.inf]])
+    values = np.concatenate(
+        [rng.standard_normal(300) * 10.0 ** rng.integers(-8, 8, 300), [1 + 2.0**-8 + 2.0**-30, -0.0, np.inf, -np.inf]]
+    )
     got = reference.round_to(values, dtype).astype(np.float64)
     held = np.array([np.inf, -np.inf]).astype(format_of(dtype).dtype).astype(np.float64)  # NaN without an inf
     for v, g in zip(values, got):

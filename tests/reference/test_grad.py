@@ -161,7 +161,9 @@ def test_cross_entropy_gradient_through_log_softmax_matches_the_oracle():
         p = R.softmax(x, dtype=dtype).astype(np.float64)
         g = (p - np.eye(50)[[0, 7, 49]]).astype(dtype_of(dtype))
         for kind in ("softmax_grad", "log_softmax_grad"):
-            np.testing.assert_array_equal(bits(getattr(R, kind)(x, g, dtype=dtype)), bits(rounded_grad_rows(kind, x, g, dtype)))
+            np.testing.assert_array_equal(
+                bits(getattr(R, kind)(x, g, dtype=dtype)), bits(rounded_grad_rows(kind, x, g, dtype))
+            )
 
 
 def test_exact_zeros_by_groups_of_equal_logits():
@@ -196,11 +198,14 @@ def test_subnormal_probabilities_and_logits_near_overflow():
         x = np.array([fmax, fmax * 0.5, fmax * 0.99, -fmax]).astype(dtype_of(dtype))
         g = np.array([1.0, -2.0, 3.0, 4.0]).astype(dtype_of(dtype))
         for kind in ("softmax_grad", "log_softmax_grad"):
-            np.testing.assert_array_equal(bits(getattr(R, kind)(x, g, dtype=dtype)),
-                                          bits(rounded_grad_rows(kind, x[None], g[None], dtype)[0]))  # fmt: skip
+            np.testing.assert_array_equal(
+                bits(getattr(R, kind)(x, g, dtype=dtype)), bits(rounded_grad_rows(kind, x[None], g[None], dtype)[0])
+            )
         x = np.array([0.0, -100.0, -110.0]).astype(dtype_of(dtype))  # e**-100: subnormal or zero in the narrow types
-        np.testing.assert_array_equal(bits(R.softmax_grad(x, g[:3], dtype=dtype)),
-                                      bits(rounded_grad_rows("softmax_grad", x[None], g[None, :3], dtype)[0]))  # fmt: skip
+        np.testing.assert_array_equal(
+            bits(R.softmax_grad(x, g[:3], dtype=dtype)),
+            bits(rounded_grad_rows("softmax_grad", x[None], g[None, :3], dtype)[0]),
+        )
 
 
 def test_undefined_rows_removed_entries_and_fully_masked_rows():
@@ -220,8 +225,10 @@ def test_undefined_rows_removed_entries_and_fully_masked_rows():
 def test_axis_shapes_and_dtype_none():
     rng = np.random.default_rng(3)
     x, g = rng.standard_normal((3, 4, 5)), rng.standard_normal((3, 4, 5))
-    np.testing.assert_array_equal(R.softmax_grad(x, g, axis=1, dtype="float32"),
-                                  np.moveaxis(R.softmax_grad(np.moveaxis(x, 1, -1), np.moveaxis(g, 1, -1), dtype="float32"), -1, 1))  # fmt: skip
+    np.testing.assert_array_equal(
+        R.softmax_grad(x, g, axis=1, dtype="float32"),
+        np.moveaxis(R.softmax_grad(np.moveaxis(x, 1, -1), np.moveaxis(g, 1, -1), dtype="float32"), -1, 1),
+    )
     assert R.logsumexp_grad(x, g[..., 0], dtype="float32").shape == x.shape
     with pytest.raises(ValueError, match="g must have"):
         R.softmax_grad(x, g[..., 0], dtype="float32")
@@ -276,8 +283,10 @@ def _rounded_attention_grad(q, k, v, g, keep, scale, dtype):
 )
 def test_attention_grad_matches_plain_mpmath(dtype, d, lq, lk, dv, magnitude, masked, scale, seed):
     rng = np.random.default_rng(seed)
-    q, k, v, g = ((rng.standard_normal(s) * 10.0**magnitude).astype(dtype_of(dtype))
-                  for s in ((lq, d), (lk, d), (lk, dv), (lq, dv)))  # fmt: skip
+    q, k, v, g = (
+        (rng.standard_normal(s) * 10.0**magnitude).astype(dtype_of(dtype))
+        for s in ((lq, d), (lk, d), (lk, dv), (lq, dv))
+    )
     keep = rng.random((lq, lk)) < 0.6 if masked else np.ones((lq, lk), bool)
     got = R.attention_grad(q, k, v, g, keep, scale=scale, dtype=dtype)
     for part, want in zip(got, _rounded_attention_grad(q, k, v, g, keep, scale, dtype)):
@@ -361,7 +370,9 @@ def test_entries_far_below_the_smallest_subnormal_round_to_zeros_of_their_sign(d
     x = np.array([[0.0, -800.0, -1500.0, -3000.0, -2.5, -760.0], [3.0, -900.0, -1200.0, 1.0, -2000.0, -744.0]])
     g = np.array([[1.0, -2.0, 3.0, 0.5, -1.0, 4.0], [-3.0, 2.0, -1.0, 0.25, 5.0, -6.0]])
     x, g = x.astype(dtype_of(dtype)), g.astype(dtype_of(dtype))
-    np.testing.assert_array_equal(bits(R.softmax_grad(x, g, dtype=dtype)), bits(rounded_grad_rows("softmax_grad", x, g, dtype)))
+    np.testing.assert_array_equal(
+        bits(R.softmax_grad(x, g, dtype=dtype)), bits(rounded_grad_rows("softmax_grad", x, g, dtype))
+    )
     lse = R.logsumexp_grad(x, g[:, 0], dtype=dtype)
     np.testing.assert_array_equal(bits(lse), bits(rounded_grad_rows("logsumexp_grad", x, g[:, 0], dtype)))
     assert np.signbit(lse[1, 1:3]).all() and (lse[1, 1:3] == 0).all()  # g = -3: zeros of its sign
@@ -420,8 +431,11 @@ def test_attention_grad_tier_b_alone_matches_plain_mpmath(
 
     rng = np.random.default_rng(seed)
     shapes = ((lq, d), (lk, d), (lk, dv), (lq, dv))
-    draw = {"gaussian": lambda s: rng.standard_normal(s), "few": lambda s: rng.integers(-2, 3, s) / 2.0,
-            "constant": lambda s: np.full(s, 1.0)}[values]  # fmt: skip
+    draw = {
+        "gaussian": lambda s: rng.standard_normal(s),
+        "few": lambda s: rng.integers(-2, 3, s) / 2.0,
+        "constant": lambda s: np.full(s, 1.0),
+    }[values]
     q, k, v, g = ((draw(s) * 10.0**magnitude).astype(dtype_of(dtype)) for s in shapes)
     keep = rng.random((lq, lk)) < 0.6 if masked else np.ones((lq, lk), bool)
     if nan_query:
@@ -434,8 +448,9 @@ def test_attention_grad_tier_b_alone_matches_plain_mpmath(
     q, k, v, g = (a.astype(np.float64) for a in (q, k, v, g))
     if nan_query:
         g[0] = 0.0  # what the other outputs see: row 0 contributes nothing to the defined ones
-    want = _rounded_attention_grad(q, k, v, g, keep & (np.arange(lq) != 0)[:, None] if nan_query else keep,
-                                   scale, dtype)  # fmt: skip
+    want = _rounded_attention_grad(
+        q, k, v, g, keep & (np.arange(lq) != 0)[:, None] if nan_query else keep, scale, dtype
+    )
     if got is None:  # the documented limit: dk or dv exactly 0 by cancellation between queries of unequal weights
         assert any((part == 0).any() for part in want[1:])
         return

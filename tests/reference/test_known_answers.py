@@ -95,7 +95,10 @@ def test_scipy_vectors_are_correctly_rounded_where_scipy_published_values_are_no
     got = R.softmax(SCIPY_X, dtype="float64")
     with mpmath.workprec(400):
         want = np.array(
-            [[round_to(mpmath.exp(v) / mpmath.fsum(mpmath.exp(w) for w in row), "float64") for v in row] for row in SCIPY_X]
+            [
+                [round_to(mpmath.exp(v) / mpmath.fsum(mpmath.exp(w) for w in row), "float64") for v in row]
+                for row in SCIPY_X
+            ]
         )
     np.testing.assert_array_equal(got, want)
     ulps = np.abs(got.view(np.int64) - SCIPY_PUBLISHED.view(np.int64))
@@ -117,7 +120,6 @@ def test_log_softmax_of_an_off_grid_t_near_a_rounding_boundary(gap):
     for method in ("auto", "mpmath"):
         got = R.log_softmax(x, dtype="float16", method=method).astype(np.float64)
         np.testing.assert_array_equal(got, expected, err_msg=method)
-
 
 
 def test_a_base_near_a_boundary_with_an_astronomically_small_correction():

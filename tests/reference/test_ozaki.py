@@ -25,10 +25,15 @@ def ozaki(parts, b, slices):
 
 @settings(max_examples=60, deadline=None)
 @given(
-    m=st.integers(1, 5), n=st.integers(1, 40), p=st.integers(1, 5),
-    spread=st.integers(0, 200), dtype=st.sampled_from([np.float16, np.float32, np.float64]),
-    slices=st.integers(1, 5), seed=st.integers(0, 2**32 - 1), zeros=st.booleans(),
-)  # fmt: skip
+    m=st.integers(1, 5),
+    n=st.integers(1, 40),
+    p=st.integers(1, 5),
+    spread=st.integers(0, 200),
+    dtype=st.sampled_from([np.float16, np.float32, np.float64]),
+    slices=st.integers(1, 5),
+    seed=st.integers(0, 2**32 - 1),
+    zeros=st.booleans(),
+)
 def test_the_bound_holds_for_every_spread_and_slice_count(m, n, p, spread, dtype, slices, seed, zeros):
     """Entries spread over 2**spread in magnitude (wider than any slice count holds), cancelling signs."""
     rng = np.random.default_rng(seed)

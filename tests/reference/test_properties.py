@@ -137,9 +137,7 @@ def test_attention_with_a_single_key_returns_its_value(dtype, d, lq, dv, scale, 
 )
 def test_attention_matches_plain_mpmath(dtype, d, lq, lk, dv, scale, masked, seed):
     rng = np.random.default_rng(seed)
-    q, k, v = (
-        (rng.standard_normal(s) * 10.0**scale).astype(dtype_of(dtype)) for s in ((lq, d), (lk, d), (lk, dv))
-    )
+    q, k, v = ((rng.standard_normal(s) * 10.0**scale).astype(dtype_of(dtype)) for s in ((lq, d), (lk, d), (lk, dv)))
     mask = rng.random((lq, lk)) < 0.6 if masked else np.ones((lq, lk), bool)
     mask[:, 0] = True
     got = R.attention(q, k, v, mask, dtype=dtype).astype(np.float64)

@@ -40,7 +40,15 @@ def test_masked_entries_are_ignored_whatever_they_hold():
     x = np.array([[1.0, NAN, 2.0, INF], [NAN, NAN, NAN, NAN]])
     mask = np.array([[True, False, True, False], [False, False, False, False]])
     out = R.masked_softmax(x, mask, dtype="float32")
-    np.testing.assert_array_equal(out[0], [R.softmax(np.array([1.0, 2.0]), dtype="float32")[0], 0, R.softmax(np.array([1.0, 2.0]), dtype="float32")[1], 0])
+    np.testing.assert_array_equal(
+        out[0],
+        [
+            R.softmax(np.array([1.0, 2.0]), dtype="float32")[0],
+            0,
+            R.softmax(np.array([1.0, 2.0]), dtype="float32")[1],
+            0,
+        ],
+    )
     assert np.isnan(out[1]).all()  # fully masked: undefined
     assert R.undefined_rows(x, mask).tolist() == [False, True]
 
@@ -48,7 +56,9 @@ def test_masked_entries_are_ignored_whatever_they_hold():
 def test_mask_broadcasts_and_axis_is_honoured():
     x = np.arange(12.0).reshape(3, 4)
     mask = np.array([True, False, True, True])
-    np.testing.assert_array_equal(R.masked_softmax(x, mask, dtype="float64"), R.masked_softmax(x, np.broadcast_to(mask, x.shape), dtype="float64"))
+    np.testing.assert_array_equal(
+        R.masked_softmax(x, mask, dtype="float64"), R.masked_softmax(x, np.broadcast_to(mask, x.shape), dtype="float64")
+    )
     np.testing.assert_array_equal(R.softmax(x, axis=0, dtype="float64"), R.softmax(x.T, dtype="float64").T)
     assert R.logsumexp(x, axis=0, dtype="float64").shape == (4,)
 
@@ -117,7 +127,9 @@ def test_attention_masks_batches_and_undefined_queries():
     k2[..., 5, :] = np.nan
     v2[5] = 1e30
     mask[4, 5] = False
-    np.testing.assert_array_equal(R.attention(q, k2, v2, mask, dtype="float32")[:, :, 4], R.attention(q, k, v, mask, dtype="float32")[:, :, 4])
+    np.testing.assert_array_equal(
+        R.attention(q, k2, v2, mask, dtype="float32")[:, :, 4], R.attention(q, k, v, mask, dtype="float32")[:, :, 4]
+    )
     nan_q = q.copy()
     nan_q[0, 0, 0, 0] = np.nan
     assert R.attention_undefined_rows(nan_q, k, v)[0, 0, 0] and not R.attention_undefined_rows(nan_q, k, v)[0, 0, 1]

@@ -118,10 +118,14 @@ def test_decide_agrees_with_rounding_both_ends_of_the_interval():
     for dtype in TARGETS:
         fmt = R.format_of(dtype)
         spacing = 2.0 ** (np.floor(np.log2(fmt.max_float)) - fmt.precision)
-        h = np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.uniform(-8, 4, 4000),
-                            # values just beside midpoints, and past the largest finite value
-                            (np.arange(1, 200) + 0.5) * 2.0 ** (1 - fmt.precision) * (1 + rng.uniform(-1e-9, 1e-9, 199)),
-                            fmt.max_float + spacing * rng.uniform(-1, 1, 50)])  # fmt: skip
+        h = np.concatenate(
+            [
+                rng.standard_normal(4000) * 10.0 ** rng.uniform(-8, 4, 4000),
+                # values just beside midpoints, and past the largest finite value
+                (np.arange(1, 200) + 0.5) * 2.0 ** (1 - fmt.precision) * (1 + rng.uniform(-1e-9, 1e-9, 199)),
+                fmt.max_float + spacing * rng.uniform(-1, 1, 50),
+            ]
+        )
         err = np.abs(h) * 10.0 ** rng.uniform(-16, -2, len(h))
         rounded, ok = _torch_tier.decide(torch.from_numpy(h), torch.from_numpy(err), fmt)
         # In the format, as the collector stores it: an overflow is inf, or NaN where the format has no inf.
@@ -199,15 +203,26 @@ def test_float64_inputs_beyond_the_per_row_bounds_range_take_numpys_tier_a():
     v = rng.standard_normal((5, 3))
     assert_same(*both(q, k, v, None, "float16"))
     assert_same(*both(q * 1e170, k * 1e-170, v, None, "float32", scale=1e-250))
-    assert _torch_tier.run(R._attention.prepare(q, k, v, None, None), R.format_of("float16"), torch.device("cpu"),
-                           np.ones((1, 4, 3), bool), None) is False  # fmt: skip
+    assert (
+        _torch_tier.run(
+            R._attention.prepare(q, k, v, None, None),
+            R.format_of("float16"),
+            torch.device("cpu"),
+            np.ones((1, 4, 3), bool),
+            None,
+        )
+        is False
+    )
 
 
 def test_finite_rows_read_from_the_bits_agree_with_isfinite():
     every_float16 = np.arange(1 << 16, dtype=np.uint16).view(np.float16).reshape(-1, 8)
     rng = np.random.default_rng(7)
-    patterns = [every_float16, rng.integers(0, 1 << 32, (4096, 4), dtype=np.uint32).view(np.float32),
-                rng.integers(0, 1 << 63, (4096, 4), dtype=np.int64).view(np.float64)]
+    patterns = [
+        every_float16,
+        rng.integers(0, 1 << 32, (4096, 4), dtype=np.uint32).view(np.float32),
+        rng.integers(0, 1 << 63, (4096, 4), dtype=np.int64).view(np.float64),
+    ]
     patterns[2][::7, 1] = np.inf
     patterns[2][::5, 2] = np.nan
     for a in patterns:
@@ -289,10 +304,14 @@ def test_exp_dd_and_pairwise_dd_in_torch_give_numpys_bits():
     rng = np.random.default_rng(9)
     th = np.concatenate([rng.uniform(-2100, 709, 20000), rng.uniform(-1, 1, 5000), [0.0, -0.0, 709.7, -745.2, np.nan]])
     tl = th * 2.0**-60 * rng.uniform(-1, 1, th.shape)
-    for numpy_part, torch_part in zip(_dd.exp_dd(th, tl), _torch_tier._exp_dd(torch.from_numpy(th), torch.from_numpy(tl))):
+    for numpy_part, torch_part in zip(
+        _dd.exp_dd(th, tl), _torch_tier._exp_dd(torch.from_numpy(th), torch.from_numpy(tl))
+    ):
         np.testing.assert_array_equal(bits(torch_part.numpy()), bits(numpy_part))
     h, lo = _dd.two_prod(rng.standard_normal((7, 37)), rng.standard_normal((7, 37)))
-    for numpy_part, torch_part in zip(_dd.pairwise_sum(h, lo), _torch_tier._pairwise_dd(torch.from_numpy(h), torch.from_numpy(lo))):
+    for numpy_part, torch_part in zip(
+        _dd.pairwise_sum(h, lo), _torch_tier._pairwise_dd(torch.from_numpy(h), torch.from_numpy(lo))
+    ):
         np.testing.assert_array_equal(bits(torch_part.numpy()), bits(numpy_part))
 
 

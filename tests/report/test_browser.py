@@ -12,8 +12,16 @@ import softaudit
 from softaudit.report import write_reports
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.mark.skipif(BROWSER is None, reason="no Chromium on this machine")
@@ -22,8 +30,12 @@ def test_report_renders_in_headless_chromium(tmp_path):
     write_reports(result, tmp_path, ["html"])
     page = (tmp_path / "report.html").as_uri()
     profile = tmp_path / "profile"
-    run = subprocess.run([BROWSER, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0",
-                          "--dump-dom", page], capture_output=True, text=True, timeout=120)  # fmt: skip
+    run = subprocess.run(
+        [BROWSER, *FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--dump-dom", page],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     dom = run.stdout
     assert 'id="verdict-matrix"' in dom and "softmax.max_shifted_f32acc" in dom
@@ -31,6 +43,9 @@ def test_report_renders_in_headless_chromium(tmp_path):
     console = [line for line in run.stderr.splitlines() if "CONSOLE" in line or "Uncaught" in line]
     assert not console, console
     shot = tmp_path / "report.png"
-    subprocess.run([BROWSER, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2000", page],
-                   capture_output=True, timeout=120)  # fmt: skip
+    subprocess.run(
+        [BROWSER, *FLAGS, f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1280,2000", page],
+        capture_output=True,
+        timeout=120,
+    )
     assert shot.is_file() and shot.stat().st_size > 10_000

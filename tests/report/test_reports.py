@@ -18,8 +18,11 @@ weird.__qualname__ = "weird<script>alert(1)</script>,name:x"
 
 
 def test_junit_is_xunit2_with_a_suite_per_candidate_and_a_case_per_dtype_and_family(tmp_path):
-    result = softaudit.audit(["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"],
-                             dtypes=["float16", "float32"], suite="quick")  # fmt: skip
+    result = softaudit.audit(
+        ["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"],
+        dtypes=["float16", "float32"],
+        suite="quick",
+    )
     write_reports(result, tmp_path, ["junit"])
     root = ET.parse(tmp_path / "junit.xml").getroot()
     suites = root.findall("testsuite")
@@ -33,8 +36,9 @@ def test_junit_is_xunit2_with_a_suite_per_candidate_and_a_case_per_dtype_and_fam
     warned = [c for c in naive_cases if c.find("system-out") is not None]  # a warn passes and says why
     assert len(warned) == int((naive.verdict == "warn").sum()) > 0
     assert all(c.find("failure") is None and c.find("system-out").text.startswith("warn: ") for c in warned)
-    strict = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], suite="quick",
-                             policy=Policy(strict=True))  # fmt: skip
+    strict = softaudit.audit(
+        "softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], suite="quick", policy=Policy(strict=True)
+    )
     write_reports(strict, tmp_path, ["junit"])
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
     assert int(suite.get("failures")) == int(naive.verdict.isin(["warn", "fail"]).sum())  # strict: a warn fails
@@ -80,7 +84,9 @@ def test_results_json_has_settings_versions_and_machine(tmp_path):
 def test_the_gpu_line_names_a_gpu_only_where_some_row_ran_on_one(monkeypatch):
     from softaudit.report import _files
 
-    monkeypatch.setattr(_files, "platform_key", lambda: {"gpu": "NVIDIA H100", "cuda": "13.0", "cudnn": 91900, "torch": "2.11"})
+    monkeypatch.setattr(
+        _files, "platform_key", lambda: {"gpu": "NVIDIA H100", "cuda": "13.0", "cudnn": 91900, "torch": "2.11"}
+    )
     assert _files.accelerator_line([None, "cpu", None]) == ""
     assert _files.accelerator_line([]) == ""
     assert _files.accelerator_line(["cpu", "cuda:1"]) == "Ran on NVIDIA H100 (CUDA 13.0, cuDNN 91900; torch 2.11)."
