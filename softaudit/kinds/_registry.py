@@ -258,9 +258,7 @@ ATTENTION_GRAD = Kind(
     standard=("attention_grad.naive", "attention_grad.flash2_b64"),
     best="attention_grad.upcast",
     best_practice=_ATTENTION_GRAD_BEST,
-    # Not attn_large_activations: its scores spread over thousands, so nearly every gradient is far below float64's
-    # range and only its sign is left to decide, which tier B cannot and tier C does in minutes (docs/gradients.md).
-    families=tuple(f for f in _ATTENTION_FAMILIES if f != "attn_large_activations")
+    families=_ATTENTION_FAMILIES
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal"),
     reference=f"{_GRADS}:attention_reference",
     conditioning=f"{_GRADS}:attention_conditioning",

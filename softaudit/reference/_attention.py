@@ -127,7 +127,7 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     ch, cl, c_rel = _dd.scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
-    eh, el, total_h, total_l, eta, sigma, unsure = weights_dd(sh, sl, ds, keep)
+    eh, el, total_h, total_l, eta, sigma, unsure, _ = weights_dd(sh, sl, ds, keep)
     nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
     nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
     oh, ol = _dd.div(nh, nl, total_h[:, None], total_l[:, None])
@@ -140,13 +140,14 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     return Approx(oh, ol, err, 0.0)
 
 
-def weights_dd(sh, sl, ds, keep):
+def weights_dd(sh, sl, ds, keep, wide: bool = False):
     """Softmax numerators e = exp(s - max) of scores sh + sl (within ds), as double-doubles, and their bounds.
 
-    Returns (eh, el, total_h, total_l, eta, sigma, unsure): e within relative eta per entry (plus 2 * 2**-1074
-    below 2**-969), their double-double sum within relative sigma per row, and the rows whose exps are not
-    certified (first-order terms above 2**-20: their bounds must not be used). Rows with no kept score get e = 0
-    and a sum of 1.
+    Returns (eh, el, total_h, total_l, eta, sigma, unsure, x): e within relative eta per entry (plus 2 * 2**-1074
+    below 2**-969), their double-double sum within relative sigma per row, the rows whose exps are not certified
+    (first-order terms above 2**-20: their bounds must not be used), and x: None, or with `wide` (for scores
+    s - max >= WIDE_ARG_MIN) int64 exponents kept apart: e = (eh + el) 2**x with eh in [2**-0.51, 2**0.51], so
+    numerators far below float64's range keep their digits. Rows with no kept score get e = 0 and a sum of 1.
     """
     lk = sh.shape[1]
     any_key = keep.any(axis=1, keepdims=True)
@@ -156,16 +157,23 @@ def weights_dd(sh, sl, ds, keep):
     mh = np.where(any_key, kept_h.max(axis=1, keepdims=True), 0.0)
     ml = np.where(any_key, np.where(kept_h == mh, sl, -np.inf).max(axis=1, keepdims=True), 0.0)
     th, tl = _dd.add(np.where(keep, sh, mh), np.where(keep, sl, ml), -mh, -ml)
-    eh, el = _dd.exp_dd(th, tl)
+    x = None
+    if wide:
+        eh, el, x = _dd.exp_dd_wide(np.where(keep, th, 0.0), np.where(keep, tl, 0.0))
+        x = np.where(keep, x, 0)
+    else:
+        eh, el = _dd.exp_dd(th, tl)
     eh, el = np.where(keep, eh, 0.0), np.where(keep, el, 0.0)
+    # The sum takes the values as exp_dd gives them (below 2**-969 they lose the digits its bounds allow for).
+    values = (eh, el) if x is None else _dd.times_pow2(x, eh, el)
     first = np.where(keep, ds + _dd.DD_OP_REL * np.abs(th), 0.0)
     eta = np.where(keep, first * (1 + _SAFE) + _dd.EXP_DD_REL, 0.0)
-    total_h, total_l = _dd.pairwise_sum(eh, el, one_sign=True)
+    total_h, total_l = _dd.pairwise_sum(*values, one_sign=True)
     total_h = np.where(any_key[:, 0], total_h, 1.0)
     depth = _dd.depth(lk, 2) + 1
-    sigma = (_dd.pairwise_sum(eh * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
+    sigma = (_dd.pairwise_sum(values[0] * eta)[0] / total_h + depth * _dd.DD_OP_REL + lk * 2 * TINY) * (1 + _SAFE)
     unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)  # NaN counts as unsure
-    return eh, el, total_h, total_l, eta, sigma, unsure
+    return eh, el, total_h, total_l, eta, sigma, unsure, x
 
 
 def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, device="auto") -> Result:

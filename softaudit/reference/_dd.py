@@ -209,8 +209,55 @@ def exp_dd(th, tl):
     k = np.rint(th * _INV_LN2)
     # t - k ln2: th - k * _LN2_1 is exact (Sterbenz), k * _LN2_2 is exact, k * _LN2_3 is off by 2**-121.
     rh, rl = two_sum(th - k * _LN2_1, -(k * _LN2_2))
+    eh, el = _exp_reduced(rh, rl + (tl - k * _LN2_3))
+    return times_pow2(k.astype(np.int64), eh, el)
+
+
+def times_pow2(k, *arrays) -> tuple[np.ndarray, ...]:
+    """Each array times 2**k (int64, at most 2044), by two normal powers of two (k may be below -1022): exact
+    unless the result is subnormal, where it is rounded once; k below -2044 acts as -2044 (0 below 2**1000)."""
+    scale1, scale2 = pow2_pair(np.maximum(k, -2044))
+    with np.errstate(under="ignore"):
+        return tuple(a * scale1 * scale2 for a in arrays)
+
+
+def _parts(value: tuple, bits: int, count: int) -> list[float]:
+    """value as count floats: the first count - 1 of `bits` bits each, then the rest rounded."""
+    out = []
+    for _ in range(count - 1):
+        out.append(_leading(value, bits))
+        value = libmp.mpf_sub(value, libmp.from_float(out[-1]), 200)
+    return out + [libmp.to_float(value)]
+
+
+# ln2 in five parts for exp_dd_wide: k times each of the first four (30 bits) is exact for |k| < 2**23, and the
+# fifth is below 2**-120, so k times it is off by less than 2**-150.
+_LN2_WIDE = _parts(_LN2, 30, 5)
+WIDE_ARG_MIN = -(2.0**22)
+
+
+def exp_dd_wide(th, tl):
+    """e**(th + tl) = (eh + el) 2**k for th in [WIDE_ARG_MIN, 709]: the mantissa eh + el (in [2**-0.51, 2**0.51])
+    within EXP_DD_REL relative and the integer exponent k (int64) apart, so that results far below float64's range
+    keep their digits (attention's gradient on scores spread over thousands).
+
+    As exp_dd, with t - k ln2 reduced against five parts of ln2 (the first two exact, the other three and tl added
+    as double-doubles: about 2**-99 absolute in r, on top of exp_dd's 2**-90.8)."""
+    p1, p2, p3, p4, p5 = _LN2_WIDE
+    k = np.rint(th * _INV_LN2)
+    rh, rl = two_sum(th - k * p1, -(k * p2))  # exact: Sterbenz, and a product of at most 53 bits
+    rh, rl = add_d(rh, rl, -(k * p3))
+    rh, rl = add_d(rh, rl, -(k * p4))
+    rh, rl = add_d(rh, rl, tl)  # tl may be 2**-31 here (th up to 2**22): too large to add in double
+    eh, el = _exp_reduced(rh, rl - k * p5)
+    return eh, el, k.astype(np.int64)
+
+
+def _exp_reduced(rh, rest):
+    """e**(rh + rest) for |rh| <= ln2/2 + 2**-30, as exp_dd computes it: e**(j/4096) from the table times the
+    polynomial in r = rh - j/4096 + rest."""
     j = np.rint(rh * _STEPS)
-    rh, rl = fast_two_sum(rh - j / _STEPS, rl + (tl - k * _LN2_3))  # rh - j/4096 is exact (Sterbenz)
+    rh, rl = fast_two_sum(rh - j / _STEPS, rest)  # rh - j/4096 is exact (Sterbenz)
     square, square_err = two_square(rh)
     square_err = square_err + 2 * rh * rl  # r**2 = square + square_err within 2**-131
     tail = square * rh * (1 / 6 + rh * (1 / 24 + rh * (1 / 120 + rh / 720)))
@@ -219,11 +266,7 @@ def exp_dd(th, tl):
     ph, pl = fast_two_sum(ph, (pl + e) + ((0.5 * square_err + rl) + tail))
     table_h, table_l = _table()
     index = j.astype(np.int64) + _REACH
-    eh, el = mul(table_h[index], table_l[index], ph, pl)
-    # 2**k in two factors, as k may be below -1022; below -2044 the result is 0 all the same.
-    scale1, scale2 = pow2_pair(np.maximum(k, -2044).astype(np.int64))
-    with np.errstate(under="ignore"):
-        return eh * scale1 * scale2, el * scale1 * scale2
+    return mul(table_h[index], table_l[index], ph, pl)
 
 
 def log1p_dd(sh, sl):

@@ -85,10 +85,15 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
     """Double-double, one batch entry (float64 arrays below 2**500), in blocks of query rows of about `block`
     scores. Every matrix product is an Ozaki product (_ozaki: exact BLAS products of slices, `slices` per part);
     the elementwise steps are double-double operations with tier A's bounds at DD_OP_REL. Products of exact
-    inputs are exact, so equal dP values give h = 0 exactly and constant rows give dS = 0 with bound 0."""
+    inputs are exact, so equal dP values give h = 0 exactly and constant rows give dS = 0 with bound 0.
+
+    Scores spread past float64's range (weights below 2**-865) keep exponents apart (`_wide_exponents`): each
+    output row or column is computed at its own power of two, so gradients far below every format's subnormals
+    still get their sign, and round to their signed zero."""
     lq, d = q.shape
     lk, dv = v.shape
     ch, cl, c_rel = _dd.scale_dd(scale, d)
+    wide = _wide_exponents(q, k, keep, ch)
     k_rows, v_rows = (_ozaki.slice_rows([a], slices) for a in (k, v))
     # dq = c dS K = c dS (K - k_r) for any fixed key row k_r, as every row of dS sums to 0 (masked entries are 0).
     # Centred on the key nearest the mean, K - k_r (exact, as a double-double) is small when the keys are alike
@@ -98,75 +103,162 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
     k_cols = _ozaki.slice_rows([a.T for a in k_off], slices)
     k_off_size = np.abs(k_off[0]) * (1 + 2 * _dd.U)
     dq_h, dq_l, dq_err = np.zeros((lq, d)), np.zeros((lq, d)), np.zeros((lq, d))
+    dq_x = np.zeros(lq, dtype=np.int64)
     dk_sum, dv_sum = _ozaki.ExactSum((lk, d)), _ozaki.ExactSum((lk, dv))
     dk_err, dv_err = np.zeros((lk, d)), np.zeros((lk, dv))
     for rows in row_blocks(np.arange(lq), lk, block):
-        p, p_err = _probabilities(q[rows], k_rows, keep[rows], ch, cl, c_rel, slices)
-        ds, ds_err = _score_grad(p, p_err, g[rows], v_rows, keep[rows], slices)
+        p, p_err, px = _probabilities(q[rows], k_rows, keep[rows], ch, cl, c_rel, slices, wide is not None)
+        ds, ds_err, sx = _score_grad(p, p_err, px, g[rows], v_rows, keep[rows], slices)
+        ds_q, ds_q_err, ds_k, ds_k_err, p_v, p_v_err = ds, ds_err, ds, ds_err, p, p_err
+        if wide is not None:  # each at its output's power of two: dq's rows, dk's and dv's columns
+            live = (ds[0] != 0) | (ds_err != 0)
+            dq_x[rows] = np.where(live.any(axis=1), np.where(live, sx, _FAR).max(axis=1), 0)
+            ds_q, ds_q_err = _shift(ds, ds_err, sx - dq_x[rows, None])
+            ds_k, ds_k_err = _shift(ds, ds_err, sx - wide[0])
+            p_v, p_v_err = _shift(p, p_err, px - wide[1])
         dq_sum = _ozaki.ExactSum((len(p[0]), d))
-        err = _ozaki.product(_ozaki.slice_rows(list(ds), slices), k_cols, dq_sum)
+        err = _ozaki.product(_ozaki.slice_rows(list(ds_q), slices), k_cols, dq_sum)
         hi, lo, own = dq_sum.result()
-        dq_h[rows], dq_l[rows], dq_err[rows] = hi, lo, err + own + _ozaki.spread(ds_err, k_off_size)
+        dq_h[rows], dq_l[rows], dq_err[rows] = hi, lo, err + own + _ozaki.spread(ds_q_err, k_off_size)
         q_cols, g_cols = _ozaki.slice_rows([q[rows].T], slices), _ozaki.slice_rows([g[rows].T], slices)
-        dk_err += _ozaki.product(_ozaki.slice_rows([a.T for a in ds], slices), q_cols, dk_sum)
-        dk_err += _ozaki.spread(ds_err.T, np.abs(q[rows]))
-        dv_err += _ozaki.product(_ozaki.slice_rows([a.T for a in p], slices), g_cols, dv_sum)
-        dv_err += _ozaki.spread(p_err.T, np.abs(g[rows]))
+        dk_err += _ozaki.product(_ozaki.slice_rows([a.T for a in ds_k], slices), q_cols, dk_sum)
+        dk_err += _ozaki.spread(ds_k_err.T, np.abs(q[rows]))
+        dv_err += _ozaki.product(_ozaki.slice_rows([a.T for a in p_v], slices), g_cols, dv_sum)
+        dv_err += _ozaki.spread(p_v_err.T, np.abs(g[rows]))
     grow = 1 + 2 * _dd.gamma(lq)  # the float64 sums of the blocks' bounds
     dk_h, dk_l, own = dk_sum.result()
     out = []
     for hi, lo, err in ((dq_h, dq_l, dq_err), (dk_h, dk_l, dk_err * grow + own)):
         hi, lo = _dd.mul(hi, lo, np.full_like(hi, ch), np.full_like(hi, cl))  # times c
         err = abs(ch) * err * (1 + 2.0**-50) + np.abs(hi) * (c_rel + 2 * _dd.DD_OP_REL)
-        out.append(Approx(hi, lo, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0)), 0.0))
+        out.append((hi, lo, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0))))
     hi, lo, own = dv_sum.result()
-    return out[0], out[1], Approx(hi, lo, dv_err * grow + own, 0.0)
+    out.append((hi, lo, dv_err * grow + own))
+    if wide is None:
+        return tuple(Approx(hi, lo, err, 0.0) for hi, lo, err in out)
+    return tuple(_apart(*o, x[:, None]) for o, x in zip(out, (dq_x, wide[0][0], wide[1][0])))
 
 
-def _probabilities(q, k_rows, keep, ch, cl, c_rel, slices):
+#: An exponent below any in use (for maxima over entries that have none).
+_FAR = -(1 << 40)
+
+
+def _wide_exponents(q, k, keep, c) -> tuple[np.ndarray, np.ndarray] | None:
+    """None, or for scores spread past float64's range (a kept weight below about 2**-865, every score within
+    WIDE_ARG_MIN / 2 of its row's top): the powers of two at which dk's and dv's columns are summed, each (1, Lk).
+
+    Estimated from the float64 scores, the same for every block of rows: log2 of a weight is its score minus the
+    row's top over ln2 (within 1 + log2 Lk: the softmax sum is between 1 and Lk). dS has the weight's exponent,
+    except the top key's, which has the row's second largest: its dS is P_top times r, the rest's weighted dP."""
+    with np.errstate(all="ignore"):
+        s = np.where(keep, c * (q @ k.T), -np.inf)
+        top = s.max(axis=1, keepdims=True, initial=-np.inf)
+        t = np.where(keep, s - top, 0.0)
+    if not (t.min(initial=0.0) < -600.0 and t.min(initial=0.0) >= _dd.WIDE_ARG_MIN / 2):
+        return None
+    x = np.where(keep, np.rint(t / math.log(2)), _FAR).astype(np.int64)
+    rows, first = np.arange(len(x)), s.argmax(axis=1)
+    others = x.copy()
+    others[rows, first] = _FAR
+    second = others.max(axis=1, initial=_FAR)
+    ds_x = x.copy()
+    ds_x[rows, first] = np.where(keep[rows, first], np.where(second > _FAR, second, 0), _FAR)
+    return ds_x.max(axis=0, initial=_FAR)[None, :], x.max(axis=0, initial=_FAR)[None, :]
+
+
+def _shift(pair, err, shift):
+    """(hi + lo) 2**shift and err 2**shift for an int64 shift, err widened by what rounding to float64's
+    subnormals loses (2**-1075 for each of hi, lo and err). Shifts up are at most log2 Lk + 2 where the entry is
+    not 0; past 60 (which the estimates rule out) the bound becomes inf rather than overflow."""
+    hi, lo = pair
+    nonzero = (hi != 0) | (err != 0)
+    over = (shift > 60) & nonzero
+    shift = np.minimum(shift, 60)
+    hi, lo, err = _dd.times_pow2(shift, hi, lo, err)
+    err = err + np.where((shift < 0) & nonzero, 2 * TINY, 0.0)
+    return (hi, lo), np.where(over, np.inf, err)
+
+
+def _apart(hi, lo, err, x) -> Approx:
+    """The Approx of (hi + lo) 2**x within err 2**x. Its sign is kept where the bound decides it, so a value far
+    below every format's subnormals rounds to its signed zero: in decide_arrays, or as `below` where even float64's
+    2**-1075 is far above it (shifted, hi, lo and err would be 0 there, which reads as an exact 0)."""
+    sign = np.where(np.abs(hi) - np.abs(lo) > err, np.sign(hi), 0.0)
+    below = (sign != 0) & (np.frexp(np.abs(hi) + np.abs(lo) + err)[1] + x <= -1075)  # the sum is below 2**frexp
+    (hi, lo), err = _shift((hi, lo), err, x)
+    return Approx(hi, lo, err * (1 + 2.0**-50), sign, below)
+
+
+def _probabilities(q, k_rows, keep, ch, cl, c_rel, slices, wide: bool):
     """P = softmax(c q k^T) over the kept keys as a double-double (p_hi, p_lo) and its bound (inf on rows whose
-    exps are not certified); rows with no kept key get P = 0 exactly."""
+    exps are not certified), and with `wide` their exponents apart (P = p 2**x; else None); rows with no kept key
+    get P = 0 exactly."""
     total = _ozaki.ExactSum((len(q), k_rows.rest.shape[0]))
     s_err = _ozaki.product(_ozaki.slice_rows([q], slices), k_rows, total)
     sh, sl, own = total.result()
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * (s_err + own) * (1 + 2.0**-50) + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
-    eh, el, total_h, total_l, eta, sigma, unsure = weights_dd(sh, sl, ds, keep)
+    eh, el, total_h, total_l, eta, sigma, unsure, x = weights_dd(sh, sl, ds, keep, wide)
     ph, pl = _dd.div(eh, el, total_h[:, None], total_l[:, None])
     p_err = np.where(keep, ph * (eta + sigma[:, None] + 2 * _dd.DD_OP_REL) * (1 + _SAFE) + 4 * TINY, 0.0)
     p_err[unsure] = np.inf
-    return (ph, pl), p_err
+    return (ph, pl), p_err, x
 
 
-def _score_grad(p, p_err, g, v_rows, keep, slices):
+def _score_grad(p, p_err, x, g, v_rows, keep, slices):
     """dS = P (dP - D), D = rowsum(dP P), dP = g v^T, as a double-double and its bound. dP is centred per row on
-    one of its kept values (the centre cancels from dS exactly), so equal dP values give dS = 0 exactly."""
+    one of its kept values (the centre cancels from dS exactly), so equal dP values give dS = 0 exactly.
+
+    With P's exponents apart (x, else None), dS's come back too (P = p 2**x, dS = ds 2**sx): rows with weights
+    far apart centre on their top key, whose dS is then P_top times r, with r summed at its own power of two."""
     ph, pl = p
     lk = ph.shape[1]
     total = _ozaki.ExactSum(ph.shape)
     dp_err = _ozaki.product(_ozaki.slice_rows([g], slices), v_rows, total)
     dph, dpl, own = total.result()
     dp_err = dp_err + own
-    guess = np.where(keep, ph * dph, 0.0).sum(axis=1)
+    weights = ph if x is None else _dd.times_pow2(x, ph)[0]
+    guess = np.where(keep, weights * dph, 0.0).sum(axis=1)
     pick = np.where(keep, np.abs(dph - guess[:, None]), np.inf).argmin(axis=1)
+    if x is not None:
+        pick = np.where(keep, weights, -1.0).argmax(axis=1)
     rows = np.arange(len(ph))
     hh, hl = _dd.add(dph, dpl, -dph[rows, pick][:, None], -dpl[rows, pick][:, None])
     hh, hl = np.where(keep, hh, 0.0), np.where(keep, hl, 0.0)
     h_err = np.where(keep, dp_err + dp_err[rows, pick][:, None] + _dd.DD_OP_REL * np.abs(hh), 0.0)
+    h_err[rows, pick] = 0.0  # dP_pick - dP_pick is 0 exactly
     th, tl = _dd.mul(ph, pl, hh, hl)
+    ah = np.abs(hh)
+    sizes, errs = (ph + p_err) * ah, p_err * ah + (ph + p_err) * h_err
+    lost = 0.0
+    if x is not None:  # r = sum P h at the largest exponent of a term that is not 0
+        live = keep & ((hh != 0) | (h_err != 0))
+        r_x = np.where(live.any(axis=1), np.where(live, x, _FAR).max(axis=1), 0)
+        shift = np.where(live, x - r_x[:, None], 0)
+        th, tl, sizes, errs = _dd.times_pow2(shift, th, tl, sizes, errs)
+        lost = ((shift < 0) & live).sum(axis=1) * 4 * TINY  # times_pow2's rounding of th, tl, sizes and errs
     rh, rl = _dd.pairwise_sum(th, tl)
     depth = _dd.depth(lk, 2) + 1
     up = 1 + 2 * _dd.gamma(_dd.depth(lk))  # the float64 pairwise sums of the bounds below
-    weighted = _dd.pairwise_sum((ph + p_err) * np.abs(hh))[0]
-    r_err = (depth * _dd.DD_OP_REL * weighted + _dd.pairwise_sum(p_err * np.abs(hh) + (ph + p_err) * h_err)[0]) * up
+    weighted = _dd.pairwise_sum(sizes)[0]
+    r_err = (depth * _dd.DD_OP_REL * weighted + _dd.pairwise_sum(errs)[0] + lost) * up
     r_err = r_err * (1 + _SAFE) + 4 * TINY * (hh != 0).sum(axis=1)
-    dh, dl = _dd.add(hh, hl, -rh[:, None], -rl[:, None])
-    d_err = h_err + r_err[:, None] + _dd.DD_OP_REL * np.abs(dh)
+    sx = None
+    if x is None:
+        dh, dl = _dd.add(hh, hl, -rh[:, None], -rl[:, None])
+        d_err = h_err + r_err[:, None] + _dd.DD_OP_REL * np.abs(dh)
+    else:  # d = h - r: where h is exactly 0 (the top key), d = -r at r's exponent; elsewhere r 2**r_x is added
+        (sh_, sl_), s_err_ = _shift((rh, rl), r_err, r_x)
+        dh, dl = _dd.add(hh, hl, -sh_[:, None], -sl_[:, None])
+        apart = keep & ~live & (r_x < 0)[:, None]
+        dh, dl = np.where(apart, -rh[:, None], dh), np.where(apart, -rl[:, None], dl)
+        d_err = np.where(apart, r_err[:, None], h_err + s_err_[:, None]) + _dd.DD_OP_REL * np.abs(dh)
+        sx = x + np.where(apart, r_x[:, None], 0)
     sh, sl = _dd.mul(ph, pl, dh, dl)
     s_err = (ph + p_err) * d_err + p_err * np.abs(dh) + _dd.DD_OP_REL * np.abs(sh)
     s_err = s_err * (1 + _SAFE) + 4 * TINY * ((dh != 0) | (d_err != 0))
     s_err = np.where(keep, s_err, 0.0)
-    return (np.where(keep, sh, 0.0), np.where(keep, sl, 0.0)), s_err
+    return (np.where(keep, sh, 0.0), np.where(keep, sl, 0.0)), s_err, sx
 
 
 def _scale_parts(scale, d):
@@ -238,6 +330,9 @@ def _fast_tiers(b, arrays, keep, scale, fmt: Format, outs, pending):
             approxes = run(*head, keep, scale)
             for o, m, approx in zip(outs, pending, approxes):
                 rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
+                if approx.below is not None:
+                    rounded = np.where(approx.below, np.copysign(0.0, approx.sign), rounded)
+                    decided |= approx.below
                 decided &= m[b]
                 o.put_block(b, rounded, approx, decided, tier)
                 m[b] &= ~decided

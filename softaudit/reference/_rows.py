@@ -28,12 +28,15 @@ KINDS = ("softmax", "log_softmax", "logsumexp")
 
 @dataclasses.dataclass
 class Approx:
-    """hi + lo approximates the exact result within err; sign is its known sign (0: unknown)."""
+    """hi + lo approximates the exact result within err; sign is its known sign (0: unknown). below: None, or where
+    the exact result is known to be nonzero and below 2**-1075 in magnitude (too small for hi, lo and err to
+    say): it rounds to the zero of its sign in every format."""
 
     hi: np.ndarray
     lo: np.ndarray
     err: np.ndarray
     sign: np.ndarray | float
+    below: np.ndarray | None = None
 
 
 def _row_max(x, removed):
