@@ -128,9 +128,9 @@ def _family_tables(table) -> str:
             .format_index(escape="html", axis=0)
             .format_index(escape="html", axis=1)
         )
-        styler = styler.apply(
-            lambda _: verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}"), axis=None
-        )
+        colours = verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}")
+        # the Styler calls this when it renders: the family's colours are bound here, not read from the loop then
+        styler = styler.apply(lambda _, colours=colours: colours, axis=None)
         out.append(
             f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
             "compared); colour is the verdict</p>" + styler.to_html()

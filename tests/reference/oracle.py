@@ -5,6 +5,7 @@ bit manipulation the package uses, so a shared mistake is unlikely.
 """
 
 import math
+from functools import partial
 
 import ml_dtypes
 import mpmath
@@ -137,9 +138,9 @@ def rounded_rows(kind, x, dtype, mask=None):
     for i, row in enumerate(x):
         keep = None if mask is None else mask[i]
         if kind == "logsumexp":
-            out.append(rounded(lambda prec: [row_kind(kind, row, keep, prec)], dtype)[0])
+            out.append(rounded(lambda prec, row=row, keep=keep: [row_kind(kind, row, keep, prec)], dtype)[0])
         else:
-            out.append(rounded(lambda prec: row_kind(kind, row, keep, prec), dtype))
+            out.append(rounded(partial(row_kind, kind, row, keep), dtype))
     return np.array(out, dtype=np.float64)
 
 
@@ -188,7 +189,7 @@ def rounded_grad_rows(kind, x, g, dtype, mask=None):
     out = []
     for i, row in enumerate(x):
         keep = None if mask is None else mask[i]
-        out.append(rounded(lambda prec: grad_row(kind, row, g[i], keep, prec), dtype))
+        out.append(rounded(partial(grad_row, kind, row, g[i], keep), dtype))
     return np.array(out, dtype=np.float64)
 
 
