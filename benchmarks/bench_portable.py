@@ -29,8 +29,8 @@ def main() -> None:
         ):
             a, b = best_of(ours, 5), best_of(theirs, 5)
             print(
-                f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, numpy {b * 1e3:6.2f} ms, "
-                f"ratio {a / b:5.1f}x"
+                f"{name:6s} {np.dtype(dtype).name:8s} 2**20 values: portable {a * 1e3:7.2f} ms, "
+                f"numpy {b * 1e3:6.2f} ms, ratio {a / b:5.1f}x"
             )
         p, v = rng.standard_normal((8, 128, 512)).astype(dtype), rng.standard_normal((8, 512, 64)).astype(dtype)
         a, b = best_of(partial(_ops.matmul, p, v, dtype), 5), best_of(partial(operator.matmul, p, v), 5)

@@ -14,8 +14,9 @@ from .plots import bar_chart, line_chart
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1260px;color:#222;padding:0 16px}
 h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.pass{background:#d9f2d9}.warn{background:#fdf0c4}.fail{background:#f8d0d0}.error{background:#f3c6a6}
+table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+.pass{background:#d9f2d9}.warn{background:#fdf0c4}.fail{background:#f8d0d0}.error{background:#f3c6a6}
 .skip{background:#e8e8e8}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}
 .chart .t{font-size:13px;font-weight:600}.chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}
 .legend{font-size:11px}code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
@@ -51,8 +52,9 @@ def _fix_table(table) -> str:
     if not found:
         return "<p>Every row passed.</p>"
     body = "".join(
-        f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td><td>{escape(g['dtype'])}</td>"
-        f"<td>{escape(families_text(g['families'], 6))}</td><td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
+        f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td>"
+        f"<td>{escape(g['dtype'])}</td><td>{escape(families_text(g['families'], 6))}</td>"
+        f"<td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
         f"<td>{escape(g['note'])}</td><td>{escape(g['fix'])}</td></tr>"
         for g in found
     )
@@ -142,9 +144,9 @@ def _worst(result, limit: int = 40) -> str:
     rank = lambda w: -w.cond_err if not math.isnan(w.cond_err) else math.inf  # noqa: E731
     rows = sorted(result.worst_inputs, key=rank)[:limit]
     body = "".join(
-        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td><td>{number(w.cond_err)}</td>"
-        f"<td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td><td>{escape(str(w.case))} {escape(str(w.element))}</td>"
-        f"<td><code>{escape(w.command())}</code></td></tr>"
+        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td>"
+        f"<td>{number(w.cond_err)}</td><td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td>"
+        f"<td>{escape(str(w.case))} {escape(str(w.element))}</td><td><code>{escape(w.command())}</code></td></tr>"
         for w in rows
     )
     return (

@@ -476,7 +476,8 @@ q, k, v = rng.standard_normal((2, 3, 7, 16)), rng.standard_normal((2, 3, 50, 16)
 attend = rng.random((7, 50)) < 0.7
 attend[3] = False
 q2, k2, v2 = rng.standard_normal((9, 32)) * 3, rng.standard_normal((70, 32)) * 3, rng.standard_normal((70, 16))
-g_rows, g_long, g_attn = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048)), rng.standard_normal((2, 3, 7, 8))
+g_rows, g_long = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048))
+g_attn = rng.standard_normal((2, 3, 7, 8))
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
