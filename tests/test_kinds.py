@@ -72,7 +72,7 @@ def test_an_unknown_kind_is_one_line():
         kinds.get("softmx")
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         softaudit.candidate(len, kind="softmx")
-    with pytest.raises(ValueError, match="^unknown kind"):
+    with pytest.raises(ValueError, match=r"^unknown kind"):
         kinds.get(["softmax"])
 
 

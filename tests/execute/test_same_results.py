@@ -73,7 +73,7 @@ def test_a_skip_is_a_skip(executors):
     def skips(x, axis=-1):
         raise CandidateSkip("no such dtype here")
 
-    with pytest.raises(CandidateSkip, match="^no such dtype here$"):
+    with pytest.raises(CandidateSkip, match=r"^no such dtype here$"):
         both(executors[1:], Candidate("softmax", "skips", skips), np.float32)
 
 
