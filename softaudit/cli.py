@@ -364,12 +364,13 @@ def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None,
     from .report import WRITERS
 
     saved = _save_set(result, out, formats, comparison, WRITERS, held, ("the reports", "report"))
-    if new_baseline is not None:
-        if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
-            saved.elsewhere(
-                f"the baseline to {new_baseline}",
-                lambda folder: [gate.write_baseline(result, folder / "baseline.json")],
-            )
+    if new_baseline is None:
+        return saved
+    if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
+        saved.elsewhere(
+            f"the baseline to {new_baseline}",
+            lambda folder: [gate.write_baseline(result, folder / "baseline.json")],
+        )
     return saved
 
 

@@ -206,7 +206,7 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
     for which, weights_of in ((1, Q), (2, G)):
         for j, a in zip(*np.nonzero(want[which])):
             merged: dict = {}  # queries with the same weights (and dP row, for dk) share one form
-            for i, (cols, w, dp, dp_group, key_of, dp_of) in rows.items():
+            for i, (_, w, dp, dp_group, key_of, dp_of) in rows.items():
                 if j not in key_of or not weights_of[i][a]:
                     continue
                 sig = (tuple(w.keys), key_of[j]) + ((tuple(dp), dp_of[j]) if which == 1 else ())

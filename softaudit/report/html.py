@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from itertools import pairwise
 
 from ..results import summary_line
 from ._files import machine, platform_key, versions
@@ -108,7 +109,7 @@ def _plots(result) -> str:
             values = group.max_cond_err.astype(float)
             counts = [
                 int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum())
-                for lo, hi in zip(edges, edges[1:])
+                for lo, hi in pairwise(edges)
             ]
             counts.append(int((group.nonfinite > 0).sum()))
             hists.append(
