@@ -427,9 +427,10 @@ def _forbidden_calls(path: Path) -> list[str]:
     tokens = list(tokenize.generate_tokens(io.StringIO(path.read_text()).readline))
     found = []
     for before, dot, name in zip(tokens, tokens[1:], tokens[2:]):
-        if dot.string == "." and name.type == tokenize.NAME:
-            if (before.string in ("np", "numpy") and name.string in CPU_DEPENDENT) or name.string in SUMS:
-                found.append(f"{path.name}:{name.start[0]}: {before.string}.{name.string}")
+        if not (dot.string == "." and name.type == tokenize.NAME):
+            continue
+        if (before.string in ("np", "numpy") and name.string in CPU_DEPENDENT) or name.string in SUMS:
+            found.append(f"{path.name}:{name.start[0]}: {before.string}.{name.string}")
     code = [t for t in tokens if t.type not in layout]
     for before, t in zip([None] + code, code):
         starts_line = before is None or before.start[0] != t.start[0]  # a decorator's @ starts its line
