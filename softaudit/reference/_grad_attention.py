@@ -181,7 +181,10 @@ def _scale_parts(scale, d):
 def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
     """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry)."""
     d = q.shape[1]
-    frac = lambda a: [[_fraction(exact_mpf(x)) for x in row] for row in a]  # noqa: E731
+
+    def frac(a):
+        return [[_fraction(exact_mpf(x)) for x in row] for row in a]
+
     Q, K, V, G = (frac(np.where(np.isfinite(a.astype(np.float64)), a, 0)) for a in (q, k, v, g))
     exp_scale, flip, factor = _scale_parts(scale, d)
     rows = {}

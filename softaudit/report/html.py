@@ -142,7 +142,9 @@ def _family_tables(table) -> str:
 
 
 def _worst(result, limit: int = 40) -> str:
-    rank = lambda w: -w.cond_err if not math.isnan(w.cond_err) else math.inf  # noqa: E731
+    def rank(w):  # the largest error first, NaN last
+        return -w.cond_err if not math.isnan(w.cond_err) else math.inf
+
     rows = sorted(result.worst_inputs, key=rank)[:limit]
     body = "".join(
         f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td>"

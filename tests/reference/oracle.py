@@ -197,7 +197,10 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
     """(dq, dk, dv) of one batch entry at `prec` bits, plainly: P, dV = P^T dO, dP = dO V^T, dS = P (dP - D),
     dQ = c dS K, dK = c dS^T Q. A query with no kept key has P = 0."""
     with mpmath.workprec(prec):
-        mp = lambda a: [[mpmath.mpf(float(x)) for x in r] for r in np.asarray(a).astype(np.float64)]  # noqa: E731
+
+        def mp(a):
+            return [[mpmath.mpf(float(x)) for x in r] for r in np.asarray(a).astype(np.float64)]
+
         Q, K, V, G = mp(q), mp(k), mp(v), mp(g)
         lq, lk, d, dv = len(Q), len(K), len(Q[0]), len(V[0])
         c = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)
