@@ -155,8 +155,10 @@ def _worst(result, limit: int = 40) -> str:
     return (
         "<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
         f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
-        "and each row's recipe are in worst.csv; <code>softaudit replay worst.csv --row N</code> reproduces a row's "
-        "worst error.</p>"
+        "and each row's recipe are in worst.csv. Its <code>replay</code> column, as above, is the command that audits "
+        "the row again on the same cases (<code>softaudit run TARGET --kind K --dtype D --family F ...</code>; empty "
+        "for a candidate with no importable name); in Python, <code>softaudit.worst.replay(result.worst[key])</code> "
+        "calls the candidate on the exact case and gives the same error at the same element.</p>"
     )
 
 
