@@ -60,8 +60,8 @@ def main() -> None:
         for _ in range(5):  # interleaved, so all see the same state of the machine and of malloc's heap
             own = min(own, best_of(lambda c=cand: [c.call(x, axis=-1) for x in xs], 1))
             runner.clear_cache()  # as a new process starts
-            mapped = min(mapped, best_of(lambda c=cand: softaudit.audit(c.call, **options), 1))
-            wall = min(wall, best_of(lambda c=cand: softaudit.audit(c.call, **options), 1))
+            mapped = min(mapped, best_of(lambda c=cand, o=options: softaudit.audit(c.call, **o), 1))
+            wall = min(wall, best_of(lambda c=cand, o=options: softaudit.audit(c.call, **o), 1))
         print(f"  {cand.name:27s} own {before[cand.name] * 1e3:4.1f} / {own * 1e3:4.1f} ms", end="")
         own = min(own, before[cand.name])
         print(

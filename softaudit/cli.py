@@ -364,12 +364,13 @@ def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None,
     from .report import WRITERS
 
     saved = _save_set(result, out, formats, comparison, WRITERS, held, ("the reports", "report"))
-    if new_baseline is not None:
-        if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
-            saved.elsewhere(
-                f"the baseline to {new_baseline}",
-                lambda folder: [gate.write_baseline(result, folder / "baseline.json")],
-            )
+    if new_baseline is None:
+        return saved
+    if not saved.attempt(f"the baseline {new_baseline}", lambda: [gate.write_baseline(result, new_baseline)]):
+        saved.elsewhere(
+            f"the baseline to {new_baseline}",
+            lambda folder: [gate.write_baseline(result, folder / "baseline.json")],
+        )
     return saved
 
 
@@ -486,8 +487,9 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
         if not quiet:
             where = "" if comparison.same_platform else f" (made on another platform: {comparison.platform_change})"
             click.echo(
-                f"against the baseline{where}: {len(comparison.regressions)} regression(s), {len(comparison.known)} "
-                f"known, {len(comparison.platform)} platform difference(s), {len(comparison.improvements)} improvement(s)"
+                f"against the baseline{where}: {len(comparison.regressions)} regression(s), "
+                f"{len(comparison.known)} known, {len(comparison.platform)} platform difference(s), "
+                f"{len(comparison.improvements)} improvement(s)"
             )
         for change in comparison.regressions:
             click.echo(f"  regression {change.key}: {change.what}")
@@ -501,7 +503,8 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
     limit = None if verbose else 25
     for group in shown[:limit]:
         click.echo(
-            f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} ({families_text(group['families'])}): {group['note']}"
+            f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} "
+            f"({families_text(group['families'])}): {group['note']}"
         )
         if group["fix"]:
             click.echo(f"      fix: {group['fix']}")

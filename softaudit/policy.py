@@ -101,7 +101,8 @@ class Policy:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
             warn_at = self.warn_above(best_ulp)
             if err > fail_at:
-                bound = f"max({_times(self.factor, 'the worst same-dtype algorithm', plain_cond)}, 2**{self.defect_fraction * fmt.precision:g})"
+                worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
+                bound = f"max({worst}, 2**{self.defect_fraction * fmt.precision:g})"
                 fails.append(
                     Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
                 )

@@ -1,8 +1,8 @@
 """The conditioning scale against mpmath: sum_k |d r_i / d x_k| |x_k| from central differences of the exact function.
 
 Nothing here uses the scale's formulas: the Jacobian comes from differencing softmax, log-softmax, log-sum-exp
-and attention computed in mpmath at 120 digits (x_top - lse near 100 must keep 1e-66 of a result near 1e-43), with steps of
-1e-25 (the truncation error is about 1e-50).
+and attention computed in mpmath at 120 digits (x_top - lse near 100 must keep 1e-66 of a result near 1e-43), with
+steps of 1e-25 (the truncation error is about 1e-50).
 """
 
 import mpmath

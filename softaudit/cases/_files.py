@@ -114,7 +114,8 @@ def _cases(data, path: Path, kind: str) -> list[Case]:
     needed = set(of.inputs)
     if not needed <= names:
         raise CaseFileError(
-            f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; it has {', '.join(sorted(names)) or 'nothing'}"
+            f"{path}: a case file for {kind} needs {', '.join(sorted(needed))}; "
+            f"it has {', '.join(sorted(names)) or 'nothing'}"
         )
     arrays = {name: _floats(name, data[name], path) for name in sorted(needed)}
     mask = data.get("mask")

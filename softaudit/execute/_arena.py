@@ -92,10 +92,8 @@ def worker_views(path: str, size: int, specs: list) -> tuple[list, object]:
     found = _mapped.get(path)
     if found is None:
         for old in _mapped.values():
-            try:
+            with contextlib.suppress(BufferError):  # (a view still alive somewhere: the mapping goes with it)
                 old.close()
-            except BufferError:  # (a view still alive somewhere: the mapping goes with it)
-                pass
         _mapped.clear()
         with open(path, "r+b") as f:
             found = _mapped[path] = mmap.mmap(f.fileno(), size)

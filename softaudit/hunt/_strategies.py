@@ -4,13 +4,13 @@ batch and head axes.
 Row kinds draw x of rows x n (1 to 16 rows) from a recipe and a seeded generator: the spread, the offset and how far
 the rows sit apart, a logit standing out by a gap, ties, a temperature, and special values of the dtype (raw floats
 of every magnitude, and its thresholds: the smallest logit whose exp overflows, the largest whose exp underflows,
-the largest finite value, each give or take two values: past the largest, inf and NaN). Masked kinds add a mask (its density, a padding run, fully
-masked rows) and what the masked slots hold. Attention draws batch and head axes, K and V broadcast along some of
-them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query attention), d, dv, Lq and Lk
-(tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned top-left or bottom-right)
-with fully masked queries and NaN or inf in keys no query attends. Gradient kinds add an upstream g of the batch's
-shape. A quarter of the draws start instead from a case of the kind's reported-bug families (a few of its rows or
-queries): the families seed the search.
+the largest finite value, each give or take two values: past the largest, inf and NaN). Masked kinds add a mask (its
+density, a padding run, fully masked rows) and what the masked slots hold. Attention draws batch and head axes, K
+and V broadcast along some of them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query
+attention), d, dv, Lq and Lk (tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned
+top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends. Gradient kinds add an
+upstream g of the batch's shape. A quarter of the draws start instead from a case of the kind's reported-bug
+families (a few of its rows or queries): the families seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.

@@ -236,7 +236,9 @@ MASKED_SOFTMAX_GRAD = Kind(
     plain="masked_softmax_grad.where_in_dtype",
     standard=("masked_softmax_grad.where_in_dtype",),
     best="masked_softmax_grad.where",
-    best_practice="where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)",
+    best_practice=(
+        "where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)"
+    ),
     families=_ROW_FAMILIES + _MASKED_FAMILIES + _UPSTREAM_FAMILIES,
     measures=("sum_zero",),
     leak="masked entries get a gradient",

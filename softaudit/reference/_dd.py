@@ -116,7 +116,7 @@ def mul_d(ah, al, b):
 def div(ah, al, bh, bl):
     q1 = ah / bh
     ph, pl = mul_d(bh, bl, q1)
-    rh, rl = add(ah, al, -ph, -pl)
+    rh, _ = add(ah, al, -ph, -pl)
     return fast_two_sum(q1, rh / bh)
 
 

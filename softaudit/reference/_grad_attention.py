@@ -273,7 +273,10 @@ def _scale_parts(scale, d):
 def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
     """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry)."""
     d = q.shape[1]
-    frac = lambda a: [[_fraction(exact_mpf(x)) for x in row] for row in a]  # noqa: E731
+
+    def frac(a):
+        return [[_fraction(exact_mpf(x)) for x in row] for row in a]
+
     Q, K, V, G = (frac(np.where(np.isfinite(a.astype(np.float64)), a, 0)) for a in (q, k, v, g))
     exp_scale, flip, factor = _scale_parts(scale, d)
     rows = {}
@@ -298,7 +301,7 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
     for which, weights_of in ((1, Q), (2, G)):
         for j, a in zip(*np.nonzero(want[which])):
             merged: dict = {}  # queries with the same weights (and dP row, for dk) share one form
-            for i, (cols, w, dp, dp_group, key_of, dp_of) in rows.items():
+            for i, (_, w, dp, dp_group, key_of, dp_of) in rows.items():
                 if j not in key_of or not weights_of[i][a]:
                     continue
                 sig = (tuple(w.keys), key_of[j]) + ((tuple(dp), dp_of[j]) if which == 1 else ())

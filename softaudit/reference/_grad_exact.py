@@ -311,10 +311,10 @@ def decide_terms(terms: list[tuple[Fraction, Form]], factor: Scale, fmt: Format)
         if wp > _EXPAND_AT:
             for _, f in terms:
                 f.expand(full=True)
-        if all(f.correction is not None and f.exact() for _, f in terms):  # the value is the rational base (times c)
-            if factor.rational is not None:
-                return _rational(factor.rational * base, fmt)
-            # irrational c times a nonzero rational (base != 0 here: a zero form was dropped): plain refinement
+        # every form exact: the value is the rational base (times c); an irrational c times a nonzero rational
+        # (base != 0 here: a zero form was dropped) goes on to plain refinement
+        if all(f.correction is not None and f.exact() for _, f in terms) and factor.rational is not None:
+            return _rational(factor.rational * base, fmt)
         parts = [f.corr(wp) for _, f in terms]
         if any(p is None for p in parts):
             wp = _refine(wp)

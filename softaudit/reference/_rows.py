@@ -89,7 +89,7 @@ def tier_a(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
 
 def tier_b(kind: str, x: np.ndarray, removed: np.ndarray) -> Approx:
     """Double-double with exp_dd and log1p_dd: for float64 targets and what tier A leaves undecided."""
-    xk, m, top, rows, kept = _row_max(x, removed)
+    _, m, top, rows, kept = _row_max(x, removed)
     with np.errstate(over="ignore", invalid="ignore"):
         th, tl = _dd.two_sum(np.where(removed, m[:, None], x), -m[:, None])
         finite = np.isfinite(th)  # x - m overflows only where e**(x - m) is 0 to any precision

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -44,10 +45,8 @@ def platform_key() -> dict:
     }
     for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy", "triton"):
         if name in ("numpy", "ml_dtypes") or name in sys.modules:
-            try:
+            with contextlib.suppress(metadata.PackageNotFoundError):
                 key[name] = metadata.version(name)
-            except metadata.PackageNotFoundError:
-                pass
     return key | accelerator()
 
 

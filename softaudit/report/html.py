@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from html import escape
+from itertools import pairwise
 
 from ..results import summary_line
 from ._files import machine, platform_key, versions
@@ -14,8 +15,9 @@ from .plots import bar_chart, line_chart
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1260px;color:#222;padding:0 16px}
 h1{font-size:24px}h2{font-size:19px;margin-top:32px;border-bottom:1px solid #ddd}h3{font-size:15px}
-table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#f4f4f4}.pass{background:#d9f2d9}.warn{background:#fdf0c4}.fail{background:#f8d0d0}.error{background:#f3c6a6}
+table{border-collapse:collapse;margin:8px 0}
+td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}
+.pass{background:#d9f2d9}.warn{background:#fdf0c4}.fail{background:#f8d0d0}.error{background:#f3c6a6}
 .skip{background:#e8e8e8}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}
 .chart .t{font-size:13px;font-weight:600}.chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}
 .legend{font-size:11px}code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
@@ -51,8 +53,9 @@ def _fix_table(table) -> str:
     if not found:
         return "<p>Every row passed.</p>"
     body = "".join(
-        f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td><td>{escape(g['dtype'])}</td>"
-        f"<td>{escape(families_text(g['families'], 6))}</td><td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
+        f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td>"
+        f"<td>{escape(g['dtype'])}</td><td>{escape(families_text(g['families'], 6))}</td>"
+        f"<td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
         f"<td>{escape(g['note'])}</td><td>{escape(g['fix'])}</td></tr>"
         for g in found
     )
@@ -106,7 +109,7 @@ def _plots(result) -> str:
             values = group.max_cond_err.astype(float)
             counts = [
                 int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum())
-                for lo, hi in zip(edges, edges[1:])
+                for lo, hi in pairwise(edges)
             ]
             counts.append(int((group.nonfinite > 0).sum()))
             hists.append(
@@ -128,9 +131,9 @@ def _family_tables(table) -> str:
             .format_index(escape="html", axis=0)
             .format_index(escape="html", axis=1)
         )
-        styler = styler.apply(
-            lambda _: verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}"), axis=None
-        )
+        colours = verdicts.reindex_like(view).map(lambda v: f"background-color: {_COLOR.get(v, '')}")
+        # the Styler calls this when it renders: the family's colours are bound here, not read from the loop then
+        styler = styler.apply(lambda _, colours=colours: colours, axis=None)
         out.append(
             f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
             "compared); colour is the verdict</p>" + styler.to_html()
@@ -139,19 +142,23 @@ def _family_tables(table) -> str:
 
 
 def _worst(result, limit: int = 40) -> str:
-    rank = lambda w: -w.cond_err if not math.isnan(w.cond_err) else math.inf  # noqa: E731
+    def rank(w):  # the largest error first, NaN last
+        return -w.cond_err if not math.isnan(w.cond_err) else math.inf
+
     rows = sorted(result.worst_inputs, key=rank)[:limit]
     body = "".join(
-        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td><td>{number(w.cond_err)}</td>"
-        f"<td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td><td>{escape(str(w.case))} {escape(str(w.element))}</td>"
-        f"<td><code>{escape(w.command())}</code></td></tr>"
+        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td>"
+        f"<td>{number(w.cond_err)}</td><td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td>"
+        f"<td>{escape(str(w.case))} {escape(str(w.element))}</td><td><code>{escape(w.command())}</code></td></tr>"
         for w in rows
     )
     return (
         "<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
         f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
-        "and each row's recipe are in worst.csv; <code>softaudit replay worst.csv --row N</code> reproduces a row's "
-        "worst error.</p>"
+        "and each row's recipe are in worst.csv. Its <code>replay</code> column, as above, is the command that audits "
+        "the row again on the same cases (<code>softaudit run TARGET --kind K --dtype D --family F ...</code>; empty "
+        "for a candidate with no importable name); in Python, <code>softaudit.worst.replay(result.worst[key])</code> "
+        "calls the candidate on the exact case and gives the same error at the same element.</p>"
     )
 
 

@@ -117,7 +117,8 @@ def bar_chart(title: str, labels: list[str], counts: list[int], x_label: str) ->
     for i, (label, count) in enumerate(zip(labels, counts)):
         h = inner_h * count / top
         parts.append(
-            f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" fill="{PALETTE[0]}"/>'
+            f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" '
+            f'fill="{PALETTE[0]}"/>'
             f'<text x="{i * width + width / 2:.1f}" y="{inner_h + 14}" text-anchor="middle">{escape(label)}</text>'
             f'<text x="{i * width + width / 2:.1f}" y="{inner_h - h - 3:.1f}" text-anchor="middle">{count}</text>'
         )

@@ -49,7 +49,7 @@ def test_file_function_and_an_unmarked_function_with_a_kind(target_file):
     assert one.name.endswith("mine") and one.kind == "softmax"
     (helper,) = load_target(f"{target_file}:helper", kind="softmax")
     assert helper.name.endswith("helper")
-    with pytest.raises(TargetError, match="not marked with @softaudit.candidate: give its kind"):
+    with pytest.raises(TargetError, match=r"not marked with @softaudit\.candidate: give its kind"):
         load_target(f"{target_file}:helper")
 
 
@@ -84,7 +84,7 @@ def test_bad_targets_get_one_clear_message(target, message):
 def test_a_file_that_does_not_import(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("import numpy as np\nraise RuntimeError('boom at import')\n")
-    with pytest.raises(TargetError, match="broken.py does not import: RuntimeError: boom at import"):
+    with pytest.raises(TargetError, match=r"broken\.py does not import: RuntimeError: boom at import"):
         load_target(str(broken))
 
 
@@ -204,7 +204,7 @@ def test_a_kind_the_module_does_not_have_names_the_kinds_it_has(target_file):
 
 @pytest.mark.parametrize("targets", [None, "softaudit.candidates.softmax", "softaudit.candidates.softmax:naive"])
 def test_audit_raises_on_an_unknown_kind_before_anything_runs(targets):
-    with pytest.raises(ValueError, match="^unknown kind 'sofmax'; known: softmax, log_softmax"):
+    with pytest.raises(ValueError, match=r"^unknown kind 'sofmax'; known: softmax, log_softmax"):
         softaudit.audit(targets, kind="sofmax")
 
 

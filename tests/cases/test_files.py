@@ -69,9 +69,9 @@ def test_a_truncated_array_is_damaged(tmp_path, monkeypatch):
 def test_missing_files_and_folders(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "folder.npy").mkdir()
-    with pytest.raises(CaseFileError, match="^no such case file: missing.npy$"):
+    with pytest.raises(CaseFileError, match=r"^no such case file: missing\.npy$"):
         check_case_file("missing.npy")
-    with pytest.raises(CaseFileError, match="^folder.npy is a folder, not a case file$"):
+    with pytest.raises(CaseFileError, match=r"^folder\.npy is a folder, not a case file$"):
         check_case_file("folder.npy")
 
 

@@ -106,8 +106,14 @@ def test_a_timeout_off_the_main_thread():
     import threading
 
     raised = []
+
+    def spin(executor):
+        with pytest.raises(CandidateError) as info:
+            call(executor, "spins")
+        raised.append(info)
+
     with Isolated() as executor:
-        thread = threading.Thread(target=lambda: raised.append(pytest.raises(CandidateError, call, executor, "spins")))
+        thread = threading.Thread(target=spin, args=(executor,))
         thread.start()
         thread.join(LIMIT + 10)
     assert not thread.is_alive() and "no answer in 2 s" in str(raised[0].value)
@@ -130,7 +136,7 @@ def test_in_process_too_a_candidate_past_its_limit_is_not_called_again():
     from softaudit.execute import InProcess
 
     with InProcess() as executor:
-        with pytest.raises(CandidateError, match="^ran past the time limit of 0.2 s$"):
+        with pytest.raises(CandidateError, match=r"^ran past the time limit of 0\.2 s$"):
             call(executor, "hangs_on_float32", timeout=0.2)
         with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
             call(executor, "hangs_on_float32", timeout=0.2)

@@ -73,7 +73,7 @@ def test_a_skip_is_a_skip(executors):
     def skips(x, axis=-1):
         raise CandidateSkip("no such dtype here")
 
-    with pytest.raises(CandidateSkip, match="^no such dtype here$"):
+    with pytest.raises(CandidateSkip, match=r"^no such dtype here$"):
         both(executors[1:], Candidate("softmax", "skips", skips), np.float32)
 
 
@@ -90,7 +90,7 @@ def test_a_candidate_cloudpickle_cannot_send_runs_in_process_with_a_note(executo
         with lock:
             return np.full(x.shape, float(os.getpid()))
 
-    (here, _), (there, note) = both(executors, Candidate("softmax", "locked", locked), np.float64)
+    (_, _), (there, note) = both(executors, Candidate("softmax", "locked", locked), np.float64)
     assert there[0, 0] == os.getpid() and note.startswith("ran in process: cloudpickle cannot send it (TypeError")
 
 

@@ -88,21 +88,21 @@ def _grads(q, k, g, p, dp, d, c_q, c_k, dtype):
 def attention_grad_scale_1_over_d(q, k, v, g, mask=None):
     """Defect: scale 1/d instead of 1/sqrt(d), in the forward recomputation and in dq, dk."""
     d = q.shape[-1]
-    q64, k64, v64, g64, _, p, dp = _attention_parts(q, k, v, g, mask, 1 / d)
+    q64, k64, _, g64, _, p, dp = _attention_parts(q, k, v, g, mask, 1 / d)
     return _grads(q64, k64, g64, p, dp, (dp * p).sum(-1, keepdims=True), 1 / d, 1 / d, q.dtype)
 
 
 def attention_grad_dk_missing_scale(q, k, v, g, mask=None):
     """Defect: dK = dS^T Q without the factor c = 1/sqrt(d) (dq and dv right)."""
     c = 1 / np.sqrt(q.shape[-1])
-    q64, k64, v64, g64, _, p, dp = _attention_parts(q, k, v, g, mask, c)
+    q64, k64, _, g64, _, p, dp = _attention_parts(q, k, v, g, mask, c)
     return _grads(q64, k64, g64, p, dp, (dp * p).sum(-1, keepdims=True), c, 1.0, q.dtype)
 
 
 def attention_grad_delta_rowsum_do(q, k, v, g, mask=None):
     """Defect: D = rowsum(dO) instead of rowsum(dO * O) (dv right, dq and dk wrong)."""
     c = 1 / np.sqrt(q.shape[-1])
-    q64, k64, v64, g64, _, p, dp = _attention_parts(q, k, v, g, mask, c)
+    q64, k64, _, g64, _, p, dp = _attention_parts(q, k, v, g, mask, c)
     return _grads(q64, k64, g64, p, dp, g64.sum(-1, keepdims=True), c, c, q.dtype)
 
 

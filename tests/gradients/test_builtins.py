@@ -159,11 +159,15 @@ def test_the_float64_oracle_agrees_with_central_differences_of_the_forwards():
     mask = np.array([[True, False, True, True, False, True]] * 2)
     assert np.allclose(O.softmax_vjp(x, g), O.central_difference(O.softmax, x, g), atol=1e-8)
     assert np.allclose(O.softmax_vjp(x, g, mask), O.central_difference(lambda t: O.softmax(t, mask), x, g), atol=1e-8)
-    log_softmax = lambda t: (
-        t - t.max(-1, keepdims=True) - np.log(np.exp(t - t.max(-1, keepdims=True)).sum(-1, keepdims=True))
-    )
+
+    def log_softmax(t):
+        return t - t.max(-1, keepdims=True) - np.log(np.exp(t - t.max(-1, keepdims=True)).sum(-1, keepdims=True))
+
     assert np.allclose(O.log_softmax_vjp(x, g), O.central_difference(log_softmax, x, g), atol=1e-8)
-    lse = lambda t: np.log(np.exp(t).sum(-1))
+
+    def lse(t):
+        return np.log(np.exp(t).sum(-1))
+
     assert np.allclose(O.logsumexp_vjp(x, g[:, 0]), O.central_difference(lse, x, g[:, 0]), atol=1e-8)
     q, k, v, do = (
         RNG.standard_normal((3, 4)),
@@ -174,7 +178,10 @@ def test_the_float64_oracle_agrees_with_central_differences_of_the_forwards():
     amask = RNG.random((3, 5)) < 0.6
     amask[:, 0], amask[2] = True, False
     dq, dk, dv = O.attention_vjp(q, k, v, do, amask)
-    out = lambda q_, k_, v_: O.attention(q_, k_, v_, amask)[0]
+
+    def out(q_, k_, v_):
+        return O.attention(q_, k_, v_, amask)[0]
+
     assert np.allclose(dq, O.central_difference(lambda t: out(t, k, v), q, do), atol=1e-8)
     assert np.allclose(dk, O.central_difference(lambda t: out(q, t, v), k, do), atol=1e-8)
     assert np.allclose(dv, O.central_difference(lambda t: out(q, k, t), v, do), atol=1e-8)
@@ -245,11 +252,6 @@ def test_where_ignores_junk_in_masked_entries_of_x_and_g():
 
 @pytest.mark.parametrize("kind", ["softmax_grad", "log_softmax_grad", "masked_softmax_grad"])
 def test_plain_float16_backward_is_worse_than_float32_accumulation_on_long_rows(kind):
-    module = {
-        "softmax_grad": softmax_grad,
-        "log_softmax_grad": log_softmax_grad,
-        "masked_softmax_grad": masked_softmax_grad,
-    }[kind]
     # 1024 near-uniform logits (p about 1/1024, dx well above float16's subnormals), g near its mean: the float16
     # dot <g, p> (or sum(g)) is off by ulps of |g|, and g - <g, p> is ten times smaller than g
     x = (RNG.standard_normal((4, 1024)) * 0.1).astype(np.float16)
@@ -328,7 +330,8 @@ x, g = rng.standard_normal((4, 300)) * 4, rng.standard_normal((4, 300))
 x[0, :4] = [30.0, -30.0, 11.5, -90.0]
 mask = rng.random((4, 300)) < 0.6
 mask[2] = False
-q, k, v, do = rng.standard_normal((2, 7, 16)), rng.standard_normal((2, 150, 16)), rng.standard_normal((2, 150, 8)), rng.standard_normal((2, 7, 8))
+q, k = rng.standard_normal((2, 7, 16)), rng.standard_normal((2, 150, 16))
+v, do = rng.standard_normal((2, 150, 8)), rng.standard_normal((2, 7, 8))
 attend = rng.random((7, 150)) < 0.7
 attend[3] = False
 hashes = {}

@@ -74,7 +74,10 @@ def test_masking_defects_show_on_the_fully_masked_row(dtype):
 def test_attention_defects_are_wrong_where_their_reason_says(dtype):
     inputs, mask = attention_inputs(DTYPES[dtype])
     dq, dk, dv = O.attention_vjp(*inputs, mask=mask)
-    err = lambda got: [O.normwise(a, b) for a, b in zip(got, (dq, dk, dv))]
+
+    def err(got):
+        return [O.normwise(a, b) for a, b in zip(got, (dq, dk, dv))]
+
     sqrt_d = np.sqrt(inputs[0].shape[-1])
     # dk without c: exactly sqrt(d) times too large, dq and dv right
     e_q, e_k, e_v = err(H.attention_grad_dk_missing_scale(*inputs, mask=mask))

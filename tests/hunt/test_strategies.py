@@ -24,7 +24,7 @@ def test_rows_come_in_batches_with_fully_masked_rows_beside_kept_ones():
 
 def test_attention_has_batch_and_head_axes_broadcast_k_and_v_and_fully_masked_queries():
     def wanted(drawn):
-        (q, k, v), mask = (drawn[0][n] for n in "qkv"), drawn[1]
+        (q, k, _), mask = (drawn[0][n] for n in "qkv"), drawn[1]
         broadcast = q.ndim >= 3 and k.shape[-3] == 1 < q.shape[-3]
         lonely = mask is not None and (~mask.any(axis=-1)).any() and mask.any()
         return broadcast and lonely and q.shape[-2] != k.shape[-2]

@@ -5,6 +5,7 @@ bit manipulation the package uses, so a shared mistake is unlikely.
 """
 
 import math
+from functools import partial
 
 import ml_dtypes
 import mpmath
@@ -137,9 +138,9 @@ def rounded_rows(kind, x, dtype, mask=None):
     for i, row in enumerate(x):
         keep = None if mask is None else mask[i]
         if kind == "logsumexp":
-            out.append(rounded(lambda prec: [row_kind(kind, row, keep, prec)], dtype)[0])
+            out.append(rounded(lambda prec, row=row, keep=keep: [row_kind(kind, row, keep, prec)], dtype)[0])
         else:
-            out.append(rounded(lambda prec: row_kind(kind, row, keep, prec), dtype))
+            out.append(rounded(partial(row_kind, kind, row, keep), dtype))
     return np.array(out, dtype=np.float64)
 
 
@@ -188,7 +189,7 @@ def rounded_grad_rows(kind, x, g, dtype, mask=None):
     out = []
     for i, row in enumerate(x):
         keep = None if mask is None else mask[i]
-        out.append(rounded(lambda prec: grad_row(kind, row, g[i], keep, prec), dtype))
+        out.append(rounded(partial(grad_row, kind, row, g[i], keep), dtype))
     return np.array(out, dtype=np.float64)
 
 
@@ -196,7 +197,10 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
     """(dq, dk, dv) of one batch entry at `prec` bits, plainly: P, dV = P^T dO, dP = dO V^T, dS = P (dP - D),
     dQ = c dS K, dK = c dS^T Q. A query with no kept key has P = 0."""
     with mpmath.workprec(prec):
-        mp = lambda a: [[mpmath.mpf(float(x)) for x in r] for r in np.asarray(a).astype(np.float64)]  # noqa: E731
+
+        def mp(a):
+            return [[mpmath.mpf(float(x)) for x in r] for r in np.asarray(a).astype(np.float64)]
+
         Q, K, V, G = mp(q), mp(k), mp(v), mp(g)
         lq, lk, d, dv = len(Q), len(K), len(Q[0]), len(V[0])
         c = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(scale)

@@ -120,7 +120,7 @@ def test_decide_shortcuts_agree_with_the_general_route(dtype):
 
 
 def test_unknown_dtype_names_the_known_ones():
-    with pytest.raises(ValueError, match="unknown dtype 'float13'.*bfloat16"):
+    with pytest.raises(ValueError, match=r"unknown dtype 'float13'.*bfloat16"):
         format_of("float13")
     with pytest.raises(ValueError, match="floating-point"):
         format_of(np.int32)

@@ -463,7 +463,7 @@ def test_attention_grad_tier_b_alone_matches_plain_mpmath(
 
 def _undefined_outputs(keep, nan_query, d, dv):
     """Masks of dq, dk, dv that are NaN when query 0's g holds a NaN: its dq, and the keys it attends."""
-    lq, lk = keep.shape
+    lq, _ = keep.shape
     rows = np.zeros(lq, bool)
     rows[0] = nan_query and keep[0].any()
     keys = (keep & rows[:, None]).any(axis=0)

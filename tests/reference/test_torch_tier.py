@@ -318,7 +318,7 @@ def test_exp_dd_and_pairwise_dd_in_torch_give_numpys_bits():
 @settings(max_examples=25, deadline=None)
 @given(problems())
 def test_per_score_approximations_lie_within_their_bound(problem):
-    q, k, v, mask, dtype, scale = problem
+    q, k, v, mask, _, scale = problem
     keep = np.ones((q.shape[0], k.shape[0]), bool) if mask is None else mask
     as_tensor = (torch.from_numpy(a.astype(np.float64)) for a in (q, k, v))
     o, _, err = _torch_tier.tier_a_per_score(*as_tensor, None if mask is None else torch.from_numpy(mask), scale)

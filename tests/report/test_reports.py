@@ -1,6 +1,8 @@
 """Report formats: structure, escaping, atomic writes."""
 
+import re
 import xml.etree.ElementTree as ET
+from html import unescape
 
 import numpy as np
 
@@ -52,6 +54,18 @@ def test_candidate_text_is_escaped_in_html_and_annotations(tmp_path):
     line = annotations(result)[0]
     title = line.split("::")[1]
     assert "%3A" in title and "%2C" in title and "<script>" in title  # properties escape : and , ; no HTML here
+
+
+def test_every_command_the_html_shows_is_a_command_of_the_cli(tmp_path):
+    """A reader copies what the report shows in <code>: each `softaudit WORD` there must be a real command."""
+    from softaudit.cli import main
+
+    result = softaudit.audit("softaudit.candidates.softmax:naive", dtypes=["float16"], suite="quick")
+    write_reports(result, tmp_path, ["html"])
+    code = [unescape(c) for c in re.findall(r"<code>(.*?)</code>", (tmp_path / "report.html").read_text(), re.S)]
+    named = {m.group(1) for c in code for m in re.finditer(r"(?<![\w.])softaudit ([\w-]+)", c)}
+    assert "run" in named  # the worst inputs' replay commands: the search finds what it should
+    assert named <= set(main.commands), f"not commands of softaudit: {sorted(named - set(main.commands))}"
 
 
 def test_github_data_escaping_of_newlines_and_percent():

@@ -79,9 +79,11 @@ def test_isolation_none_on_workers_gives_the_same_table_for_sound_candidates(ser
 def cluster():
     """A Dask cluster of two worker processes on this machine, which may start processes (isolation's)."""
     dask, distributed = pytest.importorskip("dask"), pytest.importorskip("distributed")
-    with dask.config.set({"distributed.worker.daemon": False}):
-        with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as found:
-            yield found
+    with (
+        dask.config.set({"distributed.worker.daemon": False}),
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0") as found,
+    ):
+        yield found
 
 
 def test_a_dask_cluster_of_two_workers_gives_the_serial_table(serial, cluster):
@@ -102,12 +104,15 @@ def test_gpu_candidates_go_only_to_workers_with_a_gpu_resource(tmp_path, monkeyp
         "gpu": {"cls": distributed.Nanny, "options": {"nthreads": 1, "resources": {"GPU": 1}}},
     }
     scheduler = {"cls": distributed.Scheduler, "options": {"dashboard_address": ":0"}}
-    with dask.config.set({"distributed.worker.daemon": False}), distributed.SpecCluster(workers, scheduler) as both:
-        with distributed.Client(both) as client:
-            pids = client.run(os.getpid)
-            info = client.scheduler_info(n_workers=-1)["workers"]
-            gpu = [pids[a] for a, w in info.items() if w["resources"].get("GPU")]
-            result = softaudit.audit([f"{KERNELS}:marked_for_a_gpu", f"{KERNELS}:sound"], scheduler=client, **OPTIONS)
+    with (
+        dask.config.set({"distributed.worker.daemon": False}),
+        distributed.SpecCluster(workers, scheduler) as both,
+        distributed.Client(both) as client,
+    ):
+        pids = client.run(os.getpid)
+        info = client.scheduler_info(n_workers=-1)["workers"]
+        gpu = [pids[a] for a, w in info.items() if w["resources"].get("GPU")]
+        result = softaudit.audit([f"{KERNELS}:marked_for_a_gpu", f"{KERNELS}:sound"], scheduler=client, **OPTIONS)
     assert set(result.table.verdict) <= {"pass", "warn"} and len(result.table) == 12
     ran_on = set(where.read_text().split())
     assert len(gpu) == 1 and ran_on == {str(gpu[0])}  # every call, on the one worker with the resource
