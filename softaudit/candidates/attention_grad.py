@@ -2,8 +2,9 @@
 
 With g = dO: dV = P^T dO, dP = dO V^T, D = rowsum(dP * P) (= rowsum(dO * O)), dS = P * (dP - D), dQ = c dS K,
 dK = c dS^T Q. A query row with no key to attend has output 0 (the forward built-ins' `upcast` and `tiled`), so its
-exact gradient is 0 and it adds nothing to dK and dV. Batch axes broadcast as in the forward; a gradient is summed
-over the axes its input was broadcast along.
+exact gradient is 0 and it adds nothing to dK and dV. Batch axes broadcast as in the forward (one K/V head shared by
+several query heads: multi-query, grouped-query); a gradient is summed over the axes its input was broadcast along,
+in the precision each candidate says (`_unbroadcast`), and has its input's shape.
 
 "In the dtype" as in `attention`: elementwise work rounded to the dtype, matrix products accumulated in float32
 (float64 for float64) and rounded once to the dtype (`_ops.matmul`).
@@ -38,7 +39,7 @@ def _keep(mask, shape):
 
 def _backward(q, k, v, g, p, dp, d, c):
     """dq, dk, dv from P, dP = dO V^T and D, in p's dtype (its products as `matmul` forms them for that dtype),
-    each summed over the axes its input was broadcast along."""
+    each summed over the axes its input was broadcast along, in p's dtype too."""
     w = p.dtype
     ds = p * (dp - d)
     grads = (matmul(ds, k, w) * c, matmul(_t(ds), q, w) * c, matmul(_t(p), g, w))
@@ -60,6 +61,7 @@ def naive(q, k, v, g, mask=None):
         e = exp(s - row_max(s))
         p = e / dtype_sum(e)
         dp = matmul(g, _t(v), dtype)
+        # A shared K/V head's dk and dv: each query head's rounded to the dtype, summed pairwise in the dtype.
         return _backward(q, k, v, g, p, dp, dtype_sum(dp * p), c)
 
 
@@ -78,6 +80,7 @@ def upcast(q, k, v, g, mask=None):
         total = dtype_sum(e)
         p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
         dp = matmul(g32, _t(v32), w)
+        # A shared K/V head's dk and dv: the query heads' float32 gradients summed in float32, rounded once.
         grads = _backward(q32, k32, v32, g32, p, dp, dtype_sum(dp * p), c)
         return tuple(grad.astype(q.dtype) for grad in grads)
 
@@ -127,9 +130,11 @@ def flash2_backward(block: int = 64):
         """FlashAttention-2 style backward, key blocks of {block}: P recomputed in float32 from the saved
         log-sum-exp, D = rowsum(dO * O) with O rounded to the dtype as FA2 stores it, P and dS rounded to the dtype
         before the tensor-core products P^T dO, dS K and dS^T Q (accumulated in float32), the scale applied in
-        float32 at the end. Weakness: D comes from the rounded O, not from P and dP, so it does not match the P it
-        is subtracted against: dS = P (dP - D) carries D's rounding error in every entry of the row (biased in
-        bfloat16 on similar low-rank q, k: Qiu & Yao 2025); P and dS in the dtype add an ulp per entry."""
+        float32 at the end; a K/V head shared by several query heads gets the sum of their dk, dv as stored in the
+        dtype, accumulated in float32. Weakness: D comes from the rounded O, not from P and dP, so it does not
+        match the P it is subtracted against: dS = P (dP - D) carries D's rounding error in every entry of the row
+        (biased in bfloat16 on similar low-rank q, k: Qiu & Yao 2025); P and dS in the dtype add an ulp per
+        entry."""
         w, dtype = work_dtype(q.dtype), q.dtype
         q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
         with np.errstate(all="ignore"):
@@ -151,6 +156,10 @@ def flash2_backward(block: int = 64):
                 dks.append(matmul(_t(ds), q32, w))
             dk = np.concatenate(dks, axis=-2) * c if dks else np.zeros(k.shape, w)
             dv = np.concatenate(dvs, axis=-2) if dvs else np.zeros(v.shape, w)
+            # A shared K/V head (MQA, GQA) as FA2's mha_bwd sums it: each query head's dk and dv written in the dtype
+            # (dk_expanded, dv_expanded), then summed over the group with float32 accumulation (at::sum_out) and
+            # rounded once. Without broadcast the round trip through the dtype changes nothing.
+            dk, dv = (a.astype(dtype).astype(w) for a in (dk, dv))
             grads = ((dq * c, q), (dk, k), (dv, v))
             return tuple(_unbroadcast(grad, a.shape).astype(dtype) for grad, a in grads)
 

@@ -156,17 +156,15 @@ def _unattended_keys(mask: np.ndarray, lk: int) -> np.ndarray:
 
 @st.composite
 def attention(draw, kind: str, fmt: Format):
-    """(q, k, v in the dtype, mask or None) for attention: q (batch..., Lq, d), k (kv batch..., Lk, d), v (kv
-    batch..., Lk, dv). Gradient kinds get one batch shape for q, k and v (attention_grad's reference asks for it)."""
+    """(q, k, v in the dtype, mask or None) for attention and attention_grad: q (batch..., Lq, d), k (kv batch...,
+    Lk, d), v (kv batch..., Lk, dv), K and V broadcast against q along some batch axes."""
     if _seeds(kind, fmt) and draw(st.integers(0, 3)) == 3:
         return draw(_seeded(kind, fmt))
     forward = kinds.get(kind).upstream is None
     batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
-    kv_batch = batch
-    if forward:
-        kv_batch = tuple(1 if draw(st.booleans()) else b for b in batch)  # K, V broadcast along this axis
-        groups = draw(st.sampled_from([1, 2, 4]))  # grouped-query: `groups` query heads share a K, V head
-        batch, kv_batch = (batch + (groups,), kv_batch + (1,)) if groups > 1 else (batch, kv_batch)
+    kv_batch = tuple(1 if draw(st.booleans()) else b for b in batch)  # K, V broadcast along this axis
+    groups = draw(st.sampled_from([1, 2, 4]))  # grouped-query: `groups` query heads share a K, V head
+    batch, kv_batch = (batch + (groups,), kv_batch + (1,)) if groups > 1 else (batch, kv_batch)
     d = draw(st.sampled_from([1, 2, 8, 16, 64, 128]))
     dv = draw(st.sampled_from([d, 1, 8]))
     lq = draw(st.integers(1, 8) | st.integers(9, 64))

@@ -22,7 +22,7 @@ from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
 from ._formats import format_of as format_of
 from ._formats import round_array
-from ._grad_attention import attention_grad as _attention_grad
+from ._grad_broadcast import attention_grad as _attention_grad
 from ._grad_rows import round_rows as round_grad_rows
 from ._validate import axis_index, bool_mask, float_array, scale_value, target
 
@@ -157,9 +157,12 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
 def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
     """(dq, dk, dv): the vector-Jacobian product of `attention` for the upstream gradient g (the output's shape).
 
-    Scale and mask as for `attention`; q, k and v share one batch shape. A query that may attend no key gets dq = 0
-    and adds nothing; a key no query may attend gets dk = dv = 0. A query with a NaN or infinity in q, g, or a key
-    or value it attends makes its dq and the dk, dv of the keys it attends NaN.
+    Scale and mask as for `attention`. k and v may broadcast against q along batch axes (one K/V head shared by
+    several query heads; both along the same axes): dq has q's shape, dk and dv have k's and v's, and a shared
+    head's gradient is the sum over every query head sharing it (what autograd gives for expand), correctly rounded
+    as one sum. A query that may attend no key gets dq = 0 and adds nothing; a key no query may attend gets
+    dk = dv = 0. A query with a NaN or infinity in q, g, or a key or value it attends makes its dq and the dk, dv
+    of the keys it attends NaN.
     """
     return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method))
 

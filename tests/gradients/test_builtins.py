@@ -229,6 +229,51 @@ def test_attention_builtins_sum_gradients_over_broadcast_batch_axes():
         assert np.allclose(got[0], dq, atol=1e-12)
 
 
+def _family_cases(family, dtype):
+    """A family's attention_grad cases as the audit runs them: inputs rounded to the dtype, the reference's shapes."""
+    from softaudit.cases import FAMILIES
+    from softaudit.reference import format_of
+    from softaudit.runner import Prepared
+
+    fmt = format_of(dtype)
+    return [Prepared(case, fmt, i) for i, case in enumerate(FAMILIES[family].cases("attention_grad", fmt, "default"))]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_attention_builtins_sum_shared_kv_heads_in_their_own_precision(dtype):
+    """On attn_broadcast_kv (one K/V head for 4 query heads; 2 K/V heads of 3, causal), through the audit's call
+    path: dk and dv have k's and v's shapes, the reference's; a shared head's gradient is what each built-in says:
+    naive adds the heads' dtype gradients pairwise in the dtype, flash2_b64 adds them in float32 from their dtype
+    values (FA2's dk_expanded and at::sum_out), upcast adds float32 gradients and rounds once (within an ulp of
+    the correctly rounded sum)."""
+    from softaudit.adapters._call import call_all
+    from softaudit.candidates._ops import dtype_sum
+
+    found = {c.name: c for c in builtins()}
+    for pc in _family_cases("attn_broadcast_kv", dtype):
+        q, k, v, g = (pc.inputs[n] for n in "qkv" + "g")
+        heads = [i for i, n in enumerate(k.shape[:-2]) if n == 1 and q.shape[i] != 1]
+        assert heads, "the family's K and V are shared"
+        ek, ev = (np.broadcast_to(a, q.shape[:-2] + a.shape[-2:]).copy() for a in (k, v))
+        refs = [r.value.astype(np.float64) for r in pc.references]
+        for name in ("attention_grad.naive", "attention_grad.flash2_b64", "attention_grad.upcast"):
+            got, _ = call_all(found[name], pc.inputs, pc.mask, pc.output_shapes, q.dtype, timeout=None)
+            assert [a.shape for a in got] == [q.shape, k.shape, v.shape] == list(pc.output_shapes)
+            per_head = found[name].call(q, ek, ev, g, mask=pc.mask)
+            np.testing.assert_array_equal(got[0], per_head[0])  # dq: each query head's own
+            for dgot, head_grads, ref in zip(got[1:], per_head[1:], refs[1:]):
+                moved = np.moveaxis(head_grads, heads, [-1])  # (one shared axis in this family)
+                if name == "attention_grad.naive":
+                    want = dtype_sum(moved)
+                elif name == "attention_grad.flash2_b64":
+                    want = dtype_sum(moved.astype(np.float32)).astype(q.dtype)
+                else:
+                    ulp = np.spacing(np.abs(ref).astype(q.dtype)).astype(np.float64)
+                    assert (np.abs(dgot.astype(np.float64) - ref) <= ulp).all()
+                    continue
+                np.testing.assert_array_equal(dgot, np.moveaxis(want, -1, heads[0]).reshape(dgot.shape))
+
+
 # --- the documented weaknesses ---------------------------------------------------------------------------------
 
 

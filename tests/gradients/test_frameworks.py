@@ -136,6 +136,30 @@ def test_attention_gradients_on_the_cpu_match_the_float64_vjp(dtype, mask):
     assert len(ran) == (5 if mask is PADDED else 7)
 
 
+@pytest.mark.parametrize(
+    "q_batch, kv_batch", [((2, 4), (2, 1)), ((2, 3), ()), ((1, 2, 3), (1, 2, 1))], ids=["one", "no axis", "grouped"]
+)
+def test_attention_gradients_of_shared_kv_heads_have_k_and_v_shapes(q_batch, kv_batch):
+    """K and V shared by query heads (an axis of size 1, or none): autograd and jax.vjp sum the expand's gradient,
+    so dk and dv come back in k's and v's shapes (call_all checks each shape) and equal the float64 VJP of the
+    expanded inputs summed over the heads."""
+    q, g = (RNG.standard_normal(q_batch + (5, 16)).astype(np.float32) for _ in range(2))
+    k, v = (RNG.standard_normal(kv_batch + (9, 16)).astype(np.float32) for _ in range(2))
+    mask = np.broadcast_to(CAUSAL, q_batch + CAUSAL.shape)
+    expanded = [np.broadcast_to(a, q_batch + a.shape[-2:]) for a in (k, v)]
+    dq, dk, dv = O.attention_vjp(q, *expanded, g, mask=mask)
+    shared = tuple(range(len(q_batch) - len(kv_batch))) + tuple(
+        len(q_batch) - len(kv_batch) + i for i, n in enumerate(kv_batch) if n == 1
+    )
+    exact = (dq, dk.sum(axis=shared).reshape(k.shape), dv.sum(axis=shared).reshape(v.shape))
+    found = {**candidates("torch"), **candidates("jax")}
+    for name in ("torch.sdpa_bool_math_grad", "torch.sdpa_bool_flash_grad", "jax.nn.dot_product_attention_grad"):
+        got = called(found[name], {"q": q, "k": k, "v": v, "g": g}, mask)
+        assert [a.shape for a in got] == [q.shape, k.shape, v.shape], name
+        for grad, ref in zip(got, exact):
+            assert O.normwise(grad, ref) <= TOLERANCE[np.float32], name
+
+
 def test_jax_attention_gradient_in_float64_is_only_float32_accurate():
     arrays, _ = _attention(np.float64, None)
     got = called(candidates("jax")["jax.nn.dot_product_attention_grad"], arrays)

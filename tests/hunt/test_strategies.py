@@ -40,8 +40,23 @@ def test_the_gradient_kinds_draw_g_with_the_batch():
     lse = find(gradients("logsumexp_grad", F16), lambda d: d[0]["x"].shape[0] >= 3, settings=QUICK)[0]
     assert lse["g"].shape == lse["x"].shape[:-1]
     att = find(gradients("attention_grad", F16), lambda d: d[0]["q"].ndim >= 3, settings=QUICK)[0]
-    assert att["q"].shape[:-2] == att["k"].shape[:-2] == att["g"].shape[:-2]  # (one batch shape: its reference's)
+    assert att["q"].shape[:-2] == att["g"].shape[:-2]
     assert att["g"].shape[-2:] == (att["q"].shape[-2], att["v"].shape[-1])
+
+
+def test_attention_grad_draws_shared_k_and_v_that_its_reference_takes():
+    """K and V broadcast against q, as for the forward: the reference gives dk and dv in k's and v's shapes."""
+    from softaudit.reference import attention_grad
+
+    def shared(drawn):
+        q, k = drawn[0]["q"], drawn[0]["k"]
+        return q.ndim == k.ndim >= 4 and k.shape[-3] == 1 < q.shape[-3]
+
+    inputs, mask = find(gradients("attention_grad", F16), shared, settings=QUICK)
+    q, k, v, g = (inputs[n] for n in ("q", "k", "v", "g"))
+    assert g.shape[:-2] == q.shape[:-2] and k.shape[:-2] == v.shape[:-2]
+    dq, dk, dv = attention_grad(q, k, v, g, mask, dtype="float16")
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
 
 
 def test_the_reported_bug_families_seed_the_search():

@@ -231,3 +231,44 @@ def attention_grad_exact(q, k, v, g, keep, scale, prec):
         dk = [[c * mpmath.fsum(dS[i][j] * Q[i][a] for i in range(lq)) for a in range(d)] for j in range(lk)]
         dvv = [[mpmath.fsum(P[i][j] * G[i][a] for i in range(lq)) for a in range(dv)] for j in range(lk)]
         return dq, dk, dvv
+
+
+def attention_grad_exact_broadcast(q, k, v, g, keep, scale, prec):
+    """(dq, dk, dv) at `prec` bits, as object arrays of mpf of q's, k's and v's shapes, with k and v broadcast
+    against q along batch axes: attention_grad_exact on every batch entry, then the chain rule through the broadcast,
+    written out: a K/V head's gradient is the sum (mpmath's fsum) of the gradients of every batch entry that reads
+    it. keep broadcasts to q's batch shape x (Lq, Lk). Also returns the bits lost to cancellation in those sums (the
+    largest log2 of sum |terms| / |sum|), so that a caller can tell how far `prec` bits are to be trusted."""
+    q, k, v, g = (np.asarray(a) for a in (q, k, v, g))
+    batch = q.shape[:-2]
+    keep = np.broadcast_to(keep, batch + (q.shape[-2], k.shape[-2]))
+    dq = np.empty(q.shape, object)
+    terms = {name: {} for name in ("k", "v")}  # element of k or v -> its terms
+
+    def source(a, index):
+        """The index of a's batch entry that batch entry `index` reads (0 where a is broadcast)."""
+        lead = a.ndim - 2
+        return tuple(0 if a.shape[i] == 1 else index[len(index) - lead + i] for i in range(lead))
+
+    for index in np.ndindex(*batch):
+        ks, vs = source(k, index), source(v, index)
+        dq_b, dk_b, dv_b = attention_grad_exact(q[index], k[ks], v[vs], g[index], keep[index], scale, prec)
+        for i, row in enumerate(dq_b):
+            for a, x in enumerate(row):
+                dq[index + (i, a)] = x
+        for name, at, part in (("k", ks, dk_b), ("v", vs, dv_b)):
+            for j, row in enumerate(part):
+                for a, x in enumerate(row):
+                    terms[name].setdefault(at + (j, a), []).append(x)
+    lost = 0
+    out = []
+    with mpmath.workprec(prec):
+        for name, a in (("k", k), ("v", v)):
+            total = np.empty(a.shape, object)
+            for at, xs in terms[name].items():
+                total[at] = mpmath.fsum(xs)
+                size = mpmath.fsum(xs, absolute=True)
+                if total[at] != 0:
+                    lost = max(lost, int(mpmath.ceil(mpmath.log(size / abs(total[at]), 2))))
+            out.append(total)
+    return dq, out[0], out[1], lost

@@ -1,0 +1,113 @@
+"""attention_grad with K and V broadcast against q: one K/V head shared by several query heads (multi-query, or
+grouped-query heads arriving as broadcast axes of size 1).
+
+The gradient of a shared K/V head is the sum over every query head that shares it, as autograd gives for
+expand. Every query row has its own softmax over the keys and is independent of the other rows, so the G query
+heads sharing one K/V head are one head of G x Lq queries against the shared keys, with the mask's rows stacked
+the same way: that head's dk and dv are the exact sums, and the tiers round them once (a sum of separately rounded
+per-head gradients is not correctly rounded). Its dq rows are each query head's own. The undefined bookkeeping
+follows: a key attended by an undefined query of any head sharing it is undefined, a key no query of those heads
+attends gets dk = dv = 0. docs/reference.md, "Gradients".
+
+This module stacks the problem before `_grad_attention.attention_grad` (whose tiers take one batch shape) and
+takes the results back to q's, k's and v's shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import _grad_attention
+from ._engine import Result
+from ._formats import Format
+from ._validate import bool_mask, float_array
+
+
+@dataclasses.dataclass(frozen=True)
+class Stacking:
+    """How the broadcast problem maps onto the stacked one. The batch axes are permuted to K/V's own axes first,
+    then the shared ones (size 1 in k and v, larger in q), which merge with the query axis, head by head."""
+
+    batch: tuple[int, ...]  # the broadcast batch shape (q's, with leading axes of size 1 where q has fewer)
+    order: tuple[int, ...]  # the permutation of the batch axes: K/V's own axes, then the shared ones
+    own: tuple[int, ...]  # the sizes of K/V's own axes, in that order
+    shared: tuple[int, ...]  # the sizes of the shared axes
+    lq: int
+
+    def queries(self, a: np.ndarray) -> np.ndarray:
+        """q, g or the mask (batch..., Lq, n) as the stacked problem's (own..., G Lq, n)."""
+        nb = len(self.batch)
+        a = a.reshape(self.batch + a.shape[-2:])  # (q may lack leading axes of size 1)
+        a = a.transpose(list(self.order) + [nb, nb + 1])
+        return a.reshape(self.own + (-1, a.shape[-1]))
+
+    def unstack(self, a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """A stacked (own..., G Lq, ...) array back to `shape`: q's shape for dq, q's without d for its rows."""
+        nb = len(self.batch)
+        a = a.reshape(self.own + self.shared + (self.lq,) + a.shape[len(self.own) + 1 :])
+        return a.transpose(list(np.argsort(self.order)) + list(range(nb, a.ndim))).reshape(shape)
+
+
+def plan(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Stacking | None:
+    """The stacking for q, k, v, or None where there is nothing to stack (one batch shape, or arguments the tiers'
+    own checks reject). ValueError where the gradient would need a sum that no stacking makes exact."""
+    if min(q.ndim, k.ndim, v.ndim) < 2 or q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        return None
+    try:
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    except ValueError:
+        return None  # (prepare names the shapes that do not broadcast)
+    nb = len(batch)
+
+    def padded(a):
+        return (1,) * (nb - (a.ndim - 2)) + a.shape[:-2]
+
+    # dq has q's shape: a query shared by several K/V heads would need the sum of its dq over heads with different
+    # softmaxes, which is not one problem.
+    if padded(q) != batch:
+        raise ValueError(
+            f"attention_grad needs q of the whole batch shape {batch} (k and v may broadcast against q, q may not "
+            f"broadcast against them), got q {q.shape}, k {k.shape}, v {v.shape}"
+        )
+    # A K head shared by query heads whose V heads differ would need a sum over problems with different values.
+    if padded(k) != padded(v):
+        raise ValueError(
+            f"attention_grad needs k and v broadcast along the same batch axes, got k {k.shape} and v {v.shape}"
+        )
+    kv = padded(k)
+    own = [i for i in range(nb) if kv[i] == batch[i]]
+    shared = [i for i in range(nb) if kv[i] != batch[i]]
+    return Stacking(
+        batch, tuple(own + shared), tuple(batch[i] for i in own), tuple(batch[i] for i in shared), q.shape[-2]
+    )
+
+
+def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
+    """(dq, dk, dv) correctly rounded, with K and V broadcast against q or not: dq of q's shape, dk and dv of k's
+    and v's (each the exact sum over the query heads sharing it, rounded once). With detail, three Results
+    (undefined per query for dq, per key for dk and dv)."""
+    q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
+    stacking = plan(q, k, v)
+    if stacking is None:
+        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail)
+    rows = stacking.batch + (stacking.lq,)
+    g = float_array(g, "g", min_ndim=2)
+    if g.shape != rows + v.shape[-1:]:
+        raise ValueError(f"g must have the output's shape {rows + v.shape[-1:]}, got {g.shape}")
+    keep = None if mask is None else stacking.queries(bool_mask(mask, "mask", rows + k.shape[-2:-1]))
+    own = stacking.own
+    args = (stacking.queries(q), k.reshape(own + k.shape[-2:]), v.reshape(own + v.shape[-2:]), stacking.queries(g))
+    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail)
+    if not detail:
+        return stacking.unstack(dq, q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+    parts = ("value", "hi", "lo", "err", "tier")
+    dq = Result(
+        *(stacking.unstack(getattr(dq, p), q.shape) for p in parts), stacking.unstack(dq.undefined, q.shape[:-1])
+    )
+    dk, dv = (
+        Result(*(getattr(r, p).reshape(a.shape) for p in parts), r.undefined.reshape(a.shape[:-1]))
+        for r, a in ((dk, k), (dv, v))
+    )
+    return dq, dk, dv
