@@ -45,3 +45,17 @@ def f32acc(x, g):
     x32 = x.astype(w)
     e = exp(x32 - row_max(x32))
     return vjp(e / dtype_sum(e), g.astype(w)).astype(x.dtype)
+
+
+@candidate(kind="softmax_grad", name="softmax_grad.saved_output")
+@rowwise
+def saved_output(x, g):
+    """What autograd does (PyTorch's softmax backward, jax.nn.softmax's VJP): the forward's output y, computed in
+    float32 for 16-bit inputs and rounded to the dtype, is saved, and the backward computes y (g - <g, y>) from it
+    in float32, rounded once. Weakness: y's rounding (up to half an ulp of each p) enters <g, y> and the product,
+    so where g - <g, p> cancels a 16-bit dtype loses the small entries, and a dominant p rounded to 1 hides 1 - p."""
+    w = work_dtype(x.dtype)
+    x32 = x.astype(w)
+    e = exp(x32 - row_max(x32))
+    y = (e / dtype_sum(e)).astype(x.dtype).astype(w)
+    return vjp(y, g.astype(w)).astype(x.dtype)

@@ -191,7 +191,8 @@ SOFTMAX_GRAD = Kind(
     keywords=("axis",),
     outputs=("dx",),
     plain="softmax_grad.in_dtype",
-    standard=("softmax_grad.in_dtype", "softmax_grad.from_logp"),
+    # saved_output: what autograd does (the forward's output rounded to the dtype, the backward in float32)
+    standard=("softmax_grad.in_dtype", "softmax_grad.from_logp", "softmax_grad.saved_output"),
     best="softmax_grad.f32acc",
     best_practice="p, <g, p> and p (g - <g, p>) in float32, round once (softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
@@ -234,7 +235,7 @@ MASKED_SOFTMAX_GRAD = Kind(
     keywords=("axis",),
     outputs=("dx",),
     plain="masked_softmax_grad.where_in_dtype",
-    standard=("masked_softmax_grad.where_in_dtype",),
+    standard=("masked_softmax_grad.where_in_dtype", "masked_softmax_grad.where_saved_output"),
     best="masked_softmax_grad.where",
     best_practice=(
         "where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)"
