@@ -8,9 +8,9 @@ the largest finite value, each give or take two values: past the largest, inf an
 density, a padding run, fully masked rows) and what the masked slots hold. Attention draws batch and head axes, K
 and V broadcast along some of them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query
 attention), d, dv, Lq and Lk (tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned
-top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends. Gradient kinds add an
-upstream g of the batch's shape. A quarter of the draws start instead from a case of the kind's reported-bug
-families (a few of its rows or queries): the families seed the search.
+top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends (not for attention_grad:
+a backward pass meets them). Gradient kinds add an upstream g of the batch's shape. A quarter of the draws start
+instead from a case of the kind's reported-bug families (a few of its rows or queries): the families seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
@@ -178,12 +178,14 @@ def attention(draw, kind: str, fmt: Format):
     mask = _attention_mask(draw, rng, batch, lq, lk)
     if mask is not None:
         junk = _junk(draw, fmt)
-        if junk is not None:  # (PyTorch #101967: NaN in a masked-out key gave NaN)
+        # (PyTorch #101967: NaN in a masked-out key gave NaN.) Junk a product multiplies by exact zeros stays finite
+        # (0 x NaN is NaN in every product form): V's in P V. The gradient kinds take none: a backward pass meets
+        # what masked keys hold (dP = dO V^T overflows on the dtype's max in V, and P (dP - D) is then 0 x inf;
+        # dQ = dS K meets K's), so best practice fails there too, as attention_grad's families say (no
+        # attn_nan_masked_key: softaudit/kinds/_registry.py).
+        if junk is not None and forward:
             free = _unattended_keys(mask, lk)
-            # Junk a product multiplies by exact zeros stays finite (0 x NaN is NaN in every product form): V's in
-            # P V, and for the gradients K's too (dQ = dS K).
-            finite = junk if math.isfinite(junk) else _top(fmt)
-            k[..., free, :1], v[..., free, :1] = junk if forward else finite, finite
+            k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
     with np.errstate(over="ignore"):
         return {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}, mask
 

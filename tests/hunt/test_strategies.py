@@ -4,7 +4,9 @@ broadcast K and V, the gradient kinds' g with the batch, and the reported-bug fa
 import math
 
 import numpy as np
+import pytest
 from hypothesis import find, settings
+from hypothesis.errors import NoSuchExample
 
 from softaudit.hunt._strategies import attention, gradients, rows, thresholds
 from softaudit.reference import format_of
@@ -72,3 +74,20 @@ def test_the_thresholds_sit_where_exp_overflows_in_the_dtype():
     below = float(np.nextafter(np.float16(overflow), np.float16(0)))
     with np.errstate(over="ignore"):
         assert below < math.log(65504) < overflow and np.isinf(np.float16(math.exp(overflow)))
+
+
+def test_attention_grad_puts_no_junk_in_keys_no_query_attends():
+    """A backward pass meets masked keys' values (dP = dO V^T): the dtype's max there overflows dP and gives NaN in
+    every product form, best practice included (found: attention_grad.upcast, float32, v = 1.67e38, a fully masked
+    query), so attention_grad's draws leave them as drawn; attention's forward still gets its junk."""
+
+    def junk(drawn):
+        (k, v), mask = (drawn[0][n] for n in "kv"), drawn[1]
+        if mask is None:
+            return False
+        free = ~mask.reshape(-1, k.shape[-2]).any(axis=0)
+        return bool(free.any() and ((~np.isfinite(k[..., free, :])).any() or (np.abs(v[..., free, :]) > 6e4).any()))
+
+    find(attention("attention", F16), junk, settings=QUICK)
+    with pytest.raises(NoSuchExample):
+        find(gradients("attention_grad", F16), junk, settings=QUICK)
