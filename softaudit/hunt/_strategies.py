@@ -35,9 +35,17 @@ EDGE_LENGTHS = (33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257)
 MAX_ROW_ELEMENTS = 8192
 #: The most multiply-adds of q k^T a drawn attention input has (batch x Lq x Lk x d).
 MAX_SCORE_WORK = 2**19
-#: The gradient kinds' bounds: attention_grad's reference takes minutes on long rows of large scores (Lk = 192,
-#: scores of 1e5: 35 s to 5 min), seconds at most up to 33 keys.
-MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**13, 33
+#: attention_grad's bounds. Its reference decides nearly every output in its fast tiers (tier B) while the scores
+#: stay within about 1e5; scores spread further send outputs to tier C (mpmath, per query), whose time grows with
+#: the keys times the outputs: with 8 queries, d = 8, in float32, q and k drawn with a scale of 100 (scores about
+#: 1e4) took 0.01-0.25 s up to 257 keys; with a scale of 1000, 13 s at 33 keys and 48 s at 65. So where the drawn
+#: scale is at most MAX_GRAD_LONG_SCALE: up to 257 keys (run's tile edges) and 2**17 multiply-adds of q k^T
+#: (attn_tile_edges has 4 x 192 x 64 = 2**15.6); beyond it, 33 keys and 2**13, the bounds from before tier B.
+#: (A 40 s hunt of attention_grad.upcast, 2 busy cores: 31, 30, 16 examples/s in float16, bfloat16, float32, the
+#: slowest example 1.2, 8.9, 7.2 s; with 33 keys and 2**13 throughout: 63, 25, 18 examples/s, 0.4, 7.4, 24 s.)
+MAX_GRAD_LONG_SCALE = 100.0
+MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**17, 257
+MAX_GRAD_WIDE_WORK, MAX_GRAD_WIDE_KEYS = 2**13, 33
 #: Reported-bug cases larger than this (elements in all) do not seed the hunt: each draw would cost a long reference.
 MAX_SEED_ELEMENTS = 2**14
 
@@ -169,10 +177,15 @@ def attention(draw, kind: str, fmt: Format):
     dv = draw(st.sampled_from([d, 1, 8]))
     lq = draw(st.integers(1, 8) | st.integers(9, 64))
     lk = draw(st.integers(1, 256) | st.sampled_from(EDGE_LENGTHS))
-    work, keys = (MAX_SCORE_WORK, lk) if forward else (MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS)
-    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     scale = min(10.0 ** draw(st.floats(-2, 3)), math.sqrt(_top(fmt)))
+    if forward:
+        work, keys = MAX_SCORE_WORK, lk
+    elif scale <= MAX_GRAD_LONG_SCALE:
+        work, keys = MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS
+    else:
+        work, keys = MAX_GRAD_WIDE_WORK, MAX_GRAD_WIDE_KEYS
+    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
     q, k = rng.standard_normal(batch + (lq, d)) * scale, rng.standard_normal(kv_batch + (lk, d)) * scale
     v = rng.standard_normal(kv_batch + (lk, dv)) * 10.0 ** draw(st.floats(-2, 2))
     mask = _attention_mask(draw, rng, batch, lq, lk)

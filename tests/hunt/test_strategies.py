@@ -91,3 +91,26 @@ def test_attention_grad_puts_no_junk_in_keys_no_query_attends():
     find(attention("attention", F16), junk, settings=QUICK)
     with pytest.raises(NoSuchExample):
         find(gradients("attention_grad", F16), junk, settings=QUICK)
+
+
+def test_attention_grad_draws_run_s_key_lengths_where_its_reference_is_fast():
+    """Up to 257 keys (the tile edges run audits) where q and k are drawn small enough for the reference's fast tier;
+    large activations (scores past about 1e5, decided in mpmath) keep to 33 keys."""
+    from softaudit.hunt import _strategies
+
+    def long_keys(drawn):
+        return drawn[0]["k"].shape[-2] >= 128
+
+    inputs, _ = find(gradients("attention_grad", BF16), long_keys, settings=QUICK)
+    assert (
+        inputs["k"].shape[-2] >= 128
+        and math.prod(inputs["q"].shape[:-1]) * inputs["k"].shape[-2] * inputs["q"].shape[-1]
+        <= _strategies.MAX_GRAD_SCORE_WORK
+    )
+
+    def long_and_large(drawn):
+        q, k = drawn[0]["q"].astype(np.float64), drawn[0]["k"].astype(np.float64)
+        return k.shape[-2] > _strategies.MAX_GRAD_WIDE_KEYS and max(abs(q).max(), abs(k).max()) > 10 * 100
+
+    with pytest.raises(NoSuchExample):
+        find(gradients("attention_grad", BF16), long_and_large, settings=QUICK)
