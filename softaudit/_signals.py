@@ -1,4 +1,5 @@
-"""Ctrl-C and SIGTERM during `softaudit run`: the first stops new work and keeps what finished, a second quits at once.
+"""Ctrl-C and SIGTERM during `softaudit run`: the first stops new work and keeps what finished, a second quits at once;
+during `softaudit hunt` (`at_once`): either quits at once.
 
 The audit itself never touches signals (softaudit.audit takes a `stop` event); the command line installs these
 handlers around its run and puts the old ones back after it.
@@ -61,3 +62,23 @@ class Interruption:
         for s, handler in self._previous.items():
             signal.signal(s, handler)
         self._previous = {}
+
+
+@contextlib.contextmanager
+def at_once():
+    """SIGINT and SIGTERM both raise KeyboardInterrupt inside the block (main thread only; the old handlers come
+    back after it): SIGTERM's default would end the process without unwinding, leaving its worker processes
+    behind, while KeyboardInterrupt closes them on the way out."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _raise) for s in SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _raise(signum, frame) -> None:
+    raise KeyboardInterrupt

@@ -23,17 +23,33 @@ def _g(value: float) -> str:
     return f"{value:.4g}"
 
 
-def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int) -> tuple[str, str]:
+def _g6(value: float) -> str:
+    """Six digits: a sum just past the dtype's largest value reads apart from it (65536, 65504)."""
+    return f"{value:.6g}"
+
+
+def classify(
+    kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int, exp_sum: float | None = None
+) -> tuple[str, str]:
     """(cause, sentence) for the worst element: output y, exact value r, its correct rounding, its conditioning
-    scale, and n the length of the reduction behind it (row length, or keys for attention)."""
+    scale, n the length of the reduction behind it (row length, or keys for attention), and exp_sum the exact sum
+    of its row's exponentials shifted by the row's max (`exp_sum`; None where the kind has none)."""
     kind = kinds.get(kind)
     u = math.ldexp(1.0, -fmt.precision)
     normal = math.ldexp(1.0, max(fmt.emin, -1074))
+    big = fmt.max_float
+    too_big = exp_sum is not None and exp_sum > big  # (the sum itself is past the dtype: no sum in it holds it)
     if math.isnan(y):
         return "nan", f"NaN where the exact result is {_g(r)}"
     if math.isinf(y):
         return "overflow", f"{y} where the exact result is {_g(r)}"
     if y == 0 and rounded != 0:
+        if too_big:  # (every output of such a row is at most 1 / exp_sum: below the normal range in 16 bits)
+            return "sum_overflow", (
+                f"came out 0: the row's exponentials (shifted by its max) sum to {_g6(exp_sum)}, past "
+                f"{fmt.name}'s largest value {_g6(big)}, so a sum kept in {fmt.name} overflows to inf and each "
+                "exp / inf is 0 (not a flush)"
+            )
         if abs(rounded) < normal:
             return "flushed", f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero)"
         if "absorbed" in kind.causes and abs(r) < u:
@@ -43,6 +59,13 @@ def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: 
         return (
             "underflow",
             f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)",
+        )
+    relative = _ratio(_ratio(abs(y - r), abs(r)), u)
+    if too_big and relative > 4:  # (a sum in the dtype stalls short of it, or rounds past it: not a subnormal issue)
+        return "accumulation", (
+            f"{relative:.3g} u relative error: the row's exponentials (shifted by its max) sum to {_g6(exp_sum)}, past "
+            f"{fmt.name}'s largest value {_g6(big)}, which a sum kept in {fmt.name} cannot reach (it stalls or "
+            "overflows)"
         )
     if abs(r) < normal and "subnormal" in kind.causes:
         return "subnormal", (
@@ -60,7 +83,6 @@ def classify(kind: str, fmt: Format, y: float, r: float, rounded: float, scale: 
             f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding "
             "the inputs alone moves it that many u"
         )
-    relative = _ratio(_ratio(abs(y - r), abs(r)), u)
     if n >= LONG_ROW and relative > 4:
         return "accumulation", f"{relative:.3g} u relative error in a reduction over {n} entries"
     if relative <= 2:
@@ -76,6 +98,19 @@ def _ratio(a: float, b: float) -> float:
         return a / b if b else math.inf
     except OverflowError:
         return math.inf
+
+
+def exp_sum(inputs: dict, mask) -> float | None:
+    """The exact sum (in float64, rounded once per term) of a row's exponentials shifted by its largest kept logit:
+    softmax's denominator. None for inputs without a row of logits x (attention), or with nothing finite kept."""
+    if "x" not in inputs:
+        return None
+    x = np.asarray(inputs["x"], dtype=np.float64).reshape(-1)
+    kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.asarray(mask).reshape(-1)
+    if not kept.any():
+        return None
+    with np.errstate(under="ignore"):
+        return float(np.exp(x[kept] - x[kept].max()).sum())
 
 
 def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> str:
@@ -109,6 +144,12 @@ def diagnose_row(fmt: Format, inputs: dict, mask) -> str:
             return f"every exp underflows to 0 (the largest logit is {_g(top)}), and 0 / 0 is NaN"
         if (x == -np.inf).any():
             return "a -inf logit: -inf - (-inf) is NaN"
+        total = exp_sum(inputs, mask)
+        if total is not None and total > big:
+            return (
+                f"the row's {int(kept.sum())} exponentials (shifted by its max) sum to {_g6(total)}, past "
+                f"{fmt.name}'s largest value {_g6(big)}"
+            )
         if kept.sum() > big:  # (shifted by the max, each exponential is at most 1)
             return f"the sum of {int(kept.sum())} exponentials can pass {fmt.name}'s largest value {_g(big)}"
     return ""
@@ -134,6 +175,8 @@ _CAUSE_FIX = {
     "approximate exp, no flush",
     "accumulation": "accumulate the sum in float32 (or pairwise): a sum in the dtype stops growing once it dwarfs "
     "each term",
+    "sum_overflow": "accumulate the sum of the exponentials in float32: in a 16- or 8-bit dtype it overflows once a "
+    "row holds more terms near 1 than the dtype's largest value (65,504 in float16)",
 }
 
 

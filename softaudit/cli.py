@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from . import settings
-from ._signals import Interruption
+from ._signals import Interruption, at_once
 
 _device_option = click.option(
     "--device", help="where torch and jax candidates not pinned to a device run: cpu, cuda, cuda:N, gpu (default cpu)"
@@ -551,7 +551,7 @@ def hunt(
         _check_folder(Path(corpus), "--corpus")
     try:
         bar, progress = _progress(quiet)
-        with bar or contextlib.nullcontext():
+        with at_once(), bar or contextlib.nullcontext():
             findings = run_hunt(
                 _pick(targets, config, "targets", "hunt") or None,
                 kind=_pick(kind, config, "kind", "hunt"),
@@ -568,6 +568,10 @@ def hunt(
             )
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
+    except KeyboardInterrupt:  # (Ctrl-C or SIGTERM: the searches' workers are closed on the way out)
+        where = f" ({corpus} keeps the failures saved before)" if corpus else ""
+        click.echo(f"\nInterrupted: the hunt stopped at once; its tables were not written{where}.", err=True)
+        sys.exit(130)
     saved = _save_set(
         findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, ("the hunt's tables", "table")
     )

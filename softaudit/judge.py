@@ -217,6 +217,12 @@ def _explain(reason: Reason, kind, fmt, pcs, tally: Tally, record) -> str:
         return f"{reason.text}: {why}" if why else reason.text
     if reason.rule in ("defect", "below_best") and record is not None:
         return f"{reason.text}; worst element: {record.explanation}"
+    if reason.rule == "flushed" and record is not None and record.cause == "sum_overflow":
+        # (the flushed count is every subnormal result that came out 0; here the worst one was lost to the sum)
+        results = "result" if tally.flushed == 1 else "results"
+        return (
+            f"{tally.flushed} subnormal {results} came out 0 (as the worst element did: an overflowed sum, not a flush)"
+        )
     return reason.text
 
 
@@ -266,7 +272,8 @@ def _worst_record(
     scale = 1 / inv if inv else math.nan
     name, axis = kinds.get(candidate.kind).reduction
     length = pc.inputs[name].shape[axis]
-    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length)
+    total = causes.exp_sum(*row_inputs(candidate.kind, pc, tuple(position)))
+    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length, total)
     suite, seed, corpus = recipe
     where = (
         {"case_file": pc.case.description}

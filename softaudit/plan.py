@@ -12,7 +12,7 @@ from pathlib import Path
 
 from . import candidates as builtin
 from .adapters import Candidate, check_device, check_kind, load_target, parse_device
-from .cases import Case, Family, families_for
+from .cases import Case, Family, families_for, load_corpus
 from .kinds import KINDS
 from .reference import Format
 
@@ -75,8 +75,6 @@ def groups(found: list[Candidate], formats: list[Format], from_files: dict, only
 
     from_files: each kind's cases from case files (read once, before anything runs); corpus: a folder of hunt
     findings (each case in its own dtype), or None."""
-    from .hunt import load_corpus
-
     planned = []
     for kind in (k for k in KINDS if any(c.kind == k for c in found)):
         mine = tuple(c for c in found if c.kind == kind)

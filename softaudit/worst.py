@@ -21,8 +21,7 @@ from .results import WorstInput
 
 def case_of(record: dict):
     """The Case a worst-input record (as_json()) was found on: from its inputs, or regenerated from its recipe."""
-    from .cases import FAMILIES, Case, load_case_file
-    from .hunt import load_corpus
+    from .cases import FAMILIES, Case, load_case_file, load_corpus
     from .reference import format_of
 
     fmt = format_of(record["dtype"])

@@ -102,3 +102,34 @@ def test_adapters_public_names_all_load():
     for name in adapters.__all__:
         assert getattr(adapters, name) is not None, name
     assert softaudit.Candidate is adapters.Candidate and softaudit.CandidateError is adapters.CandidateError
+
+
+def test_the_hunt_is_downstream_only_the_command_line_imports_it():
+    """The hunt uses plan, prepare, execute and judge; nothing of the audit imports the hunt back (the corpus it
+    writes is a source of cases, read by softaudit.cases), so there is no circle: only cli.py and the hunt itself."""
+    reached = []
+    for package, path in _modules():
+        if package[:2] == ("softaudit", "hunt") or path.name == "cli.py":
+            continue
+        for line, name in _imported(package, ast.parse(path.read_text(encoding="utf-8"))):
+            if name[:2] == ("softaudit", "hunt"):
+                reached.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {'.'.join(name)}")
+    assert not reached, "imports of the hunt from upstream of it:\n" + "\n".join(reached)
+
+
+def test_replaying_the_corpus_needs_neither_the_hunt_nor_hypothesis(tmp_path):
+    import subprocess
+    import sys
+
+    from softaudit.cases import save_corpus
+
+    save_corpus(tmp_path, "k", "softmax", "float32", {"x": [[1.0, 2.0]]}, None, "why", 3.0)
+    code = (
+        "import sys, softaudit\n"
+        f"table = softaudit.audit('softaudit.candidates.softmax:max_shifted', dtypes=['float32'], suite='quick', "
+        f"families=['corpus'], corpus={str(tmp_path)!r}, isolation='none').table\n"
+        "assert list(table.family) == ['corpus'], table\n"
+        "assert not {'softaudit.hunt', 'hypothesis'} & set(sys.modules), sorted(sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

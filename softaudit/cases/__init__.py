@@ -1,7 +1,7 @@
 """Case families: named, seeded, documented generators of inputs that matter, grouped in suites.
 
 Suites quick (seconds), default (minutes) and full hold the same families at growing sizes. A user's case file
-(`load_case_file`) becomes a family of its own.
+(`load_case_file`) becomes a family of its own, and so does the hunt's corpus (`load_corpus`, family `corpus`).
 """
 
 from ..settings import SUITES as SUITES
@@ -12,6 +12,9 @@ from ._case import Case as Case
 from ._case import Family as Family
 from ._case import families_for as families_for
 from ._case import hex_rows as hex_rows
+from ._corpus import corpus_file as corpus_file
+from ._corpus import load as load_corpus
+from ._corpus import save as save_corpus
 from ._files import CaseFileError as CaseFileError
 from ._files import check_case_file as check_case_file
 from ._files import load_case_file as load_case_file
@@ -27,8 +30,11 @@ __all__ = [
     "CaseFileError",
     "Family",
     "check_case_file",
+    "corpus_file",
     "families_for",
     "hex_rows",
     "load_case_file",
     "load_case_files",
+    "load_corpus",
+    "save_corpus",
 ]

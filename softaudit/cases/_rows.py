@@ -146,13 +146,25 @@ def neg_inf(kind, fmt, size, rng):
     return [({"x": x}, _kept(kind, rng, x), "30% -inf")]
 
 
-@family("undefined", "Rows with a NaN, a +inf logit, or every entry -inf: reported apart, NaN expected.")
+@family(
+    "undefined",
+    "Rows with a NaN, a +inf logit, or every entry -inf: reported apart, NaN expected. The masked kinds keep every "
+    "entry of those rows, and also get the NaN and the +inf masked out: those rows are defined, and the output must "
+    "not see what a masked entry holds.",
+)
 def undefined(kind, fmt, size, rng):
     x = rng.standard_normal((3, size.n))
     x[0, 1] = np.nan
     x[1, 2] = np.inf
     x[2] = -np.inf
-    return [({"x": x}, None, "NaN, +inf, all -inf")]
+    if not kinds.get(kind).masked:
+        return [({"x": x}, None, "NaN, +inf, all -inf")]
+    hidden = np.ones((2, size.n), bool)
+    hidden[0, 1] = hidden[1, 2] = False
+    return [
+        ({"x": x}, np.ones(x.shape, bool), "NaN, +inf, all -inf, every entry kept"),
+        ({"x": x[:2]}, hidden, "NaN, +inf masked out"),
+    ]
 
 
 @family("mnist_logits", "2500 pre-softmax logit vectors of a LeNet-style MNIST network (Blanchard et al. 2021).")

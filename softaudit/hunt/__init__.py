@@ -1,6 +1,7 @@
-"""The hunt: Hypothesis-driven search for the inputs where an implementation fails, and the corpus it keeps."""
+"""The hunt: Hypothesis-driven search for the inputs where an implementation fails, saved to the corpus (a source of
+cases: softaudit.cases.load_corpus reads it, re-exported here)."""
 
-from ._corpus import load as load_corpus
+from ..cases import load_corpus as load_corpus
 from ._engine import Finding as Finding
 from ._engine import hunt as hunt
 from ._show import describe as describe

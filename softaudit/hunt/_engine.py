@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings, target
 from hypothesis.errors import Flaky
 
 from .. import kinds
-from ..cases import Case
+from ..cases import Case, save_corpus
 from ..execute import Executor, calls, needs_gpu, pool
 from ..judge import unit
 from ..plan import candidates_for
@@ -26,7 +26,7 @@ from ..policy import Policy
 from ..prepare import Prepared, PreparedFamily, compare
 from ..reference import format_of
 from ..results import SEVERITY
-from . import _corpus, _shrink
+from . import _shrink
 
 #: (suite, seed, corpus) of a hunt's input: none regenerates it (the corpus keeps the input itself).
 HUNT_RECIPE = (None, None, None)
@@ -191,7 +191,7 @@ def _searches(where, units: list, share: float, policy: Policy, timeout: float):
 def _saved(finding: Finding, candidate, corpus) -> Finding:
     """A finding with its failure saved to the corpus."""
     if finding.failed and corpus:
-        path = _corpus.save(
+        path = save_corpus(
             corpus,
             candidate.name,
             candidate.kind,

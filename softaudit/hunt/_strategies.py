@@ -8,9 +8,9 @@ the largest finite value, each give or take two values: past the largest, inf an
 density, a padding run, fully masked rows) and what the masked slots hold. Attention draws batch and head axes, K
 and V broadcast along some of them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query
 attention), d, dv, Lq and Lk (tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned
-top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends. Gradient kinds add an
-upstream g of the batch's shape. A quarter of the draws start instead from a case of the kind's reported-bug
-families (a few of its rows or queries): the families seed the search.
+top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends (not for attention_grad:
+a backward pass meets them). Gradient kinds add an upstream g of the batch's shape. A quarter of the draws start
+instead from a case of the kind's reported-bug families (a few of its rows or queries): the families seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
@@ -35,9 +35,17 @@ EDGE_LENGTHS = (33, 63, 64, 65, 127, 128, 129, 192, 255, 256, 257)
 MAX_ROW_ELEMENTS = 8192
 #: The most multiply-adds of q k^T a drawn attention input has (batch x Lq x Lk x d).
 MAX_SCORE_WORK = 2**19
-#: The gradient kinds' bounds: attention_grad's reference takes minutes on long rows of large scores (Lk = 192,
-#: scores of 1e5: 35 s to 5 min), seconds at most up to 33 keys.
-MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**13, 33
+#: attention_grad's bounds. Its reference decides nearly every output in its fast tiers (tier B) while the scores
+#: stay within about 1e5; scores spread further send outputs to tier C (mpmath, per query), whose time grows with
+#: the keys times the outputs: with 8 queries, d = 8, in float32, q and k drawn with a scale of 100 (scores about
+#: 1e4) took 0.01-0.25 s up to 257 keys; with a scale of 1000, 13 s at 33 keys and 48 s at 65. So where the drawn
+#: scale is at most MAX_GRAD_LONG_SCALE: up to 257 keys (run's tile edges) and 2**17 multiply-adds of q k^T
+#: (attn_tile_edges has 4 x 192 x 64 = 2**15.6); beyond it, 33 keys and 2**13, the bounds from before tier B.
+#: (A 40 s hunt of attention_grad.upcast, 2 busy cores: 31, 30, 16 examples/s in float16, bfloat16, float32, the
+#: slowest example 1.2, 8.9, 7.2 s; with 33 keys and 2**13 throughout: 63, 25, 18 examples/s, 0.4, 7.4, 24 s.)
+MAX_GRAD_LONG_SCALE = 100.0
+MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**17, 257
+MAX_GRAD_WIDE_WORK, MAX_GRAD_WIDE_KEYS = 2**13, 33
 #: Reported-bug cases larger than this (elements in all) do not seed the hunt: each draw would cost a long reference.
 MAX_SEED_ELEMENTS = 2**14
 
@@ -169,21 +177,28 @@ def attention(draw, kind: str, fmt: Format):
     dv = draw(st.sampled_from([d, 1, 8]))
     lq = draw(st.integers(1, 8) | st.integers(9, 64))
     lk = draw(st.integers(1, 256) | st.sampled_from(EDGE_LENGTHS))
-    work, keys = (MAX_SCORE_WORK, lk) if forward else (MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS)
-    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     scale = min(10.0 ** draw(st.floats(-2, 3)), math.sqrt(_top(fmt)))
+    if forward:
+        work, keys = MAX_SCORE_WORK, lk
+    elif scale <= MAX_GRAD_LONG_SCALE:
+        work, keys = MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS
+    else:
+        work, keys = MAX_GRAD_WIDE_WORK, MAX_GRAD_WIDE_KEYS
+    lk = max(1, min(lk, keys, work // (math.prod(batch) * lq * d)))
     q, k = rng.standard_normal(batch + (lq, d)) * scale, rng.standard_normal(kv_batch + (lk, d)) * scale
     v = rng.standard_normal(kv_batch + (lk, dv)) * 10.0 ** draw(st.floats(-2, 2))
     mask = _attention_mask(draw, rng, batch, lq, lk)
     if mask is not None:
         junk = _junk(draw, fmt)
-        if junk is not None:  # (PyTorch #101967: NaN in a masked-out key gave NaN)
+        # (PyTorch #101967: NaN in a masked-out key gave NaN.) Junk a product multiplies by exact zeros stays finite
+        # (0 x NaN is NaN in every product form): V's in P V. The gradient kinds take none: a backward pass meets
+        # what masked keys hold (dP = dO V^T overflows on the dtype's max in V, and P (dP - D) is then 0 x inf;
+        # dQ = dS K meets K's), so best practice fails there too, as attention_grad's families say (no
+        # attn_nan_masked_key: softaudit/kinds/_registry.py).
+        if junk is not None and forward:
             free = _unattended_keys(mask, lk)
-            # Junk a product multiplies by exact zeros stays finite (0 x NaN is NaN in every product form): V's in
-            # P V, and for the gradients K's too (dQ = dS K).
-            finite = junk if math.isfinite(junk) else _top(fmt)
-            k[..., free, :1], v[..., free, :1] = junk if forward else finite, finite
+            k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
     with np.errstate(over="ignore"):
         return {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}, mask
 

@@ -161,8 +161,8 @@ def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, m
     several query heads; both along the same axes): dq has q's shape, dk and dv have k's and v's, and a shared
     head's gradient is the sum over every query head sharing it (what autograd gives for expand), correctly rounded
     as one sum. A query that may attend no key gets dq = 0 and adds nothing; a key no query may attend gets
-    dk = dv = 0. A query with a NaN or infinity in q, g, or a key or value it attends makes its dq and the dk, dv
-    of the keys it attends NaN.
+    dk = dv = 0 (so with no query or no key at all, an axis of size 0, every gradient is 0). A query with a NaN or
+    infinity in q, g, or a key or value it attends makes its dq and the dk, dv of the keys it attends NaN.
     """
     return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method))
 

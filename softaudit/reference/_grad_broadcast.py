@@ -10,17 +10,20 @@ follows: a key attended by an undefined query of any head sharing it is undefine
 attends gets dk = dv = 0. docs/reference.md, "Gradients".
 
 This module stacks the problem before `_grad_attention.attention_grad` (whose tiers take one batch shape) and
-takes the results back to q's, k's and v's shapes.
+takes the results back to q's, k's and v's shapes. A problem where no query meets a key (no query: a batch or head
+axis of size 0, or Lq = 0; or no key: Lk = 0) needs no arithmetic: every gradient is an exact 0 (`_no_pairs`), as
+`attention` gives an empty output there (or, for Lk = 0, queries with nothing to attend).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 
 from . import _grad_attention
-from ._engine import Result
+from ._engine import Result, _Collector
 from ._formats import Format
 from ._validate import bool_mask, float_array
 
@@ -41,7 +44,7 @@ class Stacking:
         nb = len(self.batch)
         a = a.reshape(self.batch + a.shape[-2:])  # (q may lack leading axes of size 1)
         a = a.transpose(list(self.order) + [nb, nb + 1])
-        return a.reshape(self.own + (-1, a.shape[-1]))
+        return a.reshape(self.own + (math.prod(self.shared) * self.lq, a.shape[-1]))  # (not -1: size 0 is allowed)
 
     def unstack(self, a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         """A stacked (own..., G Lq, ...) array back to `shape`: q's shape for dq, q's without d for its rows."""
@@ -90,6 +93,9 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     (undefined per query for dq, per key for dk and dv)."""
     q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     stacking = plan(q, k, v)
+    empty = _no_pairs(q, k, v, g, mask, scale, fmt, detail)
+    if empty is not None:
+        return empty
     if stacking is None:
         return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail)
     rows = stacking.batch + (stacking.lq,)
@@ -111,3 +117,36 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
         for r, a in ((dk, k), (dv, v))
     )
     return dq, dk, dv
+
+
+def _no_pairs(q, k, v, g, mask, scale, fmt: Format, detail: bool):
+    """(dq, dk, dv) of a problem in which no query meets a key, checked as the tiers check their arguments: exact
+    zeros of q's, k's and v's shapes (a query that may attend no key has dq = 0, a key no query attends dk = dv = 0;
+    the tiers give the same for Lq = 0 without batch axes). None where there is something to compute."""
+    d, lq, lk, dv = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
+    try:
+        batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    except ValueError:
+        return None  # (the tiers' checks name the shapes that do not broadcast)
+    if lk and math.prod(batch) * lq:
+        return None
+    if k.shape[-1] != d:
+        raise ValueError(f"k's last dimension ({k.shape[-1]}) must equal q's ({d})")
+    if v.shape[-2] != lk:
+        raise ValueError(f"v must have as many rows as k ({lk}), got shape {v.shape}")
+    if d == 0 and scale is None:
+        raise ValueError("q and k have d = 0, so 1/sqrt(d) is undefined; pass scale")
+    if mask is not None:
+        bool_mask(mask, "mask", batch + (lq, lk))
+    g = float_array(g, "g", min_ndim=2)
+    if g.shape != batch + (lq, dv):
+        raise ValueError(f"g must have the output's shape {batch + (lq, dv)}, got {g.shape}")
+    results = []
+    for a in (q, k, v):
+        out = _Collector(a.shape, fmt, detail=detail)
+        out.fill(np.ones(a.shape, bool), 0.0)
+        value = out.array()
+        if detail:
+            value = Result(value, out.hi, out.lo, out.err, out.tier, np.zeros(a.shape[:-1], bool))
+        results.append(value)
+    return tuple(results)

@@ -74,3 +74,30 @@ def test_malformed_case_files_get_one_clear_message(tmp_path, content, kind, mes
         load_case_file(path, kind)
     with pytest.raises(CaseFileError, match="no such case file"):
         load_case_file(tmp_path / "missing.npy", kind)
+
+
+def test_the_masked_kinds_run_undefined_rows_and_masked_nan_that_the_output_must_not_see():
+    """Kept NaN, +inf and all -inf rows are undefined (NaN expected, as for softmax); with the NaN and the +inf masked
+    out the rows are defined, and a mask added to the logits (NaN + -1e9 is NaN, inf - 1e9 - inf too) gives NaN
+    where `where` passes."""
+    import softaudit
+
+    for kind in ("masked_softmax", "masked_softmax_grad"):
+        assert "undefined" in [f.name for f in cases.families_for(kind)], kind
+    kept, hidden = cases.FAMILIES["undefined"].cases("masked_softmax", reference.format_of("float32"), "quick")
+    assert kept.mask.all() and np.isnan(kept.arrays["x"][0, 1]) and np.isinf(kept.arrays["x"][1, 2])
+    assert not hidden.mask[0, 1] and not hidden.mask[1, 2] and hidden.mask.sum() == hidden.mask.size - 2
+    assert reference.undefined_rows(kept.arrays["x"], kept.mask).all()
+    assert not reference.undefined_rows(hidden.arrays["x"], hidden.mask).any()
+
+    @softaudit.candidate(kind="masked_softmax")
+    def additive(x, mask, axis=-1):
+        w = (x.astype(np.float32) + np.where(mask, 0, -1e9)).astype(np.float32)
+        e = np.exp(w - w.max(axis=axis, keepdims=True))
+        return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
+
+    targets = [additive, "softaudit.candidates.masked_softmax:where"]
+    table = softaudit.audit(targets, dtypes=["float32"], suite="quick", families=["undefined"], isolation="none").table
+    best, added = (table[table.candidate.str.endswith(name)].iloc[0] for name in ("where", "additive"))
+    assert best.verdict == "pass" and best.undefined_rows == 3
+    assert added.verdict != "pass" and added.nan == 2 * hidden.arrays["x"].shape[1], added.note  # (every output)

@@ -136,6 +136,20 @@ def test_a_float16_sum_of_65536_ones_overflows_though_every_term_is_one():
     assert table.loc["log_softmax.log1p_form_f32acc"].verdict == "pass"
 
 
+def test_a_softmax_whose_float16_sum_overflows_is_said_to_overflow_not_to_flush():
+    """Every output of the 65,536-long row is 2**-16, subnormal in float16: a sum kept in float16 overflows to inf
+    and each exp / inf is 0, which the cause, the note and the fix say, rather than "flushed to zero"; a running sum
+    stalls at 2048 instead (each output 1/2048), which is accumulation, not a subnormal result's error."""
+    targets = ["softaudit.candidates.softmax:max_shifted", "softaudit.candidates.softmax:max_shifted_running"]
+    table = audit(targets, "equal_sum_overflow", "float16")
+    summed, running = table.loc["softmax.max_shifted"], table.loc["softmax.max_shifted_running"]
+    assert summed.cause == "sum_overflow" and summed.flushed == 65536, summed.note
+    assert "sum to 65536, past float16's largest value 65504" in summed.note and "overflows to inf" in summed.note
+    assert "(flushed to zero)" not in summed.note and "float32" in summed.fix and "gradual underflow" not in summed.fix
+    assert running.cause == "accumulation" and "sum to 65536" in running.note, running.note
+    assert "gradual underflow" not in running.fix
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32"])
 def test_nan_in_masked_keys_changes_nothing_and_bottom_right_causal_masks_leave_queries_with_nothing(dtype):
     for pc in prepared("attn_nan_masked_key", "attention", dtype):

@@ -225,3 +225,44 @@ def test_an_interrupted_run_is_not_gated_and_writes_no_baseline(project):
     r = CliRunner().invoke(main, [*args, "--baseline", "b.json"])
     assert r.exit_code == 130 and "not compared with the baseline" in r.output and "regression" not in r.output
     assert json.loads((project / "out" / "results.json").read_text())["settings"]["interrupted"] is True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_stops_the_hunt_at_once_with_130_and_its_worker_closed(tmp_path, sig):
+    """`softaudit hunt` has no half-done work to keep: Ctrl-C or SIGTERM quits at once with exit 130 (not click's
+    "Aborted!" and 1, the code for a failure found, nor SIGTERM's death that left the worker process running)."""
+    (tmp_path / "slow.py").write_text(
+        SLOW.replace("SECONDS", "60")
+        .replace('open("started", "w").close()', 'pathlib.Path("started").write_text(str(os.getpid()))')
+        .replace("import os, time", "import os, pathlib, time")
+    )
+    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
+    command = [sys.executable, "-m", "softaudit", "hunt", "slow.py:slow", "--budget", "60", "--timeout", "100"]
+    process = subprocess.Popen(
+        command + ["--out", "out", "--corpus", "corpus"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for(tmp_path / "started", process)
+    time.sleep(0.2)  # (the file exists before its text: let the worker finish writing its pid)
+    worker = int((tmp_path / "started").read_text())
+    process.send_signal(sig)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 130, output
+    assert "Interrupted: the hunt stopped at once" in output and "Aborted" not in output and "Traceback" not in output
+    deadline = time.monotonic() + 10
+    while _alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(worker), "the hunt's worker process outlived it"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # (a zombie waiting for its parent has ended too)
+        return f.read().split(")")[1].split()[0] != "Z"

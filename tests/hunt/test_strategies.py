@@ -4,7 +4,9 @@ broadcast K and V, the gradient kinds' g with the batch, and the reported-bug fa
 import math
 
 import numpy as np
+import pytest
 from hypothesis import find, settings
+from hypothesis.errors import NoSuchExample
 
 from softaudit.hunt._strategies import attention, gradients, rows, thresholds
 from softaudit.reference import format_of
@@ -72,3 +74,43 @@ def test_the_thresholds_sit_where_exp_overflows_in_the_dtype():
     below = float(np.nextafter(np.float16(overflow), np.float16(0)))
     with np.errstate(over="ignore"):
         assert below < math.log(65504) < overflow and np.isinf(np.float16(math.exp(overflow)))
+
+
+def test_attention_grad_puts_no_junk_in_keys_no_query_attends():
+    """A backward pass meets masked keys' values (dP = dO V^T): the dtype's max there overflows dP and gives NaN in
+    every product form, best practice included (found: attention_grad.upcast, float32, v = 1.67e38, a fully masked
+    query), so attention_grad's draws leave them as drawn; attention's forward still gets its junk."""
+
+    def junk(drawn):
+        (k, v), mask = (drawn[0][n] for n in "kv"), drawn[1]
+        if mask is None:
+            return False
+        free = ~mask.reshape(-1, k.shape[-2]).any(axis=0)
+        return bool(free.any() and ((~np.isfinite(k[..., free, :])).any() or (np.abs(v[..., free, :]) > 6e4).any()))
+
+    find(attention("attention", F16), junk, settings=QUICK)
+    with pytest.raises(NoSuchExample):
+        find(gradients("attention_grad", F16), junk, settings=QUICK)
+
+
+def test_attention_grad_draws_run_s_key_lengths_where_its_reference_is_fast():
+    """Up to 257 keys (the tile edges run audits) where q and k are drawn small enough for the reference's fast tier;
+    large activations (scores past about 1e5, decided in mpmath) keep to 33 keys."""
+    from softaudit.hunt import _strategies
+
+    def long_keys(drawn):
+        return drawn[0]["k"].shape[-2] >= 128
+
+    inputs, _ = find(gradients("attention_grad", BF16), long_keys, settings=QUICK)
+    assert (
+        inputs["k"].shape[-2] >= 128
+        and math.prod(inputs["q"].shape[:-1]) * inputs["k"].shape[-2] * inputs["q"].shape[-1]
+        <= _strategies.MAX_GRAD_SCORE_WORK
+    )
+
+    def long_and_large(drawn):
+        q, k = drawn[0]["q"].astype(np.float64), drawn[0]["k"].astype(np.float64)
+        return k.shape[-2] > _strategies.MAX_GRAD_WIDE_KEYS and max(abs(q).max(), abs(k).max()) > 10 * 100
+
+    with pytest.raises(NoSuchExample):
+        find(gradients("attention_grad", BF16), long_and_large, settings=QUICK)

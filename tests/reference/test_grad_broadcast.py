@@ -235,3 +235,36 @@ def test_broadcast_needs_q_of_the_whole_batch_and_k_v_broadcast_alike():
         R.attention_grad(q, k[:1], v[:1], g[:, :1], dtype="float32")
     with pytest.raises(ValueError, match="does not broadcast"):
         R.attention_grad(q, k[:1], v[:1], g, np.ones((3, 2, 5), bool), dtype="float32")
+
+
+@pytest.mark.parametrize(
+    "q_shape, kv_batch, lk",
+    [
+        ((1, 0, 5, 4), (1, 1), 3),  # a group of zero query heads sharing a K/V head
+        ((2, 0, 4), (2,), 3),  # Lq = 0 with a batch axis
+        ((0, 4), (), 3),  # Lq = 0
+        ((0, 5, 4), (1,), 3),  # an empty batch, K/V broadcast
+        ((2, 3, 5, 4), (2, 1), 0),  # no keys, grouped heads
+    ],
+    ids=["zero query heads", "batch, Lq = 0", "Lq = 0", "empty batch", "Lk = 0"],
+)
+@pytest.mark.parametrize("dtype", ["float16", None])
+def test_no_query_meeting_a_key_gives_exact_zeros_of_the_inputs_shapes(q_shape, kv_batch, lk, dtype):
+    """Where no query meets a key, every gradient is an exact +0 (a query with nothing to attend has dq = 0, a key
+    nobody attends dk = dv = 0), of q's, k's and v's shapes, as `attention` gives its empty output for these shapes
+    (not numpy's "cannot reshape array of size 0"); the arguments are still checked."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s) for s in (q_shape, kv_batch + (lk, 4), kv_batch + (lk, 2)))
+    g = rng.standard_normal(q_shape[:-1] + (2,))
+    if math.prod(q_shape[:-1]) == 0 and q_shape[:-1] != (2, 0):  # (batch, Lq = 0: the forward's own reshape fails)
+        assert R.attention(q, k, v, dtype=dtype).shape == q_shape[:-1] + (2,)
+    grads = R.attention_grad(q, k, v, g, dtype=dtype)
+    details = R.evaluate_attention_grad(q, k, v, g, dtype=dtype)
+    for grad, detail, a in zip(grads, details, (q, k, v)):
+        assert grad.shape == detail.value.shape == a.shape and detail.undefined.shape == a.shape[:-1]
+        values = np.asarray(grad, dtype=np.float64)
+        assert (values == 0).all() and not np.signbit(values).any() and not detail.undefined.any()
+    with pytest.raises(ValueError, match="g must have the output's shape"):
+        R.attention_grad(q, k, v, g[..., :1], dtype=dtype)
+    with pytest.raises(ValueError, match="k's last dimension"):
+        R.attention_grad(q, k[..., :3], v, g, dtype=dtype)

@@ -106,3 +106,25 @@ def test_the_gpu_line_names_a_gpu_only_where_some_row_ran_on_one(monkeypatch):
     assert _files.accelerator_line(["cpu", "cuda:1"]) == "Ran on NVIDIA H100 (CUDA 13.0, cuDNN 91900; torch 2.11)."
     monkeypatch.setattr(_files, "platform_key", lambda: {})  # a device named, but no GPU seen
     assert _files.accelerator_line(["cuda"]) == ""
+
+
+def test_junit_names_each_output_of_a_kind_with_several(tmp_path):
+    """attention_grad's dq, dk and dv rows of one family are three testcases with three names (a CI's test view
+    merges or drops testcases that share a name), each with its row's verdict."""
+    result = softaudit.audit(
+        "softaudit.candidates.attention_grad:naive",
+        dtypes=["float32"],
+        suite="quick",
+        families=["attn_exact_probes"],
+        isolation="none",
+    )
+    write_reports(result, tmp_path, ["junit"])
+    names = [c.get("name") for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")]
+    assert names == [f"float32 / attn_exact_probes / {output}" for output in ("dq", "dk", "dv")]
+    single = softaudit.audit(
+        "softaudit.candidates.softmax:naive", dtypes=["float32"], suite="quick", families=["gaussian"], isolation="none"
+    )
+    write_reports(single, tmp_path, ["junit"])
+    assert [c.get("name") for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")] == [
+        "float32 / gaussian"
+    ]

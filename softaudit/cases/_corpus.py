@@ -1,7 +1,8 @@
-"""The corpus: every failure the hunt found, one JSON file per candidate, inputs as exact hex floats.
+"""The corpus, a source of cases: every failure the hunt found, one JSON file per candidate, inputs as exact hex floats.
 
 `softaudit run` replays the corpus as a family named `corpus` (each case in its own dtype), so the gate keeps
-testing what a hunt once found.
+testing what a hunt once found. The hunt writes it (`save_corpus`); the plan, `worst.replay` and the hunt's tests
+read it (`load_corpus`): reading it needs neither the hunt nor Hypothesis.
 """
 
 from __future__ import annotations
@@ -13,17 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import write_atomic
-from ..cases import Case, hex_rows
+from ._case import Case, hex_rows
 
 
-def file_for(corpus: Path, candidate: str) -> Path:
+def corpus_file(corpus: Path, candidate: str) -> Path:
+    """The file of `corpus` (a folder) that holds `candidate`'s failures."""
     return Path(corpus) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate).strip("_") + ".json")
 
 
 def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask, reason: str, error: float) -> Path:
     """Add one failing input to the candidate's corpus file (an identical input is not added twice); error: its
     conditioning-scaled error."""
-    path = file_for(corpus, candidate)
+    path = corpus_file(corpus, candidate)
     data = (
         json.loads(path.read_text(encoding="utf-8"))
         if path.exists()
