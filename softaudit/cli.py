@@ -111,6 +111,13 @@ def _pick(cli_value, config: dict, key: str, command: str = "run"):
     return config.get(key, settings.default(key, command))
 
 
+def _one_kind(ctx, param, given):
+    """--kind once: given twice, click would keep the last and drop the first without a word."""
+    if len(given) > 1:
+        raise click.BadParameter(f"takes one kind, got {', '.join(given)}: run once per kind", ctx, param)
+    return given[0] if given else None
+
+
 @click.group()
 @click.version_option(package_name="softaudit")
 def main():
@@ -135,7 +142,9 @@ def _progress(quiet: bool):
 
 @main.command()
 @click.argument("targets", nargs=-1)
-@click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
+@click.option(
+    "--kind", callback=_one_kind, multiple=True, help="kind of the targets' functions (needed for unmarked ones)"
+)
 @click.option("--dtype", "dtypes", multiple=True, help=f"dtype to audit in (repeatable; default {_shown('dtypes')})")
 @click.option("--suite", type=click.Choice(settings.choices("suite")), help=f"case sizes (default: {_shown('suite')})")
 @click.option("--cases", "cases", multiple=True, help="a case file, .npy or .npz (repeatable)")
@@ -519,7 +528,9 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
 
 @main.command()
 @click.argument("targets", nargs=-1)
-@click.option("--kind", help="kind of the targets' functions (needed for unmarked ones)")
+@click.option(
+    "--kind", callback=_one_kind, multiple=True, help="kind of the targets' functions (needed for unmarked ones)"
+)
 @click.option(
     "--dtype", "dtypes", multiple=True, help=f"dtype to hunt in (repeatable; default {_shown('dtypes', 'hunt')})"
 )

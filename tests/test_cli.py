@@ -457,6 +457,16 @@ def test_an_unknown_or_absent_kind_or_device_is_one_line_before_the_audit(spy, c
 
 
 @pytest.mark.parametrize("command", [["run", *QUICK], ["hunt", "--budget", "1"]])
+def test_kind_given_twice_is_one_line_before_the_audit(spy, command):
+    """click keeps the last of a repeated single-value option: the first kind would be dropped without a word."""
+    (spy / "pyproject.toml").write_text("[tool.softaudit]\ntargets = ['spy.py']\n")
+    r = CliRunner().invoke(main, [*command, "--out", "out", "--kind", "softmax", "--kind", "softmax_grad"])
+    assert r.exit_code == 2
+    assert "takes one kind, got softmax, softmax_grad: run once per kind" in r.output
+    assert not (spy / "called").exists()
+
+
+@pytest.mark.parametrize("command", [["run", *QUICK], ["hunt", "--budget", "1"]])
 @pytest.mark.parametrize("args, config", [(["--device", "cuda"], ""), ([], "device = 'cuda'")])
 def test_an_absent_gpu_is_one_line_before_the_audit(project, command, args, config):
     torch = pytest.importorskip("torch")
