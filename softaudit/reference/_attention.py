@@ -55,7 +55,7 @@ def prepare(q, k, v, mask, scale) -> Problem:
         raise ValueError(f"the batch dimensions of q {q.shape}, k {k.shape} and v {v.shape} do not broadcast") from None
     keep = np.ones((), bool) if mask is None else mask
     keep = bool_mask(keep, "mask", batch + (lq, lk))
-    flat = (-1,) if batch else (1,)
+    flat = (math.prod(batch),)  # (not -1: with Lq, Lk or d of 0 numpy cannot infer it)
     q3 = np.broadcast_to(q, batch + (lq, d)).reshape(flat + (lq, d))
     k3 = np.broadcast_to(k, batch + (lk, d)).reshape(flat + (lk, d))
     v3 = np.broadcast_to(v, batch + (lk, dv)).reshape(flat + (lk, dv))
