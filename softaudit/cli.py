@@ -111,6 +111,9 @@ def _pick(cli_value, config: dict, key: str, command: str = "run"):
     return config.get(key, settings.default(key, command))
 
 
+_HUNT_TABLES = ("the hunt's tables", "table")  # (what _save_set calls them in a warning)
+
+
 def _one_kind(ctx, param, given):
     """--kind once: given twice, click would keep the last and drop the first without a word."""
     if len(given) > 1:
@@ -579,13 +582,21 @@ def hunt(
             )
     except (TargetError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    except KeyboardInterrupt:  # (Ctrl-C or SIGTERM: the searches' workers are closed on the way out)
-        where = f" ({corpus} keeps the failures saved before)" if corpus else ""
-        click.echo(f"\nInterrupted: the hunt stopped at once; its tables were not written{where}.", err=True)
+    except KeyboardInterrupt as stop:  # (Ctrl-C or SIGTERM: the searches' workers are closed on the way out)
+        findings = getattr(stop, "findings", [])  # (none where it came before the searches began)
+        where = f"; {corpus} keeps the failures saved before" if corpus else ""
+        if findings:
+            saved = _save_set(
+                findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, _HUNT_TABLES
+            )
+            written = "" if saved.failures else f" in {out}"
+            searches = "search" if len(findings) == 1 else "searches"
+            tables = f"its tables{written} hold the {len(findings)} {searches} that finished"
+        else:
+            tables = "no search had finished, so no tables were written"
+        click.echo(f"\nInterrupted: the hunt stopped at once; {tables}{where}.", err=True)
         sys.exit(130)
-    saved = _save_set(
-        findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, ("the hunt's tables", "table")
-    )
+    saved = _save_set(findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, _HUNT_TABLES)
     table = hunt_table(findings)
     if not quiet:
         click.echo(

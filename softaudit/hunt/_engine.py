@@ -172,12 +172,30 @@ def hunt(
         where.check(found)
         units = [(candidate, format_of(d)) for candidate in found for d in dtypes]
         share = budget / max(1, math.ceil(len(units) / where.width))
-        findings = []
-        for (candidate, fmt), search in zip(units, _searches(where, units, share, policy, timeout)):
-            findings.append(_saved(search.result(), candidate, corpus))
-            if progress:
-                progress(len(findings), len(units), f"{candidate.name} {fmt.name}")
+        findings = Findings()
+        try:
+            for (candidate, fmt), search in zip(units, _searches(where, units, share, policy, timeout)):
+                findings.append(_saved(search.result(), candidate, corpus))
+                if progress:
+                    progress(len(findings), len(units), f"{candidate.name} {fmt.name}")
+        except KeyboardInterrupt:  # (Ctrl-C, or SIGTERM under _signals.at_once): the finished searches go with it
+            findings.interrupted = True
+            raise HuntInterrupted(findings) from None
     return findings
+
+
+class Findings(list):
+    """The hunt's findings, in the order of its searches; `interrupted` when Ctrl-C or SIGTERM stopped it."""
+
+    interrupted = False
+
+
+class HuntInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped the hunt: `findings` holds the searches that finished before it."""
+
+    def __init__(self, findings: Findings):
+        super().__init__()
+        self.findings = findings
 
 
 def _searches(where, units: list, share: float, policy: Policy, timeout: float):

@@ -39,4 +39,5 @@ def hunt_md(findings, comparison=None) -> str:
     body = "".join(
         "| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False)
     )
-    return "# softaudit hunt\n\n" + header + body
+    stopped = "**Interrupted: the searches below finished before Ctrl-C or SIGTERM; the rest did not run.**\n\n"
+    return "# softaudit hunt\n\n" + (stopped if getattr(findings, "interrupted", False) else "") + header + body

@@ -259,6 +259,29 @@ def test_a_signal_stops_the_hunt_at_once_with_130_and_its_worker_closed(tmp_path
     assert not _alive(worker), "the hunt's worker process outlived it"
 
 
+def test_an_interrupted_hunt_writes_the_tables_of_the_searches_that_finished(tmp_path):
+    """Ctrl-C keeps finished work: `first`'s search (a second of the budget) is done when `slow` is signalled."""
+    (tmp_path / "slow.py").write_text(SLOW.replace("SECONDS", "60"))
+    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
+    command = [sys.executable, "-m", "softaudit", "hunt", "slow.py", "--dtype", "float32", "--budget", "2"]
+    process = subprocess.Popen(
+        command + ["--timeout", "100", "--out", "out", "--corpus", "corpus"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    wait_for(tmp_path / "started", process)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=30)
+    assert process.returncode == 130, output
+    assert "its tables in out hold the 1 search that finished" in output, output
+    rows = (tmp_path / "out" / "hunt.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("slow:first,float32,"), rows
+    assert "Interrupted" in (tmp_path / "out" / "hunt.md").read_text()
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
