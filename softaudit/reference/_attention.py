@@ -38,17 +38,23 @@ class Problem:
     all_kept: bool  # no mask, or one that keeps everything: keep is then a broadcast view of True
 
 
-def prepare(q, k, v, mask, scale) -> Problem:
-    q = float_array(q, "q", min_ndim=2)
-    k = float_array(k, "k", min_ndim=2)
-    v = float_array(v, "v", min_ndim=2)
-    d, lq, lk, dv = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
+def check_shapes(q, k, v, scale) -> None:
+    """The rules of q, k and v's last two axes (as arrays of at least two dimensions), one ValueError each."""
+    d, lk = q.shape[-1], k.shape[-2]
     if k.shape[-1] != d:
         raise ValueError(f"k's last dimension ({k.shape[-1]}) must equal q's ({d})")
     if v.shape[-2] != lk:
         raise ValueError(f"v must have as many rows as k ({lk}), got shape {v.shape}")
     if d == 0 and scale is None:
         raise ValueError("q and k have d = 0, so 1/sqrt(d) is undefined; pass scale")
+
+
+def prepare(q, k, v, mask, scale) -> Problem:
+    q = float_array(q, "q", min_ndim=2)
+    k = float_array(k, "k", min_ndim=2)
+    v = float_array(v, "v", min_ndim=2)
+    d, lq, lk, dv = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
+    check_shapes(q, k, v, scale)
     try:
         batch = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError:

@@ -23,6 +23,7 @@ import math
 import numpy as np
 
 from . import _grad_attention
+from ._attention import check_shapes
 from ._engine import Result, _Collector
 from ._formats import Format
 from ._validate import bool_mask, float_array
@@ -123,19 +124,14 @@ def _no_pairs(q, k, v, g, mask, scale, fmt: Format, detail: bool):
     """(dq, dk, dv) of a problem in which no query meets a key, checked as the tiers check their arguments: exact
     zeros of q's, k's and v's shapes (a query that may attend no key has dq = 0, a key no query attends dk = dv = 0;
     the tiers give the same for Lq = 0 without batch axes). None where there is something to compute."""
-    d, lq, lk, dv = q.shape[-1], q.shape[-2], k.shape[-2], v.shape[-1]
+    lq, lk, dv = q.shape[-2], k.shape[-2], v.shape[-1]
     try:
         batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     except ValueError:
         return None  # (the tiers' checks name the shapes that do not broadcast)
     if lk and math.prod(batch) * lq:
         return None
-    if k.shape[-1] != d:
-        raise ValueError(f"k's last dimension ({k.shape[-1]}) must equal q's ({d})")
-    if v.shape[-2] != lk:
-        raise ValueError(f"v must have as many rows as k ({lk}), got shape {v.shape}")
-    if d == 0 and scale is None:
-        raise ValueError("q and k have d = 0, so 1/sqrt(d) is undefined; pass scale")
+    check_shapes(q, k, v, scale)
     if mask is not None:
         bool_mask(mask, "mask", batch + (lq, lk))
     g = float_array(g, "g", min_ndim=2)

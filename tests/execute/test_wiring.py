@@ -236,16 +236,7 @@ def test_a_signal_stops_the_hunt_at_once_with_130_and_its_worker_closed(tmp_path
         .replace('open("started", "w").close()', 'pathlib.Path("started").write_text(str(os.getpid()))')
         .replace("import os, time", "import os, pathlib, time")
     )
-    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
-    command = [sys.executable, "-m", "softaudit", "hunt", "slow.py:slow", "--budget", "60", "--timeout", "100"]
-    process = subprocess.Popen(
-        command + ["--out", "out", "--corpus", "corpus"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_hunt(tmp_path, "slow.py:slow", "--budget", "60")
     wait_for(tmp_path / "started", process)
     time.sleep(0.2)  # (the file exists before its text: let the worker finish writing its pid)
     worker = int((tmp_path / "started").read_text())
@@ -262,16 +253,7 @@ def test_a_signal_stops_the_hunt_at_once_with_130_and_its_worker_closed(tmp_path
 def test_an_interrupted_hunt_writes_the_tables_of_the_searches_that_finished(tmp_path):
     """Ctrl-C keeps finished work: `first`'s search (a second of the budget) is done when `slow` is signalled."""
     (tmp_path / "slow.py").write_text(SLOW.replace("SECONDS", "60"))
-    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
-    command = [sys.executable, "-m", "softaudit", "hunt", "slow.py", "--dtype", "float32", "--budget", "2"]
-    process = subprocess.Popen(
-        command + ["--timeout", "100", "--out", "out", "--corpus", "corpus"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_hunt(tmp_path, "slow.py", "--dtype", "float32", "--budget", "2")
     wait_for(tmp_path / "started", process)
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=30)
@@ -280,6 +262,25 @@ def test_an_interrupted_hunt_writes_the_tables_of_the_searches_that_finished(tmp
     rows = (tmp_path / "out" / "hunt.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("slow:first,float32,"), rows
     assert "Interrupted" in (tmp_path / "out" / "hunt.md").read_text()
+
+
+def start_hunt(folder: Path, *args) -> subprocess.Popen:
+    """`softaudit hunt ARGS` in folder (out/, corpus/), its output piped, a call's time limit past any test's wait."""
+    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
+    command = [
+        sys.executable,
+        "-m",
+        "softaudit",
+        "hunt",
+        *args,
+        "--timeout",
+        "100",
+        "--out",
+        "out",
+        "--corpus",
+        "corpus",
+    ]
+    return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def _alive(pid: int) -> bool:
