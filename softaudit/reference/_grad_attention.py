@@ -209,8 +209,9 @@ def _score_grad(p, p_err, x, g, v_rows, keep, slices):
     """dS = P (dP - D), D = rowsum(dP P), dP = g v^T, as a double-double and its bound. dP is centred per row on
     one of its kept values (the centre cancels from dS exactly), so equal dP values give dS = 0 exactly.
 
-    With P's exponents apart (x, else None), dS's come back too (P = p 2**x, dS = ds 2**sx): rows with weights
-    far apart centre on their top key, whose dS is then P_top times r, with r summed at its own power of two."""
+    With P's exponents apart (x, else None), dS's come back too (P = p 2**x, dS = ds 2**sx), and every row centres
+    on its top key, whose dS is then P_top times r, with r summed at its own power of two: no cancellation, however
+    far below the top the other weights are."""
     ph, pl = p
     lk = ph.shape[1]
     total = _ozaki.ExactSum(ph.shape)
