@@ -272,3 +272,23 @@ def test_private_folders_of_killed_audits_are_removed_by_the_next(tmp_path):
     finally:
         mine.close()
     assert not mine.share.exists()
+
+
+def test_each_family_is_prepared_once_per_dtype_for_all_the_units_on_workers(monkeypatch):
+    """The prepared families (inputs, references) are computed once per kind x dtype x family and handed to every
+    unit that audits them, not recomputed per unit: five candidates, one preparation each."""
+    from softaudit import runner
+
+    submitted = []
+    original = runner._prepare_all
+
+    def counting(group, where, job, stopped):
+        submitted.extend((source.name, group.fmt.name) for source in group.sources)
+        return original(group, where, job, stopped)
+
+    monkeypatch.setattr(runner, "_prepare_all", counting)
+    names = ("naive", "max_shifted", "max_shifted_running", "exp2", "max_shifted_f32acc")
+    five = [f"softaudit.candidates.softmax:{name}" for name in names]
+    result = softaudit.audit(five, workers=2, **(OPTIONS | {"timeout": 30}))
+    assert sorted(submitted) == sorted({(f, d) for f in OPTIONS["families"] for d in OPTIONS["dtypes"]})
+    assert len(result.table) == 5 * len(submitted)  # every unit audited, each against a family prepared once
