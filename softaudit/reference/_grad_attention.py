@@ -150,6 +150,11 @@ def _wide_exponents(q, k, keep, c) -> tuple[np.ndarray, np.ndarray] | None:
     Estimated from the float64 scores, the same for every block of rows: log2 of a weight is its score minus the
     row's top over ln2 (within 1 + log2 Lk: the softmax sum is between 1 and Lk). dS has the weight's exponent,
     except the top key's, which has the row's second largest: its dS is P_top times r, the rest's weighted dP."""
+    # |c q.k| <= |c| |q| |k| (Cauchy-Schwarz): below the threshold for the largest norms, no score can be 600 below
+    # its row's top, and the float64 product of every score (a cost on tier B's path) is not needed.
+    sizes = [np.sqrt(np.einsum("ij,ij->i", a, a)).max(initial=0.0) for a in (q, k)]
+    if 2 * abs(c) * sizes[0] * sizes[1] < 599.0:
+        return None
     with np.errstate(all="ignore"):
         s = np.where(keep, c * (q @ k.T), -np.inf)
         top = s.max(axis=1, keepdims=True, initial=-np.inf)
@@ -218,11 +223,11 @@ def _score_grad(p, p_err, x, g, v_rows, keep, slices):
     dp_err = _ozaki.product(_ozaki.slice_rows([g], slices), v_rows, total)
     dph, dpl, own = total.result()
     dp_err = dp_err + own
-    weights = ph if x is None else _dd.times_pow2(x, ph)[0]
-    guess = np.where(keep, weights * dph, 0.0).sum(axis=1)
-    pick = np.where(keep, np.abs(dph - guess[:, None]), np.inf).argmin(axis=1)
-    if x is not None:
-        pick = np.where(keep, weights, -1.0).argmax(axis=1)
+    if x is None:  # the kept value nearest D = sum P dP, so that the terms P h of r stay small
+        guess = np.where(keep, ph * dph, 0.0).sum(axis=1)
+        pick = np.where(keep, np.abs(dph - guess[:, None]), np.inf).argmin(axis=1)
+    else:  # the top key
+        pick = np.where(keep, _dd.times_pow2(x, ph)[0], -1.0).argmax(axis=1)
     rows = np.arange(len(ph))
     hh, hl = _dd.add(dph, dpl, -dph[rows, pick][:, None], -dpl[rows, pick][:, None])
     hh, hl = np.where(keep, hh, 0.0), np.where(keep, hl, 0.0)
