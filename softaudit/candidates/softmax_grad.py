@@ -42,9 +42,7 @@ def f32acc(x, g):
     """Best practice: softmax backward in float32 for 16-bit inputs (p, the dot and the product), rounded once.
     Weakness: none known beyond the conditioning (g - <g, p> cancels; only the final rounding is the dtype's)."""
     w = work_dtype(x.dtype)
-    x32 = x.astype(w)
-    e = exp(x32 - row_max(x32))
-    return vjp(e / dtype_sum(e), g.astype(w)).astype(x.dtype)
+    return vjp(_softmax_in(x, w), g.astype(w)).astype(x.dtype)
 
 
 @candidate(kind="softmax_grad", name="softmax_grad.saved_output")
@@ -55,7 +53,12 @@ def saved_output(x, g):
     in float32, rounded once. Weakness: y's rounding (up to half an ulp of each p) enters <g, y> and the product,
     so where g - <g, p> cancels a 16-bit dtype loses the small entries, and a dominant p rounded to 1 hides 1 - p."""
     w = work_dtype(x.dtype)
+    y = _softmax_in(x, w).astype(x.dtype).astype(w)
+    return vjp(y, g.astype(w)).astype(x.dtype)
+
+
+def _softmax_in(x, w):
+    """p = softmax(x) max-shifted, every step in the work dtype w."""
     x32 = x.astype(w)
     e = exp(x32 - row_max(x32))
-    y = (e / dtype_sum(e)).astype(x.dtype).astype(w)
-    return vjp(y, g.astype(w)).astype(x.dtype)
+    return e / dtype_sum(e)
