@@ -149,21 +149,13 @@ def slow(x, axis=-1):
 
 def start_run(folder: Path, seconds: float, *args) -> subprocess.Popen:
     (folder / "slow.py").write_text(SLOW.replace("SECONDS", str(seconds)))
+    return start_softaudit(folder, "run", "slow.py", "--suite", "quick", "--dtype", "float32", "--out", "out", *args)
+
+
+def start_softaudit(folder: Path, *args) -> subprocess.Popen:
+    """`python -m softaudit ARGS` in folder, on this checkout, its output (stdout and stderr) piped."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "softaudit",
-        "run",
-        "slow.py",
-        "--suite",
-        "quick",
-        "--dtype",
-        "float32",
-        "--out",
-        "out",
-        *args,
-    ]
+    command = [sys.executable, "-m", "softaudit", *args]
     return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -265,22 +257,8 @@ def test_an_interrupted_hunt_writes_the_tables_of_the_searches_that_finished(tmp
 
 
 def start_hunt(folder: Path, *args) -> subprocess.Popen:
-    """`softaudit hunt ARGS` in folder (out/, corpus/), its output piped, a call's time limit past any test's wait."""
-    env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "softaudit",
-        "hunt",
-        *args,
-        "--timeout",
-        "100",
-        "--out",
-        "out",
-        "--corpus",
-        "corpus",
-    ]
-    return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    """`softaudit hunt ARGS` in folder (out/, corpus/), a call's time limit past any test's wait."""
+    return start_softaudit(folder, "hunt", *args, "--timeout", "100", "--out", "out", "--corpus", "corpus")
 
 
 def _alive(pid: int) -> bool:
