@@ -1,12 +1,19 @@
 """The hunt finds deliberately broken candidates, shrinks their inputs, and the corpus replays through run."""
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
+import hypothesis.configuration
 import numpy as np
 import pytest
 
 import softaudit
 from softaudit.hunt import hunt, load_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BROKEN = '''
 import numpy as np
@@ -102,3 +109,26 @@ def test_hunt_command(broken, tmp_path, monkeypatch):
     assert r.exit_code == 1 and "FAIL" in r.output
     assert (tmp_path / "o" / "hunt.csv").is_file() and (tmp_path / "o" / "hunt.md").is_file()
     assert CliRunner().invoke(main, ["hunt", "no_module_xyz"]).exit_code == 2
+
+
+def test_the_hunt_leaves_no_hypothesis_folder_and_no_seed_advice(tmp_path):
+    # Hypothesis writes .hypothesis/ (a cache of constants read from source) into the working folder, and prints
+    # "add @seed(...) to this test" for a search it did not finish (randomized, so CI is unset): both for test
+    # authors, not for a hunt's user.
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    env = os.environ | {"PYTHONPATH": str(ROOT), "SOFTAUDIT_CACHE_DIR": str(cache)}
+    for name in ("CI", "HYPOTHESIS_STORAGE_DIRECTORY"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "softaudit", "hunt", "softaudit.candidates.softmax:max_shifted_f32acc"]
+    options = ["--budget", "3", "--out", "o", "--corpus", "c"]
+    done = subprocess.run([*command, *options], cwd=work, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert sorted(p.name for p in work.iterdir()) == ["c", "o"]
+    assert "@seed" not in done.stdout + done.stderr
+
+
+def test_a_hunt_called_from_python_gives_hypothesis_its_folder_back(broken, tmp_path):
+    before = vars(hypothesis.configuration).get("__hypothesis_home_directory")
+    hunt(f"{broken}:fill_minus_30", dtypes=["float16"], budget=1, corpus=None)
+    assert vars(hypothesis.configuration).get("__hypothesis_home_directory") == before

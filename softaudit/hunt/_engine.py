@@ -8,16 +8,20 @@ strict policy) is shrunk to a small input, moved to the boundary of its failure 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
+import tempfile
 import time
 
+import hypothesis.configuration
 import numpy as np
-from hypothesis import HealthCheck, Phase, given, settings, target
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
 from hypothesis.errors import Flaky
 
 from .. import kinds
+from .._store import folder as cache_folder
 from ..cases import Case, save_corpus
 from ..execute import Executor, calls, needs_gpu, pool
 from ..judge import unit
@@ -107,6 +111,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         suppress_health_check=list(HealthCheck),
         phases=[Phase.generate, Phase.target, Phase.shrink],
         report_multiple_bugs=False,
+        verbosity=Verbosity.quiet,  # (its "add @seed(...) to this test" is for test authors, not a hunt's user)
     )
     @given(strategy)
     def probe(drawn):
@@ -124,7 +129,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             raise AssertionError("; ".join(reasons))
 
     try:
-        probe()
+        with _hypothesis_home():
+            probe()
     except (AssertionError, Flaky, _OutOfTime):
         pass
     except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
@@ -144,6 +150,25 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         _, reasons, error, _ = judged(inputs, mask)
     seconds, found, reason = time.monotonic() - start, inputs is not None, "; ".join(reasons)
     return Finding(candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask)
+
+
+@contextlib.contextmanager
+def _hypothesis_home():
+    """Hypothesis's files (a cache of the constants it reads from source files) go to softaudit's cache folder
+    (a temporary folder where the cache is off), not to .hypothesis/ in the user's working folder; the folder
+    Hypothesis had is given back afterwards, for a hunt called from the user's own tests. The hunt keeps no
+    example database (database=None). $HYPOTHESIS_STORAGE_DIRECTORY, where set, is left to decide."""
+    if os.environ.get("HYPOTHESIS_STORAGE_DIRECTORY"):
+        yield
+        return
+    before = vars(hypothesis.configuration).get("__hypothesis_home_directory")  # (None: not chosen yet)
+    cache = cache_folder()
+    with contextlib.nullcontext(cache / "hypothesis") if cache else tempfile.TemporaryDirectory() as home:
+        hypothesis.configuration.set_hypothesis_home_dir(home)
+        try:
+            yield
+        finally:
+            hypothesis.configuration.set_hypothesis_home_dir(before)
 
 
 def hunt(
