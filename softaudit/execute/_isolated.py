@@ -117,7 +117,9 @@ class Isolated(Executor):
         if self._pool is None:
             from loky import ProcessPoolExecutor
 
-            self._pool = ProcessPoolExecutor(max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,))
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,), env=_worker.NO_LEAK_CHECK
+            )
             self._oom_kills = _oom_kills()
         future = self._pool.submit(fn, *args)
         try:

@@ -22,6 +22,13 @@ _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
 _limit_mib: list[int] = []  # the worker's memory limit, for the message
 
 
+#: loky restarts a worker whose memory grew 300 MB past its size after its first task: a leak check for pools of
+#: stateless tasks. Ours keep what they loaded (torch, JAX and their compiled kernels grow past that), so a restart
+#: would import and compile it all again: an audit of softaudit.frameworks.jax in float32 took 212 s with the check
+#: and 117 s without it (the quick suite, one run each on the 2-core development machine).
+NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
+
+
 def setup(memory_mib: int | None) -> None:
     """The worker's initializer: its output to /dev/null, Ctrl-C left to the parent, an optional memory limit."""
     # A candidate printing megabytes neither floods the parent's terminal nor blocks on a full pipe; its output is

@@ -95,6 +95,15 @@ def test_an_allocation_past_the_memory_limit_is_an_error_not_a_dead_run(callers_
         assert np.array_equal(call(executor, "sound")[0], expected())
 
 
+def test_a_worker_that_keeps_what_it_loaded_is_not_restarted():
+    # loky's leak check would retire a worker 300 MB past its size after its first task: torch and JAX would then be
+    # imported and their kernels compiled again and again.
+    pytest.importorskip("psutil", reason="loky checks memory only with psutil")
+    with Isolated() as executor:
+        pids = {call(executor, "grows", dtype=np.float64)[0][0, 0] for _ in range(3)}
+    assert len(pids) == 1
+
+
 def test_megabytes_of_output_neither_reach_the_caller_nor_block_the_worker(isolated, capfd):
     out, _ = call(isolated, "prints")
     assert np.array_equal(out, expected())
