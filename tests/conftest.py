@@ -26,3 +26,17 @@ def counted_references(monkeypatch):
         real = getattr(module, name)
         monkeypatch.setattr(module, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     return calls
+
+
+@pytest.fixture(scope="session")
+def quick_audit():
+    """The built-ins' audit on the quick suite in the default dtypes, made once for the tests that read it (about
+    100 s on a 2-core machine), with the RuntimeWarnings softaudit's process raised while making it."""
+    import warnings
+
+    import softaudit
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        table = softaudit.audit(suite="quick").table
+    return table, [w for w in caught if issubclass(w.category, RuntimeWarning)]

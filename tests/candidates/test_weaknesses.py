@@ -14,8 +14,10 @@ DTYPES = ["float16", "bfloat16", "float32", "float64"]
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return softaudit.audit(suite="quick", dtypes=DTYPES).table
+def quick(quick_audit):
+    table, _ = quick_audit
+    assert set(table.dtype) == set(DTYPES)
+    return table
 
 
 def rows(table, name, dtype=None, family=None):
