@@ -224,6 +224,7 @@ def _retire_after_each_task() -> None:
     loky.process_executor._MEMORY_LEAK_CHECK_DELAY = 0.0
 
 
+@pytest.mark.filterwarnings("ignore:A worker was restarted:UserWarning")  # (it is made to)
 def test_a_worker_that_retires_closes_its_isolated_calls_first():
     """loky retires a worker whose memory grew (in an audit, mapped families grow it): on its way out,
     multiprocessing waits for the worker's children, so the isolated calls' own worker must be gone by then (it was
