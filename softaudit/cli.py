@@ -562,7 +562,10 @@ def hunt(
     corpus = _pick(corpus, config, "corpus", "hunt")
     _check_folder(out, "--out")  # before the search: what it finds must have somewhere to go
     if corpus:
+        new = not Path(corpus).exists()
         _check_folder(Path(corpus), "--corpus")
+        if new:  # (a hunt that finds nothing leaves no empty corpus behind: the first failure saved makes it again)
+            Path(corpus).rmdir()
     try:
         bar, progress = _progress(quiet)
         with at_once(), bar or contextlib.nullcontext():
