@@ -562,10 +562,12 @@ def hunt(
     corpus = _pick(corpus, config, "corpus", "hunt")
     _check_folder(out, "--out")  # before the search: what it finds must have somewhere to go
     if corpus:
-        new = not Path(corpus).exists()
+        # The folders the check makes are removed again: a hunt that finds nothing leaves no empty corpus behind
+        # (the first failure saved makes them again).
+        made = [f for f in (Path(corpus), *Path(corpus).parents) if not f.exists()]
         _check_folder(Path(corpus), "--corpus")
-        if new:  # (a hunt that finds nothing leaves no empty corpus behind: the first failure saved makes it again)
-            Path(corpus).rmdir()
+        for folder in made:  # (the deepest first)
+            folder.rmdir()
     try:
         bar, progress = _progress(quiet)
         with at_once(), bar or contextlib.nullcontext():

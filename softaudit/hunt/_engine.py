@@ -163,6 +163,8 @@ def _hypothesis_home():
         return
     before = vars(hypothesis.configuration).get("__hypothesis_home_directory")  # (None: not chosen yet)
     cache = cache_folder()
+    if cache:
+        cache.mkdir(parents=True, exist_ok=True, mode=0o700)  # (private, as _store makes it: it holds pickles)
     with contextlib.nullcontext(cache / "hypothesis") if cache else tempfile.TemporaryDirectory() as home:
         hypothesis.configuration.set_hypothesis_home_dir(home)
         try:
