@@ -23,7 +23,7 @@ _limit_mib: list[int] = []  # the worker's memory limit, for the message
 
 
 #: loky restarts a worker whose memory grew 300 MB past its size after its first task: a leak check for pools of
-#: stateless tasks. Ours keep what they loaded (torch, JAX and their compiled kernels grow past that), so a restart
+#: stateless tasks. Ours keep what they loaded (JAX and its compiled kernels grow past that), so a restart
 #: would import and compile it all again: an audit of softaudit.frameworks.jax in float32 (quick suite) took 190 and
 #: 212 s with the check, 117 and 144 s without it (two runs each, docs/isolation.md).
 NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
