@@ -12,6 +12,7 @@ import functools
 import hashlib
 import importlib
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -100,6 +101,17 @@ def _from_module(module, spec: str, label: str) -> list[Candidate]:
     return found
 
 
+def _its_functions(module) -> str:
+    """The public functions a module defines, for a message: " (its functions: a, b)", or "" for none."""
+    names = [
+        name
+        for name, fn in vars(module).items()
+        if inspect.isfunction(fn) and fn.__module__ == module.__name__ and not name.startswith("_")
+    ]
+    shown = ", ".join(names[:8]) + (", ..." if len(names) > 8 else "")
+    return f" (its functions: {shown})" if names else ""
+
+
 def load_target(target, kind: str | None = None) -> list[Candidate]:
     """The candidates a target names; a module gives every candidate marked in it, in definition order.
 
@@ -125,7 +137,8 @@ def load_target(target, kind: str | None = None) -> list[Candidate]:
         return [_from_function(fn, f"{label}:{func}", kind, target)]
     found = _from_module(module, spec, label)
     if not found:
-        raise TargetError(f"{spec} has no function marked with @softaudit.candidate; name one as {spec}:FUNCTION")
+        how = f"name one as {spec}:FUNCTION" + ("" if kind else " and give its kind (--kind, kind=)")
+        raise TargetError(f"{spec} has no function marked with @softaudit.candidate; {how}{_its_functions(module)}")
     mine = [c for c in found if kind is None or c.kind == kind]
     if not mine:
         kinds = [k for k in KINDS if any(c.kind == k for c in found)]

@@ -258,3 +258,19 @@ def test_builtins_partials_methods_and_callable_objects_can_be_marked():
     assert set(table.verdict) == {"pass"} and len(table) == 3
     with pytest.raises(TypeError, match="a candidate must be callable, got int"):
         softaudit.candidate(3, kind="softmax")
+
+
+def test_a_file_of_unmarked_functions_says_how_to_name_one_and_lists_them(tmp_path):
+    # (its own public functions: not an imported one, not a private one)
+    kernels = tmp_path / "kernels.py"
+    kernels.write_text(
+        "from os.path import join\n\n\ndef softmax(x, axis=-1):\n    return x\n\n\n"
+        "def _helper():\n    pass\n\n\ndef attend(q, k, v):\n    pass\n"
+    )
+    with pytest.raises(TargetError) as info:
+        load_target(str(kernels))
+    assert str(info.value).endswith(
+        f"name one as {kernels}:FUNCTION and give its kind (--kind, kind=) (its functions: softmax, attend)"
+    )
+    with pytest.raises(TargetError, match=r"FUNCTION \(its functions: softmax, attend\)$"):
+        load_target(str(kernels), kind="softmax")  # (the kind is given: naming the function is what is left)
