@@ -28,6 +28,14 @@ def _g6(value: float) -> str:
     return f"{value:.6g}"
 
 
+def _sum_past(total: float, fmt: Format, terms: str = "") -> str:
+    """The sentence for a row whose exponentials sum past the dtype's largest value; terms: "N " to count them."""
+    return (
+        f"the row's {terms}exponentials (shifted by its max) sum to {_g6(total)}, past {fmt.name}'s largest value "
+        f"{_g6(fmt.max_float)}"
+    )
+
+
 def classify(
     kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int, exp_sum: float | None = None
 ) -> tuple[str, str]:
@@ -37,8 +45,7 @@ def classify(
     kind = kinds.get(kind)
     u = math.ldexp(1.0, -fmt.precision)
     normal = math.ldexp(1.0, max(fmt.emin, -1074))
-    big = fmt.max_float
-    too_big = exp_sum is not None and exp_sum > big  # (the sum itself is past the dtype: no sum in it holds it)
+    too_big = exp_sum is not None and exp_sum > fmt.max_float  # (past the dtype: no sum in it holds it)
     if math.isnan(y):
         return "nan", f"NaN where the exact result is {_g(r)}"
     if math.isinf(y):
@@ -46,8 +53,7 @@ def classify(
     if y == 0 and rounded != 0:
         if too_big:  # (every output of such a row is at most 1 / exp_sum: below the normal range in 16 bits)
             return "sum_overflow", (
-                f"came out 0: the row's exponentials (shifted by its max) sum to {_g6(exp_sum)}, past "
-                f"{fmt.name}'s largest value {_g6(big)}, so a sum kept in {fmt.name} overflows to inf and each "
+                f"came out 0: {_sum_past(exp_sum, fmt)}, so a sum kept in {fmt.name} overflows to inf and each "
                 "exp / inf is 0 (not a flush)"
             )
         if abs(rounded) < normal:
@@ -63,9 +69,8 @@ def classify(
     relative = _ratio(_ratio(abs(y - r), abs(r)), u)
     if too_big and relative > 4:  # (a sum in the dtype stalls short of it, or rounds past it: not a subnormal issue)
         return "accumulation", (
-            f"{relative:.3g} u relative error: the row's exponentials (shifted by its max) sum to {_g6(exp_sum)}, past "
-            f"{fmt.name}'s largest value {_g6(big)}, which a sum kept in {fmt.name} cannot reach (it stalls or "
-            "overflows)"
+            f"{relative:.3g} u relative error: {_sum_past(exp_sum, fmt)}, which a sum kept in {fmt.name} cannot "
+            "reach (it stalls or overflows)"
         )
     if abs(r) < normal and "subnormal" in kind.causes:
         return "subnormal", (
@@ -146,10 +151,7 @@ def diagnose_row(fmt: Format, inputs: dict, mask) -> str:
             return "a -inf logit: -inf - (-inf) is NaN"
         total = exp_sum(inputs, mask)
         if total is not None and total > big:
-            return (
-                f"the row's {int(kept.sum())} exponentials (shifted by its max) sum to {_g6(total)}, past "
-                f"{fmt.name}'s largest value {_g6(big)}"
-            )
+            return _sum_past(total, fmt, f"{int(kept.sum())} ")
         if kept.sum() > big:  # (shifted by the max, each exponential is at most 1)
             return f"the sum of {int(kept.sum())} exponentials can pass {fmt.name}'s largest value {_g(big)}"
     return ""

@@ -111,9 +111,6 @@ def _pick(cli_value, config: dict, key: str, command: str = "run"):
     return config.get(key, settings.default(key, command))
 
 
-_HUNT_TABLES = ("the hunt's tables", "table")  # (what _save_set calls them in a warning)
-
-
 def _one_kind(ctx, param, given):
     """--kind once: given twice, click would keep the last and drop the first without a word."""
     if len(given) > 1:
@@ -386,6 +383,15 @@ def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None,
     return saved
 
 
+def _save_hunt(findings, out: Path) -> _Saved:
+    """Write hunt.csv and hunt.md as one set (`_save_set`), as the reports of a run are."""
+    from .report import HUNT_WRITERS
+
+    return _save_set(
+        findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, ("the hunt's tables", "table")
+    )
+
+
 def _save_set(subject, out: Path, formats, comparison, writers: dict, held, names: tuple[str, str]) -> _Saved:
     """Write the chosen formats of `writers` (softaudit.report's registry) for `subject` (an audit's result, a
     hunt's findings) into `out` as one set. When none could go into `out`, they all go into the temporary folder.
@@ -555,7 +561,7 @@ def hunt(
     from .adapters import TargetError
     from .hunt import describe
     from .hunt import hunt as run_hunt
-    from .report import HUNT_WRITERS, hunt_table
+    from .report import hunt_table
 
     config = read_config(Path.cwd())
     out = Path(_pick(out, config, "out", "hunt"))
@@ -591,9 +597,7 @@ def hunt(
         findings = getattr(stop, "findings", [])  # (none where it came before the searches began)
         where = f"; {corpus} keeps the failures saved before" if corpus else ""
         if findings:
-            saved = _save_set(
-                findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, _HUNT_TABLES
-            )
+            saved = _save_hunt(findings, out)
             written = "" if saved.failures else f" in {out}"
             searches = "search" if len(findings) == 1 else "searches"
             tables = f"its tables{written} hold the {len(findings)} {searches} that finished"
@@ -601,7 +605,7 @@ def hunt(
             tables = "no search had finished, so no tables were written"
         click.echo(f"\nInterrupted: the hunt stopped at once; {tables}{where}.", err=True)
         sys.exit(130)
-    saved = _save_set(findings, out, tuple(HUNT_WRITERS), None, HUNT_WRITERS, contextlib.nullcontext, _HUNT_TABLES)
+    saved = _save_hunt(findings, out)
     table = hunt_table(findings)
     if not quiet:
         click.echo(

@@ -347,6 +347,14 @@ def _fast_tiers(b, arrays, keep, scale, fmt: Format, outs, pending):
                 m[b] &= ~decided
 
 
+def upstream(g, shape: tuple) -> np.ndarray:
+    """g as a float array of the output's shape, else one ValueError."""
+    g = float_array(g, "g", min_ndim=2)
+    if g.shape != tuple(shape):
+        raise ValueError(f"g must have the output's shape {tuple(shape)}, got {g.shape}")
+    return g
+
+
 def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
     """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
     three Results (undefined per query for dq, per key for dk and dv)."""
@@ -354,9 +362,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
     if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
         raise ValueError("attention_grad needs q, k and v of one batch shape (the mask may broadcast)")
-    g = float_array(g, "g", min_ndim=2)
-    if g.shape != problem.shape:
-        raise ValueError(f"g must have the output's shape {problem.shape}, got {g.shape}")
+    g = upstream(g, problem.shape)
     qs, ks, vs, keep = problem.q, problem.k, problem.v, problem.keep
     nb, lq, d = qs.shape
     lk, dv = ks.shape[1], vs.shape[2]

@@ -100,9 +100,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     if stacking is None:
         return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail)
     rows = stacking.batch + (stacking.lq,)
-    g = float_array(g, "g", min_ndim=2)
-    if g.shape != rows + v.shape[-1:]:
-        raise ValueError(f"g must have the output's shape {rows + v.shape[-1:]}, got {g.shape}")
+    g = _grad_attention.upstream(g, rows + v.shape[-1:])
     keep = None if mask is None else stacking.queries(bool_mask(mask, "mask", rows + k.shape[-2:-1]))
     own = stacking.own
     args = (stacking.queries(q), k.reshape(own + k.shape[-2:]), v.reshape(own + v.shape[-2:]), stacking.queries(g))
@@ -134,9 +132,7 @@ def _no_pairs(q, k, v, g, mask, scale, fmt: Format, detail: bool):
     check_shapes(q, k, v, scale)
     if mask is not None:
         bool_mask(mask, "mask", batch + (lq, lk))
-    g = float_array(g, "g", min_ndim=2)
-    if g.shape != batch + (lq, dv):
-        raise ValueError(f"g must have the output's shape {batch + (lq, dv)}, got {g.shape}")
+    _grad_attention.upstream(g, batch + (lq, dv))
     results = []
     for a in (q, k, v):
         out = _Collector(a.shape, fmt, detail=detail)
