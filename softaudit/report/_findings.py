@@ -24,20 +24,38 @@ def interrupted_line(result) -> str:
 
 
 def verdict_matrix(table) -> dict:
-    """(candidate, dtype) -> (the most severe verdict, how many rows have it, rows in all)."""
+    """(candidate, dtype) -> (the cell's verdict, {verdict: families}, families in all).
+
+    A family's verdict is the most severe of its rows (attention_grad has one per output: dq, dk, dv). The cell's
+    verdict is the most severe family's among error, fail and warn; else pass where a family passed (a family
+    skipped beside passing ones does not grey the cell), else skip."""
     cells = {}
     for (candidate, dtype), group in table.groupby(["candidate", "dtype"], sort=False):
-        counts = group.verdict.value_counts()
-        worst = next(v for v in ORDER if counts.get(v) or v == "pass")
-        cells[(candidate, dtype)] = (worst, int(counts.get(worst, 0)), len(group))
+        per_family = group.groupby("family", sort=False).verdict.agg(lambda vs: min(vs, key=ORDER.index))
+        counts = per_family.value_counts().to_dict()
+        verdict = next((v for v in ("error", "fail", "warn", "pass") if counts.get(v)), "skip")
+        cells[(candidate, dtype)] = (verdict, {v: int(counts[v]) for v in ORDER if counts.get(v)}, len(per_family))
     return cells
+
+
+def cell_text(verdict: str, counts: dict, total: int, names=None) -> str:
+    """A verdict matrix cell in words: "pass", "pass, 1 of 12 skipped", "fail 1, warn 13 of 17", "skip"."""
+    names = names or {}
+    if verdict == "skip":
+        return names.get("skip", "skip")
+    if verdict == "pass":
+        skipped = counts.get("skip", 0)
+        return names.get("pass", "pass") + (f", {skipped} of {total} skipped" if skipped else "")
+    shown = [f"{names.get(v, v)} {counts[v]}" for v in ORDER if v != "pass" and counts.get(v)]
+    return ", ".join(shown) + f" of {total}"
 
 
 def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
     """The rows with these verdicts, grouped by (candidate, dtype, verdict, cause), most severe first.
 
-    Each group: candidate, dtype, verdict, cause, families (in table order), max_cond_err and max_ulp (the
-    largest over its rows, NaN where nothing was compared), note (that of the row with the largest error) and fix.
+    Each group: candidate, dtype, verdict, cause, families (in table order, each once), max_cond_err and max_ulp
+    (the largest over its rows, NaN where nothing was compared), note (that of the row with the largest error,
+    which it names first where the group has several rows, since its numbers are that row's) and fix.
     """
     rows = table[table.verdict.isin(verdicts)]
     groups = []
@@ -52,10 +70,10 @@ def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
                 "dtype": dtype,
                 "verdict": verdict,
                 "cause": _text(cause),
-                "families": list(group.family),
+                "families": list(dict.fromkeys(group.family)),
                 "max_cond_err": _max(errors),
                 "max_ulp": _max(group.max_ulp.astype(float)),
-                "note": _text(lead.note),
+                "note": _lead_note(lead, len(group)),
                 "fix": _text(lead.get("fix")),
             }
         )
@@ -72,6 +90,15 @@ def number(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{value:.3g}"
+
+
+def _lead_note(lead, rows: int) -> str:
+    """The note of a group's worst row; "in FAMILY (OUTPUT): " before it where the group has other rows."""
+    note = _text(lead.note)
+    if rows == 1 or not note:
+        return note
+    output = _text(lead.get("output"))
+    return f"in {lead.family}{f' ({output})' if output else ''}: {note}"
 
 
 def _max(values) -> float:

@@ -8,9 +8,9 @@ from html import escape
 from itertools import pairwise
 
 from ..results import summary_line
-from ._files import machine, platform_key, versions
-from ._findings import families_text, interrupted_line, issues, number, verdict_matrix
-from .plots import bar_chart, line_chart
+from ._files import accelerator_line, machine, platform_key, versions
+from ._findings import ORDER, cell_text, families_text, interrupted_line, issues, number, verdict_matrix
+from .plots import PALETTE, bar_chart, line_chart
 
 STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:24px auto;max-width:1260px;color:#222;padding:0 16px}
@@ -21,7 +21,14 @@ td,th{border:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}t
 .skip{background:#e8e8e8}.charts{display:flex;flex-wrap:wrap;gap:12px}.chart text{font-size:11px;fill:#333}
 .chart .t{font-size:13px;font-weight:600}.chart .frame{fill:#fafafa;stroke:#ccc}.chart .grid{stroke:#e6e6e6}
 .legend{font-size:11px}code{background:#f4f4f4;padding:1px 4px}.small{color:#666;font-size:12px}
-#fix td:nth-child(7),#fix td:nth-child(8){max-width:380px}
+#fix{width:100%;table-layout:fixed}#fix td{overflow-wrap:break-word}#fix th:nth-child(1){width:5%}
+#fix th:nth-child(2){width:15%}#fix th:nth-child(3){width:6%}#fix th:nth-child(4){width:11%}
+#fix th:nth-child(5),#fix th:nth-child(6){width:6.5%}#fix th:nth-child(7){width:31%}#fix th:nth-child(8){width:19%}
+#fix td:nth-child(5),#fix td:nth-child(6),#worst td:nth-child(4),#worst td:nth-child(5){white-space:nowrap}
+#worst{width:100%;table-layout:fixed}#worst td{overflow-wrap:break-word}#worst code{overflow-wrap:anywhere}
+#worst th:nth-child(1){width:14%}#worst th:nth-child(2){width:6%}#worst th:nth-child(3){width:11%}
+#worst th:nth-child(4),#worst th:nth-child(5){width:6%}#worst th:nth-child(6){width:22%}
+#worst th:nth-child(7){width:9%}#worst th:nth-child(8){width:26%}
 """
 GUARANTEE = (
     "Every error is measured against the exact result, computed with mpmath and correctly rounded to the audited "
@@ -41,8 +48,8 @@ def _matrix(table) -> str:
     for candidate in dict.fromkeys(table.candidate):
         tds = []
         for dtype in dtypes:
-            verdict, count, total = cells.get((candidate, dtype), ("", 0, 0))
-            text = "pass" if verdict == "pass" else f"{verdict} {count}/{total}" if verdict else ""
+            verdict, counts, total = cells.get((candidate, dtype), ("", {}, 0))
+            text = cell_text(verdict, counts, total) if verdict else ""
             tds.append(f'<td class="{verdict}">{escape(text)}</td>')
         rows.append(f"<tr><th>{escape(candidate)}</th>{''.join(tds)}</tr>")
     return f'<table id="verdict-matrix"><tr><th>candidate</th>{head}</tr>{"".join(rows)}</table>'
@@ -69,13 +76,16 @@ def _fix_table(table) -> str:
 
 
 def _series(cases, kind, dtype, family, param):
-    """candidate -> [(param value, max conditioning-scaled error, NaN or inf outputs?)] from the per-case table."""
+    """candidate -> [(param value, max conditioning-scaled error over the cases with finite outputs (NaN if none),
+    any case with NaN or inf outputs?)] from the per-case table."""
     if cases is None or not len(cases) or param not in cases:
         return {}
     part = cases[(cases.kind == kind) & (cases.dtype == dtype) & (cases.family == family)]
     out = {}
     for candidate, group in part.groupby("candidate", sort=False):
-        by_value = group.groupby(param).agg(error=("max_cond_err", "max"), bad=("nonfinite", "max"))
+        # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
+        finite = group.max_cond_err.where(group.nonfinite == 0)
+        by_value = group.assign(finite=finite).groupby(param).agg(error=("finite", "max"), bad=("nonfinite", "max"))
         out[candidate] = [(float(x), float(r.error), bool(r.bad)) for x, r in by_value.iterrows() if not math.isnan(x)]
     return {k: v for k, v in out.items() if v}
 
@@ -94,11 +104,14 @@ def _plots(result) -> str:
     blocks = []
     for kind in dict.fromkeys(result.table.kind):
         charts = []
+        # one colour per candidate in all of its kind's charts
+        candidates = dict.fromkeys(result.table.candidate[result.table.kind == kind])
+        colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(candidates)}
         for dtype in dict.fromkeys(result.table.dtype):
             for family, param, x_label, title in PLOTS:
                 series = _series(cases, kind, dtype, family, param)
                 if series:
-                    charts.append(line_chart(f"{kind}, {dtype}: {title}", series, x_label, Y_LABEL))
+                    charts.append(line_chart(f"{kind}, {dtype}: {title}", series, x_label, Y_LABEL, colours))
         if charts:
             blocks.append(f"<h3>{escape(kind)}</h3><div class='charts'>{''.join(charts)}</div>")
     if cases is not None and len(cases):
@@ -106,7 +119,7 @@ def _plots(result) -> str:
         labels = ["<=1", "<=2", "<=4", "<=16", "<=256", "<=65536", ">65536", "NaN/inf"]
         hists = []
         for dtype, group in cases.groupby("dtype", sort=False):
-            values = group.max_cond_err.astype(float)
+            values = group.max_cond_err.astype(float)[group.nonfinite == 0]  # the others are counted as NaN/inf
             counts = [
                 int(((values > lo) & (values <= hi)).sum() if lo else (values <= hi).sum())
                 for lo, hi in pairwise(edges)
@@ -119,13 +132,19 @@ def _plots(result) -> str:
     return "".join(blocks)
 
 
+def _most_severe(verdicts) -> str:
+    return min(verdicts, key=ORDER.index)
+
+
 def _family_tables(table) -> str:
     out = []
     for family, group in table.groupby("family", sort=False):
         view = group.pivot_table(
             index="candidate", columns="dtype", values="max_cond_err", aggfunc="max", sort=False, dropna=False
         )
-        verdicts = group.pivot_table(index="candidate", columns="dtype", values="verdict", aggfunc="first", sort=False)
+        verdicts = group.pivot_table(  # the most severe of the cell's rows (attention_grad: dq, dk, dv), as its error
+            index="candidate", columns="dtype", values="verdict", aggfunc=_most_severe, sort=False
+        )
         styler = (
             view.style.format("{:.3g}", na_rep="-")
             .format_index(escape="html", axis=0)
@@ -136,26 +155,35 @@ def _family_tables(table) -> str:
         styler = styler.apply(lambda _, colours=colours: colours, axis=None)
         out.append(
             f"<h3>{escape(family)}</h3><p class='small'>error against the conditioning ('-': nothing "
-            "compared); colour is the verdict</p>" + styler.to_html()
+            "compared); colour is the most severe verdict of its rows. A pass may carry a large error where best "
+            "practice in the dtype reads as much (docs/policy.md)</p>" + styler.to_html()
         )
     return "".join(out)
 
 
-def _worst(result, limit: int = 40) -> str:
+def _worst(result) -> str:
     def rank(w):  # the largest error first, NaN last
         return -w.cond_err if not math.isnan(w.cond_err) else math.inf
 
-    rows = sorted(result.worst_inputs, key=rank)[:limit]
+    every = result.worst_inputs
+    first = {}  # (candidate, dtype) -> the worst of its rows' worst inputs, in the table's order
+    for w in every:
+        if (w.candidate, w.dtype) not in first or rank(w) < rank(first[(w.candidate, w.dtype)]):
+            first[(w.candidate, w.dtype)] = w
+    rows = list(first.values())
     body = "".join(
-        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td><td>{escape(w.family)}</td>"
+        f"<tr><td>{escape(w.candidate)}</td><td>{escape(w.dtype)}</td>"
+        f"<td>{escape(w.family + (f' ({w.output_name})' if w.output_name else ''))}</td>"
         f"<td>{number(w.cond_err)}</td><td>{number(w.ulp_err)}</td><td>{escape(w.explanation)}</td>"
         f"<td>{escape(str(w.case))} {escape(str(w.element))}</td><td><code>{escape(w.command())}</code></td></tr>"
         for w in rows
     )
     return (
         "<table id='worst'><tr><th>candidate</th><th>dtype</th><th>family</th><th>error</th><th>ulp</th><th>cause</th>"
-        f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The exact inputs, as hex floats, "
-        "and each row's recipe are in worst.csv. Its <code>replay</code> column, as above, is the command that audits "
+        f"<th>case, element</th><th>replay</th></tr>{body}</table><p class='small'>The worst input of each "
+        f"candidate x dtype: {len(rows)} of the {len(every)} rows' worst inputs. An error of inf is a case whose "
+        "outputs were NaN or inf where nothing else could be compared. Every row's, its exact inputs as hex floats "
+        "and its recipe are in worst.csv. Its <code>replay</code> column, as above, is the command that audits "
         "the row again on the same cases (<code>softaudit run TARGET --kind K --dtype D --family F ...</code>; empty "
         "for a candidate with no importable name); in Python, <code>softaudit.worst.replay(result.worst[key])</code> "
         "calls the candidate on the exact case and gives the same error at the same element.</p>"
@@ -182,19 +210,34 @@ def _gate(comparison) -> str:
     )
 
 
+def _setting(value) -> str:
+    """A setting for people: '-' for none, lists joined, the policy as key=value."""
+    if value is None or value == []:
+        return "-"
+    if isinstance(value, list | tuple):
+        return ", ".join(map(str, value))
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
 def report_html(result, comparison=None) -> str:
     """The page."""
     table = result.table
     settings = "".join(
-        f"<tr><th>{escape(str(k))}</th><td>{escape(str(v))}</td></tr>" for k, v in result.settings.items()
+        f"<tr><th>{escape(str(k))}</th><td>{escape(_setting(v))}</td></tr>" for k, v in result.settings.items()
     )
     env = versions() | machine() | {"platform": platform_key()}
-    env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in env.items())
+    env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_setting(v))}</td></tr>" for k, v in env.items())
     banner = f"<p><strong>{escape(interrupted_line(result))}</strong></p>\n" if interrupted_line(result) else ""
+    gpu = accelerator_line(w.device for w in result.worst_inputs)
+    names = ", ".join(dict.fromkeys(c.split(".")[0].split(":")[0] for c in table.candidate))
     return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>softaudit report</title><style>{STYLE}</style></head><body>
+<html lang="en"><head><meta charset="utf-8"><title>softaudit report: {escape(names)}</title>
+<style>{STYLE}</style></head><body>
 <h1>softaudit report</h1>
 {banner}<p>{escape(summary_line(table))} (candidate x dtype x family).</p>
+{f"<p>{escape(gpu)}</p>" if gpu else ""}
 {_gate(comparison)}
 <h2>Verdicts</h2>{_matrix(table)}
 <h2>What to fix</h2>{_fix_table(table)}

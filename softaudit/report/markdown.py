@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from itertools import accumulate
+
 from ..results import summary_line
 from ._files import accelerator_line
-from ._findings import families_text, interrupted_line, issues, number, verdict_matrix
+from ._findings import cell_text, families_text, interrupted_line, issues, number, verdict_matrix
 
+#: GitHub's limit for a comment's body: What to fix keeps its most severe lines within it.
+LIMIT = 65_536
 SYMBOL = {"pass": "pass", "warn": "warn", "fail": "**FAIL**", "error": "**ERROR**", "skip": "skip"}
 
 
@@ -27,8 +31,8 @@ def summary(result, comparison=None) -> str:
     for candidate in dict.fromkeys(table.candidate):
         row = []
         for dtype in dtypes:
-            verdict, count, total = cells.get((candidate, dtype), ("", 0, 0))
-            row.append(SYMBOL.get(verdict, "") + (f" {count}/{total}" if verdict != "pass" and total else ""))
+            verdict, counts, total = cells.get((candidate, dtype), ("", {}, 0))
+            row.append(cell_text(verdict, counts, total, SYMBOL) if verdict else "")
         lines.append(f"| `{candidate}` | " + " | ".join(row) + " |")
     found = issues(table)
     if found:
@@ -41,6 +45,7 @@ def summary(result, comparison=None) -> str:
             "| verdict | candidate | dtype | families | error | max ulp | why | fix |",
             "|---|---|---|---|---|---|---|---|",
         ]
+        rows = []
         for g in found:
             cells_ = [
                 SYMBOL[g["verdict"]],
@@ -52,7 +57,16 @@ def summary(result, comparison=None) -> str:
                 g["note"],
                 g["fix"],
             ]
-            lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells_) + " |")
+            rows.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells_) + " |")
+        room = LIMIT - len("\n".join(lines)) - 200  # (200: the line saying what was left out)
+        kept = sum(1 for size in accumulate(len(row) + 1 for row in rows) if size <= room)
+        lines += rows[:kept]
+        if kept < len(rows):
+            lines += [
+                "",
+                f"{len(rows) - kept} more lines, the last of this table (it runs from the most severe), are in "
+                f"report.html and results.csv: a pull-request comment holds {LIMIT} characters.",
+            ]
     return "\n".join(lines) + "\n"
 
 

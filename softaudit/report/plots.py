@@ -32,22 +32,30 @@ def _ticks(lo: float, hi: float, log: bool) -> list[float]:
 
 
 def _ulp_ticks(top: float) -> list[float]:
-    """Error values for the y axis (drawn at 1 + value on a log scale): 0, 1, 10, 100, ... up to top."""
+    """Error values for the y axis (drawn at 1 + value on a log scale): 0, 1, 10, 100, ... up to top; on a long
+    axis every few decades, and without 1, which would sit on 0."""
     decades = max(1, math.ceil(math.log10(top)))
     step = max(1, math.ceil(decades / 6))
-    return [0.0] + [10.0**e for e in range(0, decades + 1, step)]
+    return [0.0] + [10.0**e for e in range(0 if step == 1 else step, decades + 1, step)]
 
 
-def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool = True) -> str:
-    """series: name -> [(x, y, bad)]. y is drawn on a log axis of 1 + y (errors start at 0); a point with bad set
-    (NaN or inf outputs) is a cross at the top of the chart, and a NaN y (nothing compared) only that cross."""
+def _label(value: float) -> str:
+    """A tick's text, short: 0.5, 1, 100, 1e4, 1e-6."""
+    text = f"{value:g}"
+    return text.replace("e+0", "e").replace("e-0", "e-").replace("e+", "e")
+
+
+def line_chart(title: str, series: dict, x_label: str, y_label: str, colours=None, logx: bool = True) -> str:
+    """series: name -> [(x, y, bad)]. y is drawn on a log axis of 1 + y (errors start at 0), up to at least 2 so
+    that 1 (a correct rounding) is on it; a point with bad set (NaN or inf outputs) is a cross at the top of the
+    chart, and a NaN y only that cross. colours: name -> colour (else by place in series)."""
     points = [(x, y, bad) for pts in series.values() for x, y, bad in pts if x > 0 or not logx]
     if len({x for x, _, _ in points}) < 2:  # one x value says nothing a table does not
         return ""
     xs = [x for x, _, _ in points]
     ys = [1 + max(y, 0.0) for _, y, _ in points if math.isfinite(y)] or [1.0]
     x_lo, x_hi = min(xs), max(xs)
-    y_lo, y_hi = 1.0, max(ys) * 1.5 if max(ys) > 1 else 10.0
+    y_lo, y_hi = 1.0, max(max(ys) * 1.5, 3.0)
     px = _scale(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx, WIDTH - LEFT - RIGHT, False)
     py = _scale(y_lo, y_hi, True, HEIGHT - TOP - BOTTOM, True)
     parts = [
@@ -58,24 +66,26 @@ def line_chart(title: str, series: dict, x_label: str, y_label: str, logx: bool 
     ]
     inner_w, inner_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
     parts.append(f'<rect width="{inner_w}" height="{inner_h}" class="frame"/>')
-    for tick in _ticks(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx):
-        if x_lo <= tick <= max(x_hi, x_lo):
-            x = px(tick)
-            parts.append(
-                f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
-                f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{tick:g}</text>'
-            )
+    x_ticks = [t for t in _ticks(x_lo, x_hi if x_hi > x_lo else x_lo * 10, logx) if x_lo <= t <= max(x_hi, x_lo)]
+    if len(x_ticks) < 3 and len(set(xs)) <= 8:  # a decade or two: the values themselves say more
+        x_ticks = sorted(set(xs))
+    for tick in x_ticks:
+        x = px(tick)
+        parts.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{inner_h}" class="grid"/>'
+            f'<text x="{x:.1f}" y="{inner_h + 14}" text-anchor="middle">{_label(tick)}</text>'
+        )
     for tick in _ulp_ticks(y_hi - 1):
         if y_lo <= 1 + tick <= y_hi:
             y = py(1 + tick)
             parts.append(
                 f'<line x1="0" x2="{inner_w}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>'
-                f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{tick:g}</text>'
+                f'<text x="-6" y="{y + 4:.1f}" text-anchor="end">{_label(tick)}</text>'
             )
     crosses = False
     for i, (name, pts) in enumerate(series.items()):
         pts = sorted(p for p in pts if p[0] > 0 or not logx)
-        color = PALETTE[i % len(PALETTE)]
+        color = (colours or {}).get(name, PALETTE[i % len(PALETTE)])
         line = [(x, 1 + max(y, 0.0)) for x, y, _ in pts if math.isfinite(y)]
         if line:
             path = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in line)
@@ -115,7 +125,7 @@ def bar_chart(title: str, labels: list[str], counts: list[int], x_label: str) ->
         f'<g transform="translate({LEFT},{TOP})"><rect width="{inner_w}" height="{inner_h}" class="frame"/>',
     ]
     for i, (label, count) in enumerate(zip(labels, counts)):
-        h = inner_h * count / top
+        h = 0.9 * inner_h * count / top  # room above the tallest bar for its count
         parts.append(
             f'<rect x="{i * width + 2:.1f}" y="{inner_h - h:.1f}" width="{width - 4:.1f}" height="{h:.1f}" '
             f'fill="{PALETTE[0]}"/>'
