@@ -40,8 +40,9 @@ def classify(
     kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int, exp_sum: float | None = None
 ) -> tuple[str, str]:
     """(cause, sentence) for the worst element: output y, exact value r, its correct rounding, its conditioning
-    scale, n the length of the reduction behind it (row length, or keys for attention), and exp_sum the exact sum
-    of its row's exponentials shifted by the row's max (`exp_sum`; None where the kind has none)."""
+    scale (floored at the smallest normal, as the error measure reads it), n the length of the reduction behind it
+    (row length, or keys for attention), and exp_sum the exact sum of its row's exponentials shifted by the row's max
+    (`exp_sum`; None where the kind has none)."""
     kind = kinds.get(kind)
     u = math.ldexp(1.0, -fmt.precision)
     normal = math.ldexp(1.0, max(fmt.emin, -1074))
@@ -57,7 +58,10 @@ def classify(
                 "exp / inf is 0 (not a flush)"
             )
         if abs(rounded) < normal:
-            return "flushed", f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero)"
+            return "flushed", (
+                f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero, or lost to an intermediate "
+                "that underflowed)"
+            )
         if "absorbed" in kind.causes and abs(r) < u:
             return "absorbed", (
                 f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that rounds to 1"
@@ -66,33 +70,69 @@ def classify(
             "underflow",
             f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)",
         )
-    relative = _ratio(_ratio(abs(y - r), abs(r)), u)
+    err = abs(y - r)
+    if err == 0:
+        return "rounding", "the output is exact"
+    relative = _ratio(_ratio(err, abs(r)), u)
     if too_big and relative > 4:  # (a sum in the dtype stalls short of it, or rounds past it: not a subnormal issue)
         return "accumulation", (
             f"{relative:.3g} u relative error: {_sum_past(exp_sum, fmt)}, which a sum kept in {fmt.name} cannot "
             "reach (it stalls or overflows)"
         )
-    if abs(r) < normal and "subnormal" in kind.causes:
+    if err > scale and n * u < 1:  # (a sum of n terms in the dtype loses at most about n u of them)
+        terms = f" ({kind.scale_terms})" if kind.scale_terms else ""
+        past = (
+            "which rounding cannot move: its conditioning scale is below the smallest normal"
+            if scale <= normal
+            else f"{err / scale:.3g}x its conditioning scale {_g(scale)}{terms}, more than rounding the inputs and "
+            "every step can move it"
+        )
+        return "wrong_terms", (
+            f"the output {_g(y)} is off by {_g(err)} where the exact result is {_g(r)}, {past}; so a term is "
+            "missing, extra or wrong"
+        )
+    if abs(r) < normal and r != 0 and scale < CANCELLATION * normal and "subnormal" in kind.causes:
+        against = (
+            f"the smallest normal {_g(normal)}"
+            if scale <= normal
+            else f"its conditioning scale {_g(scale)}, near the smallest normal {_g(normal)}"
+        )
         return "subnormal", (
-            f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against "
-            f"the smallest normal {_g(normal)}; the output {_g(y)} is off by {_g(abs(y - r))}"
+            f"the exact result {_g(r)} is below {fmt.name}'s normal range, where errors count against {against}; "
+            f"the output {_g(y)} is off by {_g(err)}"
         )
     amplified = _ratio(scale, abs(r))
     if amplified >= CANCELLATION:
-        if kind.scale_terms:
-            return "cancellation", (
-                f"the output {_g(r)} cancels: its terms ({kind.scale_terms}) add up to "
-                f"{_g(scale)}, {amplified:.3g}x larger"
-            )
-        return "cancellation", (
-            f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding "
-            "the inputs alone moves it that many u"
-        )
+        return "cancellation", _cancels(kind, y, r, scale, amplified, _ratio(err, u * scale))
     if n >= LONG_ROW and relative > 4:
         return "accumulation", f"{relative:.3g} u relative error in a reduction over {n} entries"
     if relative <= 2:
         return "rounding", f"{relative:.2g} u relative error: within a rounding or two"
     return "precision", f"{relative:.3g} u relative error: several roundings in the working precision"
+
+
+def _cancels(kind, y: float, r: float, scale: float, amplified: float, cond: float) -> str:
+    """The cancellation sentence: how much larger the terms are than the result, and the error against them (the
+    cancellation explains a large ULP error, never a large error against the conditioning)."""
+    if r == 0:
+        if kind.scale_terms:
+            return (
+                f"the exact result is 0: its terms ({kind.scale_terms}) add up to {_g(scale)} and cancel exactly; "
+                f"the output {_g(y)} is what is left, {cond:.3g} u of them"
+            )
+        return (
+            f"the exact result is 0 where its conditioning scale is {_g(scale)}: rounding the inputs alone moves it "
+            f"by up to u times that; the output {_g(y)} is {cond:.3g} u of it"
+        )
+    if kind.scale_terms:
+        return (
+            f"the output {_g(r)} cancels: its terms ({kind.scale_terms}) add up to {_g(scale)}, {amplified:.3g}x "
+            f"larger; the error is {cond:.3g} u of them"
+        )
+    return (
+        f"the result {_g(r)} is {amplified:.3g}x smaller than its conditioning scale: rounding the inputs alone "
+        f"moves it that many u; the error is {cond:.3g} u of the scale"
+    )
 
 
 def _ratio(a: float, b: float) -> float:
@@ -118,43 +158,103 @@ def exp_sum(inputs: dict, mask) -> float | None:
         return float(np.exp(x[kept] - x[kept].max()).sum())
 
 
-def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> str:
-    """Why a row (for attention: a query with its keys) gave NaN or inf: the input pattern that explains it."""
+def nan_everywhere(fmt: Format) -> tuple[str, str]:
+    """(note, fix) of a candidate that returned NaN on every family of a dtype: for a format without infinity, the
+    -inf that is NaN there (a max started at -inf does it: jax.nn.log_softmax in float8_e4m3fn); else no fix."""
+    why, pattern = _without_inf("", fmt)
+    return "; ".join(filter(None, ["returned NaN everywhere", why])), _NO_INF if pattern == "no_inf" else ""
+
+
+def unattending(output: str, mask) -> str:
+    """For an error past the whole scale in an attention gradient (dq, dk, dv): the queries of the case that attend
+    no key, whose exact gradient is 0 and reaches no dk or dv ("" where there are none, or the kind is another)."""
+    if mask is None or output not in ("dq", "dk", "dv"):
+        return ""
+    none = int((~np.asarray(mask, bool).any(axis=-1)).sum())
+    if not none:
+        return ""
+    return (
+        f"{none} queries of this case attend no key: weights given to them (a uniform row from a finite fill) give "
+        "them a dq and send their g into dk and dv, terms the exact gradient lacks"
+    )
+
+
+def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> tuple[str, str]:
+    """Why a row (for attention: a query with its keys) gave NaN or inf: (the input pattern that explains it, the
+    pattern's name where it has a fix of its own, `fix`'s pattern; "" for either where there is none)."""
     return kinds.get(kind).part("diagnose")(fmt, inputs, mask)
 
 
-def diagnose_scores(fmt: Format, inputs: dict, mask) -> str:
+def diagnose_scores(fmt: Format, inputs: dict, mask) -> tuple[str, str]:
     """Why a query with its keys gave NaN or inf (attention)."""
     big = fmt.max_float
     with np.errstate(all="ignore"):
+        masked = _masked_nonfinite(inputs, mask)
+        if masked:
+            return masked, "masked_nan"
         q, k = inputs["q"].astype(np.float64), inputs["k"].astype(np.float64)
         raw = np.abs(q @ np.swapaxes(k, -1, -2)).max(initial=0.0)
         if raw > big:
-            return f"the scores q.k reach {_g(raw)}, past {fmt.name}'s largest value {_g(big)}"
+            return _without_inf(f"the scores q.k reach {_g(raw)}, past {fmt.name}'s largest value {_g(big)}", fmt)
+    return _without_inf("", fmt)
+
+
+def _masked_nonfinite(inputs: dict, mask) -> str:
+    """The sentence for a NaN or inf in the k or v of a key that is masked out ("" where none is): the mask must
+    keep it out of the scores and of P V, which an additive -inf bias and P's exact zeros do not."""
+    if mask is None:
+        return ""
+    lk = inputs["k"].shape[-2]
+    masked = (~np.asarray(mask, bool)).reshape(-1, lk).any(axis=0)  # (masked for some query)
+    for name in ("k", "v"):
+        a = np.asarray(inputs[name], dtype=np.float64)
+        hit = masked & ~np.isfinite(a).reshape(-1, lk, a.shape[-1]).all(axis=(0, 2))
+        if not hit.any():
+            continue
+        bad = "NaN" if np.isnan(a[..., hit, :]).any() else "inf"
+        if name == "k":
+            return (
+                f"a masked key's k holds {bad}, so its score is not finite: a mask added as a -inf bias keeps it "
+                f"({bad} + -inf = NaN), and softmax spreads it over the row"
+            )
+        return f"a masked key's v holds {bad}: its weight, an exact 0, times {bad} is NaN in P V"
     return ""
 
 
-def diagnose_row(fmt: Format, inputs: dict, mask) -> str:
+def diagnose_row(fmt: Format, inputs: dict, mask) -> tuple[str, str]:
     """Why a row gave NaN or inf (the row kinds)."""
     big = fmt.max_float
     with np.errstate(all="ignore"):
         x = inputs["x"].astype(np.float64).reshape(-1)
         kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.asarray(mask).reshape(-1)
         if not kept.any():
-            return ""
+            return "", ""
         top = x[kept].max()
         if top > math.log(big):
-            return f"exp overflows: the largest logit, {_g(top)}, is past log({_g(big)}) = {_g(math.log(big))}"
+            why = f"exp overflows: the largest logit, {_g(top)}, is past log({_g(big)}) = {_g(math.log(big))}"
+            return _without_inf(why, fmt)
         if top < fmt.min_subnormal_exp * math.log(2):
-            return f"every exp underflows to 0 (the largest logit is {_g(top)}), and 0 / 0 is NaN"
+            return f"every exp underflows to 0 (the largest logit is {_g(top)}), and 0 / 0 is NaN", ""
         if (x == -np.inf).any():
-            return "a -inf logit: -inf - (-inf) is NaN"
+            return "a -inf logit: -inf - (-inf) is NaN", ""
         total = exp_sum(inputs, mask)
-        if total is not None and total > big:
-            return _sum_past(total, fmt, f"{int(kept.sum())} ")
+        if total is not None and total > big:  # (the max is subtracted already: only a wider sum holds it)
+            return _without_inf(_sum_past(total, fmt, f"{int(kept.sum())} "), fmt, "sum_past")
         if kept.sum() > big:  # (shifted by the max, each exponential is at most 1)
-            return f"the sum of {int(kept.sum())} exponentials can pass {fmt.name}'s largest value {_g(big)}"
-    return ""
+            why = f"the sum of {int(kept.sum())} exponentials can pass {fmt.name}'s largest value {_g(big)}"
+            return _without_inf(why, fmt, "sum_past")
+    return _without_inf("", fmt)
+
+
+def _without_inf(why: str, fmt: Format, pattern: str = "") -> tuple[str, str]:
+    """A diagnosis, with what a format without infinity adds (float8_e4m3fn: -inf and an overflow are NaN there)."""
+    if fmt.overflow != "nan":
+        return why, pattern
+    note = (
+        f"{fmt.name} has no infinity: a -inf on the way (a max started at -inf, a -inf fill or bias) is NaN in it, as "
+        "an overflow is"
+    )
+    return ("; ".join(filter(None, [why, note])), "no_inf")
 
 
 #: The common fix per event rule; a kind's own (`Kind.fixes`) takes its place.
@@ -167,25 +267,45 @@ _EVENT_FIX = {
     "safe softmax, FlashAttention); masked_fill(-inf) gives NaN and a finite fill a uniform row",
     "nan_propagation": "let a NaN input reach the output: no nan_to_num, no max or where that skips it",
     "underflow": "shift by the max and divide once at the end, so small results stay representable",
-    "flushed": "subnormal results are flushed to zero (an FTZ/DAZ mode or a flushing exp); IEEE gradual underflow "
-    "keeps them",
+    "flushed": "keep results below the normal range: gradual underflow (no FTZ/DAZ mode, no exp that flushes), and no "
+    "intermediate that underflows before them (p and its products in float32 for a 16-bit dtype, a small p multiplied "
+    "last)",
 }
 _CAUSE_FIX = {
     "absorbed": "add log1p of the sum without the largest term to the max (Blanchard, Higham & Higham 2021): "
     "log of a sum near 1 loses results below u",
-    "subnormal": "keep results below the normal range as IEEE arithmetic rounds them (gradual underflow): no clamp, no "
-    "approximate exp, no flush",
+    "subnormal": "a result below the normal range keeps only the bits above the smallest subnormal: form it from "
+    "intermediates in a wider type (float32 for a 16-bit dtype, a small p multiplied last), round once, and keep "
+    "gradual underflow (no clamp, no flush, no approximate exp)",
     "accumulation": "accumulate the sum in float32 (or pairwise): a sum in the dtype stops growing once it dwarfs "
     "each term",
     "sum_overflow": "accumulate the sum of the exponentials in float32: in a 16- or 8-bit dtype it overflows once a "
     "row holds more terms near 1 than the dtype's largest value (65,504 in float16)",
+    "wrong_terms": "find the term: an error larger than the terms themselves is no rounding; replay the worst input "
+    "(softaudit.worst.replay) against the formula. For attention, a query with nothing to attend gets P = 0 (where "
+    "over the kept keys, not a fill), so its g reaches no dK or dV",
+}
+#: What a format without infinity asks: no -inf in the computation.
+_NO_INF = (
+    "keep -inf out of a format without infinity (float8_e4m3fn), where it is NaN: start the row max from the first "
+    "entry, not from -inf, mask with where, or compute in float32 and round once"
+)
+#: The fix for a NaN or inf whose diagnosis (`diagnose`) names a pattern with a fix of its own.
+_PATTERN_FIX = {
+    "sum_past": _CAUSE_FIX["sum_overflow"],
+    "masked_nan": "mask by selecting, not by adding: where(mask, scores, -inf) drops a masked key's NaN score, which "
+    "a -inf bias keeps (NaN + -inf = NaN); and keep masked keys' values out of P V (zero their rows of V, or select), "
+    "since P's exact 0 x NaN is NaN",
+    "no_inf": f"subtract the row max before exp and sum in float32; and {_NO_INF}",
 }
 
 
-def fix(rule: str, kind: str, cause: str = "") -> str:
-    """The known fix for a broken rule (and, for accuracy, the worst element's cause): the kind's own fix for the
-    rule where it has one (`Kind.fixes`), else the common one."""
+def fix(rule: str, kind: str, cause: str = "", pattern: str = "") -> str:
+    """The known fix for a broken rule (and, for accuracy, the worst element's cause; for a NaN or inf, the pattern
+    its diagnosis names): the kind's own fix for the rule where it has one (`Kind.fixes`), else the common one."""
     kind = kinds.get(kind)
+    if rule in ("nan", "overflow") and pattern in _PATTERN_FIX:
+        return _PATTERN_FIX[pattern]
     if rule in _EVENT_FIX:
         return kind.fixes.get(rule, _EVENT_FIX[rule])
     if cause in _CAUSE_FIX:

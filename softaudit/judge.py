@@ -19,7 +19,7 @@ from .adapters import Candidate, CandidateError, CandidateSkip
 from .execute import NOT_AGAIN, Called, TimedOut
 from .metrics import Tally, measure
 from .policy import Policy, Reason
-from .reference import Format
+from .reference import Format, format_of
 from .results import MEASURES, WorstInput
 from .worst import element_ulp, row_inputs
 
@@ -140,13 +140,14 @@ def settle(results: list[UnitResult]) -> list[UnitResult]:
     flags = [flag for result in settled for flag in result.all_nan]
     if flags and all(flags):
         for result in settled:
-            result.rows = [
-                r | {"verdict": "error", "cause": "error", "note": "returned NaN everywhere"}
-                if r["verdict"] != "skip"
-                else r
-                for r in result.rows
-            ]
+            # (the NaN rule's fix judged each row alone: the row max is not what NaN everywhere asks for)
+            result.rows = [r | _nan_everywhere(r["dtype"]) if r["verdict"] != "skip" else r for r in result.rows]
     return settled
+
+
+def _nan_everywhere(dtype: str) -> dict:
+    note, fix = causes.nan_everywhere(format_of(dtype))
+    return {"verdict": "error", "cause": "error", "note": note, "fix": fix}
 
 
 def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str, list[Measured]]:
@@ -203,25 +204,37 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
-    texts = [_explain(r, kind, fmt, pcs, tally, record) for r in reasons]
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause)
+    why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
+    texts = [_explain(r, tally, record, why) for r in reasons]
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern)
 
 
-def _explain(reason: Reason, kind, fmt, pcs, tally: Tally, record) -> str:
+def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
+    """The input pattern behind the first NaN or inf, and its name where it has a fix of its own (causes.diagnose)."""
+    if tally.event_at is None:
+        return "", ""
+    case, flat = tally.event_at
+    pc = pcs[case]
+    inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
+    return causes.diagnose(kind, fmt, inputs, mask)
+
+
+#: Worst elements whose zero explains the row's subnormal zeros too (every output of an overflowed sum is 0; a log
+#: kind's subnormal results lie below u, where a log of a sum that rounds to 1 gives 0): not a flush.
+_LOST_AS = {"sum_overflow": "an overflowed sum", "absorbed": "a log of a sum that rounds to 1"}
+
+
+def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
     """A reason's text, with what explains it: the input pattern behind a NaN, the worst element's cause."""
-    if reason.rule in ("nan", "overflow") and tally.event_at is not None:
-        case, flat = tally.event_at
-        pc = pcs[case]
-        inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
-        why = causes.diagnose(kind, fmt, inputs, mask)
+    if reason.rule in ("nan", "overflow"):
         return f"{reason.text}: {why}" if why else reason.text
     if reason.rule in ("defect", "below_best") and record is not None:
         return f"{reason.text}; worst element: {record.explanation}"
-    if reason.rule == "flushed" and record is not None and record.cause == "sum_overflow":
-        # (the flushed count is every subnormal result that came out 0; here the worst one was lost to the sum)
+    if reason.rule == "flushed" and record is not None and record.cause in _LOST_AS:
         results = "result" if tally.flushed == 1 else "results"
         return (
-            f"{tally.flushed} subnormal {results} came out 0 (as the worst element did: an overflowed sum, not a flush)"
+            f"{tally.flushed} subnormal {results} came out 0 (as the worst element did: {_LOST_AS[record.cause]}, "
+            "not a flush)"
         )
     return reason.text
 
@@ -274,6 +287,8 @@ def _worst_record(
     length = pc.inputs[name].shape[axis]
     total = causes.exp_sum(*row_inputs(candidate.kind, pc, tuple(position)))
     cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length, total)
+    if cause == "wrong_terms":
+        explanation = "; ".join(filter(None, [explanation, causes.unattending(output, pc.mask)]))
     suite, seed, corpus = recipe
     where = (
         {"case_file": pc.case.description}

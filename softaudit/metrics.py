@@ -60,6 +60,7 @@ class Tally:
     max_normwise: float = 0.0  # attention: max over queries of ||y - r|| / ||r||
     max_cond_err: float = 0.0  # max |y - r| / (u max(scale, smallest normal)): error against the conditioning
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
+    subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
     worst: tuple | None = None  # (cond error, case index, flat index, output there) of the worst element
     event_at: tuple | None = None  # (case index, flat index) of the first NaN or inf where the result is finite
@@ -80,6 +81,7 @@ class Tally:
             "undefined_rows",
             "nan_not_propagated",
             "flushed",
+            "subnormal_kept",
         ):
             setattr(self, field, getattr(self, field) + getattr(other, field))
         for field in (
@@ -331,7 +333,9 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
+    kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
+    normal = smallest_normal(b.fmt)
     per_u = math.ldexp(1.0, b.fmt.precision)  # 1 / u
     for start in range(0, y.size, CHUNK):
         f = {name: None if a is None else a[start : start + CHUNK] for name, a in flat.items()}
@@ -353,6 +357,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
                 if zero.any():
                     cond[zero] = 0.0
                     flushed += int(np.count_nonzero(zero & (np.abs(f["rounded"]) >= two_spacings)))
+                kept += int(np.count_nonzero(f["subnormal"] & (y64 != 0) & (np.abs(y64) < normal)))
             top = float(cond.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
             if top > cond_best:
                 cond_best, worst = top, start + int(np.argmax(cond))
@@ -372,7 +377,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     t.elements = y.size if compare is None else int(np.count_nonzero(compare))
     if t.elements:
         t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
-        t.max_cond_err, t.flushed = cond_best, flushed
+        t.max_cond_err, t.flushed, t.subnormal_kept = cond_best, flushed, kept
         far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]

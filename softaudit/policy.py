@@ -41,7 +41,7 @@ class Policy:
     fail_on_overflow: bool = True  # +-inf where the reference is finite
     fail_on_mask_leak: bool = True  # probability on a masked entry; attention that moves with masked values
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
-    warn_on_flush: bool = True  # subnormal results flushed to zero
+    warn_on_flush: bool = True  # subnormal results that came out 0
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
     strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
 
@@ -115,8 +115,7 @@ class Policy:
                     )
                 )
         if self.warn_on_flush and tally.flushed:
-            results = "result" if tally.flushed == 1 else "results"
-            warns.append(Reason("warn", "flushed", f"{tally.flushed} subnormal {results} came out 0 (flushed to zero)"))
+            warns.append(Reason("warn", "flushed", _flushed(kind, tally)))
         return fails + warns
 
     def verdict(self, reasons: list[Reason]) -> str:
@@ -131,6 +130,28 @@ class Policy:
     def failed(self, verdicts) -> bool:
         """Whether rows with these verdicts fail a run."""
         return any(v in self.failing for v in verdicts)
+
+
+def _flushed(kind, tally: Tally) -> str:
+    """What the zeros where the exact result is subnormal show: a flush only where no subnormal result survived (an
+    arithmetic that keeps some subnormals lost the others on the way, to an intermediate). A log kind's subnormal
+    result lies below u, where a log of a sum that rounds to 1 gives 0."""
+    results = "result" if tally.flushed == 1 else "results"
+    text = f"{tally.flushed} subnormal {results} came out 0"
+    if tally.subnormal_kept:
+        return (
+            f"{text} while {tally.subnormal_kept} came out subnormal: lost on the way (an intermediate that "
+            "underflowed, or an exp that flushes), not a flush-to-zero mode"
+        )
+    if "absorbed" in kind.causes:
+        return (
+            f"{text} and none came out subnormal: below u, where a log of a sum that rounds to 1 gives 0 (or a "
+            "flush to zero)"
+        )
+    return (
+        f"{text} and none came out subnormal: a flush to zero (an FTZ/DAZ mode, an exp that flushes), or an "
+        "intermediate that underflowed"
+    )
 
 
 def _num(value: float) -> str:

@@ -42,7 +42,8 @@ class Kind:
     conditioning: str
     #: "module:function" (kind, prepared case, position) -> (inputs, mask) behind one output element.
     element_inputs: str
-    #: "module:function" (fmt, inputs, mask) -> why an element's inputs give NaN or inf ("" if nothing explains it).
+    #: "module:function" (fmt, inputs, mask) -> (why an element's inputs give NaN or inf, the pattern's name where
+    #: it has a fix of its own (softaudit/causes.py); "" for either where there is none).
     diagnose: str
     #: "module:function" (kind name, fmt) -> a Hypothesis strategy of (inputs in the dtype, mask); None: no hunt.
     strategy: str | None
