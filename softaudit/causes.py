@@ -23,6 +23,13 @@ def _g(value: float) -> str:
     return f"{value:.4g}"
 
 
+def _apart(a: float, b: float) -> tuple[str, str]:
+    """a and b with 4 significant digits, or as many more as it takes to read them apart (11.09375 > 11.09035)."""
+    digits = next((d for d in range(4, 17) if f"{a:.{d}g}" != f"{b:.{d}g}"), 17)
+    form = ".4g" if digits == 4 else f"#.{digits}g"  # (#: the digits asked for, trailing zeros too)
+    return f"{a:{form}}", f"{b:{form}}"
+
+
 def _g6(value: float) -> str:
     """Six digits: a sum just past the dtype's largest value reads apart from it (65536, 65504)."""
     return f"{value:.6g}"
@@ -231,7 +238,8 @@ def diagnose_row(fmt: Format, inputs: dict, mask) -> tuple[str, str]:
             return "", ""
         top = x[kept].max()
         if top > math.log(big):
-            why = f"exp overflows: the largest logit, {_g(top)}, is past log({_g(big)}) = {_g(math.log(big))}"
+            largest, limit = _apart(top, math.log(big))
+            why = f"exp overflows: the largest logit, {largest}, is past log({_g(big)}) = {limit}"
             return _without_inf(why, fmt)
         if top < fmt.min_subnormal_exp * math.log(2):
             return f"every exp underflows to 0 (the largest logit is {_g(top)}), and 0 / 0 is NaN", ""

@@ -199,3 +199,9 @@ def test_a_numpy_softmax_in_float16_keeps_subnormals_so_its_zeros_are_underflow_
     table = audit("softaudit.candidates.softmax_grad:in_dtype", None, "g_wide", "float16")
     row = table.iloc[0]
     assert row.flushed > 0 and "flushed to zero" not in row.note and "not a flush" in row.note, row.note
+
+
+def test_a_logit_just_past_the_overflow_threshold_reads_apart_from_it():
+    """float16's smallest overflowing logit is 11.09375 and log(65504) = 11.0903...: four digits print both 11.09."""
+    why, _ = causes.diagnose_row(format_of("float16"), {"x": np.array([[0.0, 11.09375]], np.float16)}, None)
+    assert "the largest logit, 11.094, is past log(6.55e+04) = 11.090" in why
