@@ -2,8 +2,8 @@
 
 A baseline holds, per candidate x dtype x family, the verdict, the max ULP and conditioning-scaled errors and the
 event counts, with the library versions, the machine and its platform key (the CPU features numpy dispatches to,
-the BLAS and its kernels, the numeric libraries: softaudit.report.platform_key). It is sorted and indented so that
-a diff of it reads well.
+the BLAS and its kernels, the numeric libraries, the frameworks the candidates loaded where they ran and their GPU:
+softaudit.report.platform_key). It is sorted and indented so that a diff of it reads well.
 
 On the platform the baseline was made on, every change for the worse is a regression: a verdict, a new event, an
 error grown past the tolerance. On another platform the same code may round differently (numpy's SIMD functions
@@ -56,7 +56,7 @@ def baseline_of(result) -> dict:
         "settings": result.settings,
         "versions": versions(),
         "machine": machine(),
-        "platform": platform_key(),
+        "platform": platform_key(result.frameworks),
         "rows": dict(sorted(rows.items())),
     }
 

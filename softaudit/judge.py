@@ -48,6 +48,7 @@ class UnitResult:
     timed_out: bool = False
     tallies: list = dataclasses.field(default_factory=list)  # each output's measures, when the calls ran
     heads: list = dataclasses.field(default_factory=list)  # the rows' columns known before any call
+    frameworks: dict = dataclasses.field(default_factory=dict)  # loaded where its calls ran (Executor.frameworks)
 
     def not_again(self) -> UnitResult:
         """These rows as they are when the candidate is not called (it ran past its time limit earlier)."""

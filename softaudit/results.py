@@ -246,12 +246,16 @@ def _array(spec: dict, dtype):
 
 @dataclasses.dataclass
 class AuditResult:
-    """The results table (one row per candidate x dtype x family), the worst inputs, and the settings."""
+    """The results table (one row per candidate x dtype x family), the worst inputs, the settings, and the
+    frameworks the candidates ran with."""
 
     table: object  # pandas.DataFrame with COLUMNS
     worst: dict  # RowKey -> WorstInput (as_json(): exact, hex floats)
     settings: dict  # the settings the run was made with (softaudit/settings.py names them), and "interrupted"
     case_records: list = dataclasses.field(default_factory=list)  # one dict per candidate x dtype x case
+    # What the candidates' processes had loaded, wherever they ran: the frameworks' versions (torch, jax, jaxlib,
+    # scipy, triton) and the GPU they used (gpu, cuda, cudnn, jax_devices). Part of the platform key.
+    frameworks: dict = dataclasses.field(default_factory=dict)
 
     @functools.cached_property
     def cases(self):

@@ -94,11 +94,12 @@ def audit(
         planned = plan.groups(found, formats, from_files, only, corpus)
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
         results = _run(planned, where, job, stopped, progress)
-    rows, worst, case_rows = [], {}, []
+    rows, worst, case_rows, frameworks = [], {}, [], {}
     for unit in results:
         rows += unit.rows
         worst |= unit.worst
         case_rows += unit.case_rows
+        frameworks |= unit.frameworks
     table = pd.DataFrame(rows, columns=list(COLUMNS))
     settings = {
         "suite": suite,
@@ -114,7 +115,7 @@ def audit(
         "memory_limit_mib": memory_limit_mib,
         "interrupted": stopped.hit,
     }
-    return AuditResult(table, worst, settings, case_rows)
+    return AuditResult(table, worst, settings, case_rows, frameworks)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,12 +257,15 @@ def _unit_task(
     fam, candidate, runnable, fmt, family: str, job: _Job, called: bool, *, ex: execute.Executor
 ) -> judge.UnitResult | None:
     """One unit: the candidate's calls on the family (runnable: the candidate as this process loads it) and their
-    rows (None for a family with no case in this dtype). called False: the rows of a candidate not called again."""
+    rows, with the frameworks loaded where the calls ran (None for a family with no case in this dtype). called
+    False: the rows of a candidate not called again."""
     fam = prepare.shared(fam)
     if not fam.prepared:
         return None
     if not called:
         return judge.UnitResult([], heads=judge.head_rows(candidate, fmt, family, fam, job.policy)).not_again()
-    return judge.unit(
+    result = judge.unit(
         candidate, fmt, family, fam, execute.calls(runnable, fam.prepared, job.timeout, ex), job.policy, job.recipe
     )
+    result.frameworks = ex.frameworks()  # (the calls are made: judge.unit consumed them)
+    return result

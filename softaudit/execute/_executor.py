@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 
+from .. import _platform
 from ..adapters import CandidateError, call_all, load_target
 
 NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
@@ -21,10 +22,12 @@ class Executor:
 
     A candidate that ran past its time limit is not called again in that dtype: every later call of the same
     (candidate, dtype) raises CandidateError(NOT_AGAIN) at once, for the executor's life (`past_limit` tells).
+    `frameworks` says what the process its calls ran in had loaded.
     """
 
     def __init__(self):
         self._past_limit: set[tuple] = set()
+        self._frameworks: dict = {}  # what the calls' process had loaded, as of each call (softaudit._platform)
 
     def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False):
         """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
@@ -48,6 +51,11 @@ class Executor:
     def past_limit(self, candidate, dtype) -> bool:
         """Whether this candidate ran past its time limit earlier in this dtype (and so is not called again)."""
         return _unit(candidate, dtype) in self._past_limit
+
+    def frameworks(self) -> dict:
+        """The frameworks (name -> version) and the GPU the process this executor's calls ran in had loaded, as
+        seen after each call (softaudit._platform.frameworks); empty before any call. Part of the platform key."""
+        return dict(self._frameworks)
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         raise NotImplementedError
@@ -96,6 +104,8 @@ class InProcess(Executor):
             if str(exc).startswith("ran past the time limit"):
                 raise TimedOut(str(exc)) from exc
             raise
+        finally:  # (a call that failed may have imported its framework all the same)
+            self._frameworks |= _platform.frameworks()
 
 
 class Scoped(Executor):
@@ -108,3 +118,6 @@ class Scoped(Executor):
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+
+    def frameworks(self) -> dict:
+        return self._shared.frameworks()  # (one process: what it had loaded, whichever task's call loaded it)

@@ -69,12 +69,13 @@ class Isolated(Executor):
         arena = (self._arena.path, self._arena.size, specs, outs)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)
             self._load(key, candidate, pickled)
-            answer = self._wait(
+            answer, loaded = self._wait(
                 _worker.run,
                 (key, ticket, list(arrays), arena),
                 timeout,
                 f"no answer in {timeout:g} s: killed" if timeout else "",
             )
+            self._frameworks |= loaded  # (a worker replaced later ran this run's candidates all the same)
             if answer[0] != "unloaded":
                 break
             self._ready.discard(key)
@@ -83,6 +84,9 @@ class Isolated(Executor):
         if answer[0] == "error":
             raise CandidateError(answer[1])
         return tuple(self._arena.take(out) for out in outs), answer[1]
+
+    def frameworks(self) -> dict:
+        return super().frameworks() | self._here.frameworks()  # (the workers', and this process's where it called)
 
     def _ticket(self, candidate) -> tuple:
         """(key, cloudpickled callable or None, why it cannot be sent or "")."""

@@ -15,6 +15,7 @@ import signal
 
 import numpy as np
 
+from .. import _platform
 from ..adapters import CandidateError, CandidateSkip, call_all, load_target
 from ._arena import view, worker_views
 
@@ -63,8 +64,14 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
 
 def run(key: str, ticket, names: list, arena: tuple) -> tuple:
     """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), its inputs and
-    outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs):
-    ("ok", note), ("skip", reason), ("error", message) or ("unloaded",)."""
+    outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs): (answer, frameworks),
+    the answer ("ok", note), ("skip", reason), ("error", message) or ("unloaded",), and the frameworks this worker
+    has loaded since (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in the
+    parent)."""
+    return _call(key, ticket, names, arena), _platform.frameworks()
+
+
+def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
     fn = _loaded.get(key)
     if fn is None:
         return ("unloaded",)

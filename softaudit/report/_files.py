@@ -11,6 +11,8 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
+from .. import _platform
+
 
 def versions() -> dict:
     found = {"python": sys.version.split()[0]}
@@ -31,10 +33,14 @@ def machine() -> dict:
     }
 
 
-def platform_key() -> dict:
+def platform_key(frameworks: dict | None = None) -> dict:
     """What decides the bits numeric code gives on this machine: the CPU features numpy dispatches its SIMD loops
-    to, the BLAS with the kernels it chose for this CPU, and the numeric libraries' versions (a framework's too,
-    once imported). Equal keys give equal bits; across keys, SIMD functions and BLAS kernels may round otherwise."""
+    to, the BLAS with the kernels it chose for this CPU, the numeric libraries' versions, and the frameworks the
+    candidates loaded with the GPU they ran on. Equal keys give equal bits; across keys, SIMD functions and BLAS
+    kernels may round otherwise.
+
+    frameworks: a run's `AuditResult.frameworks`, what its candidates' processes had loaded (torch, JAX, SciPy,
+    Triton versions and the GPU: softaudit/_platform.py), wherever they ran; None: this process's own."""
     from numpy._core import _multiarray_umath as umath
 
     key = {
@@ -43,38 +49,18 @@ def platform_key() -> dict:
         "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)],
         "blas": _blas(),
     }
-    for name in ("numpy", "ml_dtypes", "torch", "jax", "jaxlib", "scipy", "triton"):
-        if name in ("numpy", "ml_dtypes") or name in sys.modules:
-            with contextlib.suppress(metadata.PackageNotFoundError):
-                key[name] = metadata.version(name)
-    return key | accelerator()
+    for name in ("numpy", "ml_dtypes"):
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            key[name] = metadata.version(name)
+    return key | (_platform.frameworks() if frameworks is None else frameworks)
 
 
-def accelerator() -> dict:
-    """The GPU the audited frameworks saw, once one of them is imported: its model, CUDA and cuDNN versions (torch),
-    JAX's devices. Empty on a machine without one; nothing is imported or initialised here that was not already."""
-    found = {}
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available():
-        found |= {
-            "gpu": torch.cuda.get_device_name(),
-            "cuda": torch.version.cuda,
-            "cudnn": torch.backends.cudnn.version(),
-        }
-    jax = sys.modules.get("jax")
-    if jax is not None:
-        gpus = [str(d.device_kind) for d in jax.devices() if d.platform != "cpu"]
-        if gpus:
-            found["jax_devices"] = gpus
-    return found
-
-
-def accelerator_line(devices) -> str:
+def accelerator_line(devices, frameworks: dict) -> str:
     """One line naming the GPU and the libraries that ran on it, or "" where no row ran on one. `devices`: where
-    the rows ran (WorstInput.device: None or "cpu" for the CPU)."""
+    the rows ran (WorstInput.device: None or "cpu" for the CPU); frameworks: the run's (AuditResult.frameworks)."""
     if all(device in (None, "cpu") for device in devices):
         return ""
-    key = platform_key()  # the accelerator's fields included
+    key = platform_key(frameworks)  # the accelerator's fields included
     gpu = key.get("gpu") or ", ".join(key.get("jax_devices", []))
     if not gpu:
         return ""

@@ -227,10 +227,10 @@ def report_html(result, comparison=None) -> str:
     settings = "".join(
         f"<tr><th>{escape(str(k))}</th><td>{escape(_setting(v))}</td></tr>" for k, v in result.settings.items()
     )
-    env = versions() | machine() | {"platform": platform_key()}
+    env = versions() | machine() | {"platform": platform_key(result.frameworks)}
     env_rows = "".join(f"<tr><th>{escape(k)}</th><td>{escape(_setting(v))}</td></tr>" for k, v in env.items())
     banner = f"<p><strong>{escape(interrupted_line(result))}</strong></p>\n" if interrupted_line(result) else ""
-    gpu = accelerator_line(w.device for w in result.worst_inputs)
+    gpu = accelerator_line((w.device for w in result.worst_inputs), result.frameworks)
     names = ", ".join(dict.fromkeys(c.split(".")[0].split(":")[0] for c in table.candidate))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>softaudit report: {escape(names)}</title>

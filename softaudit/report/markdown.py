@@ -22,7 +22,7 @@ def summary(result, comparison=None) -> str:
     if interrupted_line(result):
         lines += [f"**{interrupted_line(result)}**", ""]
     lines += [f"{summary_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
-    gpu = accelerator_line(w.device for w in result.worst_inputs)
+    gpu = accelerator_line((w.device for w in result.worst_inputs), result.frameworks)
     if gpu:
         lines += [gpu, ""]
     if comparison is not None:

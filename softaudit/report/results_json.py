@@ -21,7 +21,7 @@ def results_json(result, comparison=None) -> str:
         "settings": result.settings,
         "versions": versions(),
         "machine": machine(),
-        "platform": platform_key(),
+        "platform": platform_key(result.frameworks),
         "results": records,
     }
     if comparison is not None:

@@ -94,7 +94,9 @@ def test_small_errors_still_show_the_tick_of_one_and_long_axes_keep_it_off_zero(
 
 def test_summary_md_stays_within_a_pull_request_comment_and_says_what_it_left_out():
     rows = [(f"cand{i}", f"f{i}", "", "warn", 1.5, 3.0, "x" * 400) for i in range(300)]
-    result = SimpleNamespace(table=_table(rows), settings={"suite": "quick"}, worst_inputs=[], interrupted=False)
+    result = SimpleNamespace(
+        table=_table(rows), settings={"suite": "quick"}, worst_inputs=[], interrupted=False, frameworks={}
+    )
     text = markdown.summary(result)
     assert len(text) <= markdown.LIMIT
     shown = text.count("| warn | `cand")

@@ -98,14 +98,14 @@ def test_results_json_has_settings_versions_and_machine(tmp_path):
 def test_the_gpu_line_names_a_gpu_only_where_some_row_ran_on_one(monkeypatch):
     from softaudit.report import _files
 
-    monkeypatch.setattr(
-        _files, "platform_key", lambda: {"gpu": "NVIDIA H100", "cuda": "13.0", "cudnn": 91900, "torch": "2.11"}
+    monkeypatch.setattr(_files, "platform_key", lambda frameworks: frameworks | {"machine": "x86_64", "numpy": "2.4.6"})
+    seen = {"gpu": "NVIDIA H100", "cuda": "13.0", "cudnn": 91900, "torch": "2.11"}  # (the run's, from its workers)
+    assert _files.accelerator_line([None, "cpu", None], seen) == ""
+    assert _files.accelerator_line([], seen) == ""
+    assert (
+        _files.accelerator_line(["cpu", "cuda:1"], seen) == "Ran on NVIDIA H100 (CUDA 13.0, cuDNN 91900; torch 2.11)."
     )
-    assert _files.accelerator_line([None, "cpu", None]) == ""
-    assert _files.accelerator_line([]) == ""
-    assert _files.accelerator_line(["cpu", "cuda:1"]) == "Ran on NVIDIA H100 (CUDA 13.0, cuDNN 91900; torch 2.11)."
-    monkeypatch.setattr(_files, "platform_key", lambda: {})  # a device named, but no GPU seen
-    assert _files.accelerator_line(["cuda"]) == ""
+    assert _files.accelerator_line(["cuda"], {"torch": "2.11"}) == ""  # a device named, but no GPU seen
 
 
 def test_junit_names_each_output_of_a_kind_with_several(tmp_path):

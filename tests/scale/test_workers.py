@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,21 @@ def test_a_dask_cluster_of_two_workers_gives_the_serial_table(serial, cluster):
         ),
         serial,
     )
+
+
+@pytest.mark.parametrize("isolation", ["worker", "none"])
+def test_the_frameworks_the_dask_workers_loaded_are_the_runs(cluster, isolation):
+    """SciPy loaded on the cluster's workers (or their isolated children), not in softaudit's process, is in the
+    result and so in the platform key."""
+    pytest.importorskip("scipy")
+    result = softaudit.audit(
+        "softaudit.frameworks.scipy:softmax",
+        kind="softmax",
+        scheduler=cluster.scheduler_address,
+        isolation=isolation,
+        **(OPTIONS | {"dtypes": ["float32"], "families": ["textbook"]}),
+    )
+    assert (result.table.verdict == "pass").all() and result.frameworks == {"scipy": metadata.version("scipy")}
 
 
 def test_gpu_candidates_go_only_to_workers_with_a_gpu_resource(tmp_path, monkeypatch):
