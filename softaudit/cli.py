@@ -494,7 +494,7 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
     """The run in the terminal: the counts, then what to act on, each finding with its cause and fix (against a
     baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed."""
     from .report import families_text, issues
-    from .results import summary_line
+    from .results import row_key, summary_line
 
     if quiet and not failed:
         return
@@ -513,11 +513,11 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
             click.echo(f"  regression {change.key}: {change.what}")
         for change in (comparison.known + comparison.platform + comparison.improvements) if verbose else ():
             click.echo(f"  {change.key}: {change.what}")
-    shown = (
-        issues(table, ("error", "fail", "warn") if not quiet else tuple(result.policy.failing))
-        if comparison is None or verbose
-        else []
-    )
+    if comparison is not None and not verbose:  # against a baseline: the findings behind the regressions
+        regressed = {change.key for change in comparison.regressions}
+        table = table[[row_key(row) in regressed for row in table.to_dict(orient="records")]]
+    acted_on = ("error", "fail", "warn") if not quiet or comparison is not None else tuple(result.policy.failing)
+    shown = issues(table, acted_on)
     limit = None if verbose else 25
     for group in shown[:limit]:
         click.echo(

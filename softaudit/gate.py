@@ -6,9 +6,10 @@ the BLAS and its kernels, the numeric libraries, the frameworks the candidates l
 softaudit.report.platform_key). It is sorted and indented so that a diff of it reads well.
 
 On the platform the baseline was made on, every change for the worse is a regression: a verdict, a new event, an
-error grown past the tolerance. On another platform the same code may round differently (numpy's SIMD functions
-and BLAS kernels differ per CPU), so only a worse verdict is a regression; other differences are reported as
-platform differences.
+error grown past the tolerance. On any platform, a row the baseline does not have (a new candidate, dtype or
+family) is a regression when it fails or errors; a new row that passes or warns is listed as new. On another
+platform the same code may round differently (numpy's SIMD functions and BLAS kernels differ per CPU), so only a
+worse verdict is a regression; other differences are reported as platform differences.
 """
 
 from __future__ import annotations
@@ -184,6 +185,9 @@ def compare(baseline: dict, current: dict, tolerance: Tolerance = Tolerance()) -
         same_platform=not change,
         platform_change=change,
     )
+    for key in result.appeared:  # a new row that fails is not a known failure: adding a broken kernel fails CI
+        if SEVERITY[new_rows[key]["verdict"]] >= SEVERITY["fail"]:
+            result.regressions.append(Change(key, f"new row: {new_rows[key]['verdict']} (not in the baseline)"))
     for key in sorted(set(old_rows) & set(new_rows)):
         old, new = old_rows[key], new_rows[key]
         before, after = SEVERITY[old["verdict"]], SEVERITY[new["verdict"]]

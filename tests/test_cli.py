@@ -132,6 +132,20 @@ def test_the_gate_fails_only_on_regressions(project):
     assert "regression: pass became fail" in (project / "out" / "junit.xml").read_text()
 
 
+def test_a_new_failing_candidate_fails_the_gate_and_a_regression_says_its_cause_and_fix_when_quiet(project):
+    args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
+    assert invoke(*args, "--update-baseline").exit_code == 0
+    (project / "kernels.py").write_text(GOOD + BAD.replace("def kernel(", "def broken(").split("import softaudit")[1])
+    r = invoke(*args, "--baseline", "out/baseline.json", "-q")
+    assert r.exit_code == 1, r.output
+    assert "regression kernels:broken | float16 | textbook: new row: fail (not in the baseline)" in r.output
+    assert "FAIL  kernels:broken float16" in r.output and "fix: subtract the row max" in r.output
+    assert "kernels:kernel" not in r.output  # the known, passing candidate is not among what to act on
+    (project / "kernels.py").write_text(GOOD + PLAIN.replace("def kernel(", "def plain(").split("import softaudit")[1])
+    r = invoke(*args, "--baseline", "out/baseline.json")
+    assert r.exit_code == 0 and "0 regression(s)" in r.output  # a new candidate that only warns is listed, not fatal
+
+
 def test_known_failures_do_not_fail_the_gate(project):
     (project / "kernels.py").write_text(BAD)
     args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]

@@ -40,6 +40,17 @@ def test_every_category():
     assert result.failed
 
 
+def test_a_new_row_regresses_when_it_fails_or_errors_on_any_platform():
+    old = {"rows": {"x": row()}, "platform": {"machine": "a"}}
+    new = {"rows": {"x": row(), "w": row("warn"), "f": row("fail"), "e": row("error")}, "platform": {"machine": "b"}}
+    result = gate.compare(old, new)
+    assert {c.key: c.what for c in result.regressions} == {
+        "e": "new row: error (not in the baseline)",
+        "f": "new row: fail (not in the baseline)",
+    }
+    assert result.appeared == ["e", "f", "w"]
+
+
 def test_known_failures_alone_do_not_fail():
     old = {"rows": {"x": row("fail", 40.0)}}
     result = gate.compare(old, {"rows": {"x": row("fail", 40.0)}})
