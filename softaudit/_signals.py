@@ -10,20 +10,26 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 class Interruption:
     """The run's answer to SIGINT and SIGTERM: the first sets `stop` (the audit starts nothing new and the reports
-    say "interrupted"), a second raises KeyboardInterrupt at once, except inside `held()`, which finishes first
-    (moving a set of reports into place: never half of one).
+    say "interrupted"), a second (REPEAT seconds or more later) raises KeyboardInterrupt at once, except inside
+    `held()`, which finishes first (moving a set of reports into place: never half of one).
 
     `with Interruption(say) as it:` installs the handlers (main thread only; elsewhere it only holds the event);
     say(line) tells the user what the first signal did."""
 
+    #: A second signal this soon after the first is the same request: GNU `timeout`, and a stop sent to a process
+    #: group, deliver one signal twice within microseconds. A person pressing Ctrl-C again takes longer.
+    REPEAT = 0.25
+
     def __init__(self, say=None):
         self.stop = threading.Event()
+        self._first = 0.0  # time.monotonic() of the first signal
         self._say = say
         self._held = self._pending = False
         self._previous: dict = {}
@@ -31,11 +37,14 @@ class Interruption:
     def _handle(self, signum, frame) -> None:
         if not self.stop.is_set():
             self.stop.set()
+            self._first = time.monotonic()
             if self._say:
                 self._say(
                     f"{signal.Signals(signum).name}: stopping; the finished rows are kept and written "
                     f"(again to quit at once)"
                 )
+            return
+        if time.monotonic() - self._first < self.REPEAT:
             return
         if self._held:
             self._pending = True

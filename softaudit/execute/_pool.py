@@ -18,7 +18,6 @@ import dataclasses
 import multiprocessing.util
 import os
 import shutil
-import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 from ..adapters import Candidate, parse_device, time_limits
 from ._executor import Executor, InProcess, Scoped
 from ._isolated import Isolated
-from ._worker import NO_LEAK_CHECK
+from ._worker import NO_LEAK_CHECK, ignore_stops
 
 #: The values of `isolation` (`softaudit run --isolation`, the config key, `audit(isolation=...)`).
 ISOLATION = ("worker", "none")
@@ -149,7 +148,7 @@ class Local(Serial):
         self.settings, self.width = (isolation, memory_mib), workers
         # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
         # retire it again and again, each time starting its isolation child and mapping the families anew.
-        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=_ignore_sigint, env=NO_LEAK_CHECK)
+        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_stops, env=NO_LEAK_CHECK)
         self.share = _private_folder(folder)
 
     def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
@@ -195,11 +194,6 @@ def _alive(pid: int) -> bool:
     except PermissionError:  # (another user's process)
         return True
     return True
-
-
-def _ignore_sigint() -> None:
-    """A worker leaves Ctrl-C to softaudit's process, which stops the run and then closes the pool."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 _held = threading.local()  # per worker thread: (isolation, memory_mib) -> its executor

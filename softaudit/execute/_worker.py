@@ -30,6 +30,13 @@ _limit_mib: list[int] = []  # the worker's memory limit, for the message
 NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
 
 
+def ignore_stops() -> None:
+    """Leave SIGINT and SIGTERM to softaudit's own process: it stops the run, keeps what finished and closes its
+    workers (with SIGKILL where one does not end)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def setup(memory_mib: int | None) -> None:
     """The worker's initializer: its output to /dev/null, Ctrl-C left to the parent, an optional memory limit."""
     # A candidate printing megabytes neither floods the parent's terminal nor blocks on a full pipe; its output is
@@ -38,8 +45,9 @@ def setup(memory_mib: int | None) -> None:
     os.dup2(devnull, 1)
     os.dup2(devnull, 2)
     os.close(devnull)
-    # Ctrl-C reaches the whole process group: the parent stops and kills the workers; a worker never decides.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C, and a SIGTERM sent to the process group (CI's cancel, a container's stop), reach every process: the
+    # parent stops and closes the workers; a worker never decides (killed by it, its call would read as an error).
+    ignore_stops()
     # A fresh process's malloc (glibc) maps every block past 128 KiB anew and unmaps it on free: a candidate's
     # temporaries then page-fault on every call, 2x slower than in a process that has freed one large block,
     # which raises that threshold (to 32 MiB at most). Free one now, as the parent process has long done.

@@ -147,16 +147,26 @@ def slow(x, axis=-1):
 """
 
 
-def start_run(folder: Path, seconds: float, *args) -> subprocess.Popen:
+def start_run(folder: Path, seconds: float, *args, group: bool = False) -> subprocess.Popen:
     (folder / "slow.py").write_text(SLOW.replace("SECONDS", str(seconds)))
-    return start_softaudit(folder, "run", "slow.py", "--suite", "quick", "--dtype", "float32", "--out", "out", *args)
+    command = ["run", "slow.py", "--suite", "quick", "--dtype", "float32", "--out", "out", *args]
+    return start_softaudit(folder, *command, group=group)
 
 
-def start_softaudit(folder: Path, *args) -> subprocess.Popen:
-    """`python -m softaudit ARGS` in folder, on this checkout, its output (stdout and stderr) piped."""
+def start_softaudit(folder: Path, *args, group: bool = False) -> subprocess.Popen:
+    """`python -m softaudit ARGS` in folder, on this checkout, its output (stdout and stderr) piped; with group, in
+    a process group of its own (with its workers), as CI and containers start a job."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "CI": "1"}
     command = [sys.executable, "-m", "softaudit", *args]
-    return subprocess.Popen(command, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        command,
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=group,
+    )
 
 
 def wait_for(path: Path, process: subprocess.Popen, seconds: float = 120) -> None:
@@ -185,6 +195,21 @@ def test_a_signal_keeps_the_finished_rows_writes_the_reports_marked_interrupted_
     assert "Interrupted" in (tmp_path / "out" / "summary.md").read_text()
     assert "Interrupted" in (tmp_path / "out" / "report.html").read_text()
     assert "Aborted" not in output and "Traceback" not in output
+
+
+def test_a_sigterm_to_the_whole_process_group_is_one_stop_not_a_dead_worker(tmp_path):
+    """CI's cancel and a container's stop signal every process of the job, the isolated worker too, and GNU timeout
+    signals the job and then its group: one stop arriving twice, microseconds apart."""
+    process = start_run(tmp_path, 1.0, group=True)
+    wait_for(tmp_path / "started", process)
+    os.killpg(process.pid, signal.SIGTERM)
+    os.killpg(process.pid, signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    assert "stopped at once" not in output  # the repeat within Interruption.REPEAT is the same request
+    table = rows(tmp_path / "out")
+    assert set(table.verdict) == {"pass"}, table[["name", "family", "verdict", "note"]]  # no "killed by SIGTERM"
+    assert json.loads((tmp_path / "out" / "results.json").read_text())["settings"]["interrupted"] is True
 
 
 def test_a_second_signal_quits_at_once_and_leaves_the_last_reports_whole(tmp_path):
