@@ -118,7 +118,7 @@ def _one_kind(ctx, param, given):
     return given[0] if given else None
 
 
-@click.group()
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="softaudit")
 def main():
     """softaudit: audit the numerical accuracy of softmax and attention implementations."""
@@ -619,8 +619,20 @@ def hunt(
     sys.exit(1 if any(f.failed for f in findings) else 0)
 
 
+def _known_kind(ctx, param, kind):
+    """--kind of a listing: a kind softaudit has, or a usage error naming them (an empty listing reads as none)."""
+    from . import kinds
+
+    if kind is not None:
+        try:
+            kinds.get(kind)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return kind
+
+
 @main.command("cases")
-@click.option("--kind", help="only the families of this kind")
+@click.option("--kind", callback=_known_kind, help="only the families of this kind")
 def list_cases(kind):
     """List the case families with a line on each."""
     from .cases import FAMILIES
@@ -631,7 +643,7 @@ def list_cases(kind):
 
 
 @main.command("candidates")
-@click.option("--kind", help="only the built-ins of this kind")
+@click.option("--kind", callback=_known_kind, help="only the built-ins of this kind")
 def list_candidates(kind):
     """List the built-in candidates with a line on each."""
     from . import kinds

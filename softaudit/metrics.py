@@ -382,9 +382,9 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
             far_diff = np.abs((flat["y"][far].astype(np.float64) - flat["hi"][far]) - lo)
-            rel = max(
-                rel, float((np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size).max())
-            )
+            with np.errstate(over="ignore"):  # (an error of 1 against an r of 1e-300 is a relative error of inf)
+                relative = np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size
+            rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
     return None if whole is None else whole.reshape(y.shape)

@@ -169,6 +169,10 @@ def test_listings():
     out = invoke("candidates", "--kind", "softmax").output
     assert "softmax.naive" in out and "softmax.max_shifted " in out and "(plain, in the dtype)" in out
     assert "(best practice)" in out
+    for listing in ("cases", "candidates"):  # an unknown kind is a mistake, not an empty list
+        r = CliRunner().invoke(main, [listing, "--kind", "sofmax"])
+        assert r.exit_code == 2 and "unknown kind 'sofmax'; known: softmax, log_softmax" in r.output
+    assert invoke("run", "-h").output.startswith("Usage: ")  # -h is --help
 
 
 def test_github_format_prints_annotations_and_fills_the_step_summary(project, monkeypatch):

@@ -153,6 +153,9 @@ def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
         one = softaudit.Candidate("pair", "one", lambda x, axis=-1: x)
         with pytest.raises(CandidateError, match=r"^returned ndarray, not a tuple \(a, b\)$"):
             _call.call_all(one, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)
+        three = softaudit.Candidate("pair", "three", lambda x, axis=-1: (x, x, x))
+        with pytest.raises(CandidateError, match=r"^returned 3 arrays, expected 2 \(a, b\)$"):
+            _call.call_all(three, {"x": x}, None, ((2, 3), (2, 3)), np.float32, None)
         with pytest.raises(CandidateError, match=r"^b: returned shape \(2, 3\), expected \(3,\)$"):
             _call.call_all(pair, {"x": x}, None, ((2, 3), (3,)), np.float32, None)
     finally:

@@ -1,7 +1,10 @@
 """Metrics on hand-made outputs whose errors are known exactly."""
 
+import warnings
+
 import numpy as np
 
+import softaudit
 from softaudit import conditioning, metrics
 from softaudit import reference as R
 
@@ -107,3 +110,17 @@ def test_relative_error_of_a_reference_far_below_the_dtype_spacing():
     t = _measure("softmax", x.astype(np.float16), y, "float16")
     assert t.max_rel_err == 1.0 and t.underflow == 0
     assert np.isclose(t.max_ulp, np.exp(-727.0) / 2.0**-24, rtol=1e-6, atol=0)
+
+
+def test_a_relative_error_past_the_largest_float_is_inf_without_a_numpy_warning():
+    """A uniform row where the exact probabilities reach 1e-300s (temperature, float16): |y - r| / |r| overflows."""
+
+    def uniform(x, axis=-1):
+        return np.full_like(x, 1.0 / x.shape[axis])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        result = softaudit.audit(
+            uniform, kind="softmax", dtypes=["float16"], suite="quick", families=["temperature"], isolation="none"
+        )
+    assert result.table.max_rel_err.max() == np.inf

@@ -130,8 +130,10 @@ def call_all(
 
 
 def _several(out, names: tuple) -> tuple:
-    if not isinstance(out, (tuple, list)) or len(out) != len(names):
+    if not isinstance(out, (tuple, list)):
         raise CandidateError(f"returned {type(out).__name__}, not a tuple ({', '.join(names)})")
+    if len(out) != len(names):
+        raise CandidateError(f"returned {len(out)} arrays, expected {len(names)} ({', '.join(names)})")
     return tuple(out)
 
 
