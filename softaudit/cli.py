@@ -260,7 +260,7 @@ def run(
         known = gate.read_baseline(baseline) if baseline and not update_baseline else None
     except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
-    _check_folders(out if any(fmt in FILE_FORMATS for fmt in formats) else None, corpus, new_baseline)
+    made = _check_folders(out if any(fmt in FILE_FORMATS for fmt in formats) else None, corpus, new_baseline)
     with _interruptible() as interruption:
         try:
             bar, progress = _progress(quiet)
@@ -289,6 +289,7 @@ def run(
                     stop=interruption.stop,
                 )
         except (TargetError, CaseFileError, ValueError) as exc:
+            _unmake(made)  # a usage error leaves no empty folder behind
             raise ConfigError(str(exc)) from None
         interrupted = result.interrupted
         comparison = None
@@ -339,11 +340,13 @@ def _warn(line: str) -> None:
     click.echo(f"Warning: {line}", err=True)
 
 
-def _check_folder(folder: Path, option: str) -> None:
+def _check_folder(folder: Path, option: str) -> list[Path]:
     """Create the folder and write and remove a probe file in it: a folder the results cannot go to is said now,
-    in one line naming the option, not after an audit that ran for minutes."""
+    in one line naming the option, not after an audit that ran for minutes. The folders it made (`_unmake` removes
+    them where nothing was written after all)."""
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"{option} {folder} is a file, not a folder")
+    made = [f for f in (folder, *folder.parents) if not f.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".softaudit-probe-")
@@ -351,19 +354,27 @@ def _check_folder(folder: Path, option: str) -> None:
         os.unlink(probe)
     except OSError as exc:
         raise ConfigError(f"{option} {folder} cannot be written: {_reason(exc)}") from None
+    return made
 
 
-def _check_folders(out: Path | None, corpus, new_baseline: Path | None) -> None:
+def _unmake(made: list[Path]) -> None:
+    """Remove the folders the checks made, those still empty."""
+    for folder in sorted(made, key=lambda f: len(f.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+
+
+def _check_folders(out: Path | None, corpus, new_baseline: Path | None) -> list[Path]:
     """The places a run reads from and writes to, checked before the audit: the reports' folder (None: no file
     format), the corpus (read: a file there is a mistake), the baseline --update-baseline will write (None: not)."""
     if corpus and Path(corpus).exists() and not Path(corpus).is_dir():
         raise ConfigError(f"--corpus {corpus} is a file, not a folder of hunt findings")
-    if out is not None:
-        _check_folder(out, "--out")
+    made = _check_folder(out, "--out") if out is not None else []
     if new_baseline is not None:
         if new_baseline.is_dir():
             raise ConfigError(f"--update-baseline cannot write {new_baseline}: it is a folder")
-        _check_folder(new_baseline.parent, f"--update-baseline {new_baseline}: its folder")
+        made += _check_folder(new_baseline.parent, f"--update-baseline {new_baseline}: its folder")
+    return made
 
 
 def _save_run(result, out: Path, formats, comparison, new_baseline: Path | None, held) -> _Saved:
@@ -570,10 +581,7 @@ def hunt(
     if corpus:
         # The folders the check makes are removed again: a hunt that finds nothing leaves no empty corpus behind
         # (the first failure saved makes them again).
-        made = [f for f in (Path(corpus), *Path(corpus).parents) if not f.exists()]
-        _check_folder(Path(corpus), "--corpus")
-        for folder in made:  # (the deepest first)
-            folder.rmdir()
+        _unmake(_check_folder(Path(corpus), "--corpus"))
     try:
         bar, progress = _progress(quiet)
         with at_once(), bar or contextlib.nullcontext():

@@ -84,6 +84,18 @@ def groups(found: list[Candidate], formats: list[Format], from_files: dict, only
     return planned
 
 
+def check_planned(planned: list[Group], only: set | None) -> None:
+    """ValueError (one line) where `families=` leaves the targets' kinds nothing to run (an audit of 0 rows would
+    pass any gate)."""
+    if only is None or any(group.sources for group in planned):
+        return
+    kinds = ", ".join(dict.fromkeys(group.kind for group in planned))
+    raise ValueError(
+        f"no family named {', '.join(sorted(only))} applies to the targets' kinds ({kinds}) or is among their "
+        "case files and corpus; `softaudit cases --kind K` lists a kind's families"
+    )
+
+
 def sources(kind: str, extra: list[Case], only: set | None) -> tuple[Source, ...]:
     """The families of a kind: the built-in ones `families=` keeps, in registration order, then those of the case
     files and the corpus in the order their cases come; a case joins the built-in family of its name, if any."""

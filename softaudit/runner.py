@@ -92,6 +92,7 @@ def audit(
         where.check(found)
         from_files = load_case_files(files, [k for k in KINDS if any(c.kind == k for c in found)])  # (a bad file: here)
         planned = plan.groups(found, formats, from_files, only, corpus)
+        plan.check_planned(planned, only)
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
         results = _run(planned, where, job, stopped, progress)
     rows, worst, case_rows, frameworks = [], {}, [], {}

@@ -88,6 +88,13 @@ def test_usage_and_configuration_errors_exit_2_with_one_line(project, args, mess
     assert sum(line.startswith("Error:") for line in r.output.splitlines()) == 1
 
 
+def test_a_family_of_no_target_kind_is_a_usage_error_that_leaves_no_folder(project):
+    r = CliRunner().invoke(main, ["run", "kernels.py", "--family", "attn_gaussian", "--out", "new/out"])
+    assert r.exit_code == 2
+    assert "no family named attn_gaussian applies to the targets' kinds (softmax)" in r.output
+    assert not (project / "new").exists()  # the folder checked for the reports is removed again
+
+
 def test_config_is_read_and_the_command_line_wins(project):
     (project / "pyproject.toml").write_text(
         textwrap.dedent("""
