@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import tomllib
+import warnings
 from pathlib import Path
 
 import click
@@ -122,6 +123,20 @@ def _one_kind(ctx, param, given):
 @click.version_option(package_name="softaudit")
 def main():
     """softaudit: audit the numerical accuracy of softmax and attention implementations."""
+    warnings.showwarning = _show_warning
+
+
+_python_warning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """softaudit's own warnings ("softaudit: ...") as one line for the user, as `_warn` writes them; others as
+    Python shows them."""
+    text = str(message)
+    if text.startswith("softaudit: "):
+        _warn(text.removeprefix("softaudit: "))
+    else:
+        _python_warning(message, category, filename, lineno, file, line)
 
 
 def _progress(quiet: bool):

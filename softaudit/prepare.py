@@ -207,8 +207,13 @@ def prepare(
     fam = family(source.builtin, kind, fmt, suite, seed, cache, folder, timeout, ex) if source.builtin else None
     if source.extra:
         cases = list(fam.prepared) if fam else []
-        cases += [Prepared(case, fmt, len(cases) + i) for i, case in enumerate(source.extra)]
-        fam = PreparedFamily(cases)
+        extra = [Prepared(case, fmt, len(cases) + i) for i, case in enumerate(source.extra)]
+        for pc in extra:  # a case file's mistake (shapes that do not fit) named with its file
+            try:
+                pc.bases  # noqa: B018  (computed now: the reference and its basis)
+            except (ValueError, TypeError) as exc:
+                raise ValueError(f"{pc.case.description}: {exc}") from None
+        fam = PreparedFamily(cases + extra)
     compare(fam, kind, timeout, ex)
     return fam
 

@@ -90,7 +90,8 @@ def audit(
     with execute.pool(workers, scheduler, isolation, memory_limit_mib, folder) as where:
         found = candidates_for(targets, kind, device, check_devices=scheduler is None)
         where.check(found)
-        from_files = load_case_files(files, [k for k in KINDS if any(c.kind == k for c in found)])  # (a bad file: here)
+        its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+        from_files = load_case_files(files, its_kinds, warn=True)  # (a bad file: here)
         planned = plan.groups(found, formats, from_files, only, corpus)
         plan.check_planned(planned, only)
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)

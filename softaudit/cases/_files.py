@@ -1,4 +1,5 @@
-"""User case files: `.npy` (rows x n) for the row kinds; `.npz` with x and mask, or q, k, v and mask.
+"""User case files: `.npy` (rows x n) for the forward row kinds; `.npz` with a kind's inputs by name (x, and mask
+for the masked kinds; q, k and v, and a mask, for attention; g too for the gradients).
 
 A file is recognised by its first bytes, not its name, and read with our own checks around numpy's readers, so a
 wrong or damaged file gets one line saying what it is (text, Python objects, a truncated array), never numpy's
@@ -8,6 +9,7 @@ advice about allow_pickle.
 from __future__ import annotations
 
 import io
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -90,6 +92,8 @@ def _floats(name, value, path) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind not in "fiu":
         raise CaseFileError(f"{path}: {name} must hold numbers, got dtype {arr.dtype}")
+    if arr.size == 0:
+        raise CaseFileError(f"{path}: {name} is empty (shape {arr.shape})")
     return arr.astype(np.float64)
 
 
@@ -137,11 +141,12 @@ def _serves(data, kind: str) -> bool:
     return set(inputs) <= set(data)
 
 
-def load_case_files(files, kinds) -> dict[str, list[Case]]:
+def load_case_files(files, kinds, warn: bool = False) -> dict[str, list[Case]]:
     """kind -> the cases of every file that serves it, each file read once and checked in full.
 
-    A file serves the kinds its arrays fit (a .npy of rows serves the row kinds, not attention); one that serves
-    none of `kinds` is a CaseFileError saying why for the first of them.
+    A file serves the kinds its arrays fit (a .npy of rows serves the forward row kinds, not attention nor the
+    gradients, which need g); one that serves none of `kinds` is a CaseFileError saying why for the first of them,
+    one that serves some a warning naming the others and what they need.
     """
     kinds = [check_kind(kind) for kind in kinds]
     found: dict[str, list[Case]] = {kind: [] for kind in kinds}
@@ -150,6 +155,10 @@ def load_case_files(files, kinds) -> dict[str, list[Case]]:
         usable = [kind for kind in kinds if _serves(data, kind)]
         if not usable and len(kinds) > 1 and isinstance(data, dict):
             raise CaseFileError(f"{path} holds neither x nor q, k and v; it has {', '.join(sorted(data)) or 'nothing'}")
+        if warn and usable and len(usable) < len(kinds):
+            others = [kind for kind in kinds if kind not in usable]
+            needs = "; ".join(f"{kind} needs {_listed(_kinds.get(kind).inputs)}" for kind in others)
+            warnings.warn(f"softaudit: {path} gives no cases to {', '.join(others)} ({needs})", stacklevel=2)
         usable = usable or kinds[:1]  # (its own reason, for the one kind asked)
         for kind in usable:
             found[kind] += _cases(data, path, kind)

@@ -1,6 +1,7 @@
 """Case files are recognised by their first bytes and read in full up front: a wrong or damaged one is one line."""
 
 import io
+import re
 import zipfile
 
 import numpy as np
@@ -44,6 +45,7 @@ OBJECTS = npy_bytes(np.array([{"a": 1}], dtype=object), allow_pickle=True)
         ("x.npz", npz_bytes(**{"a.npy": ROWS}), "x.npz holds neither x nor q, k and v; it has a"),
         ("x.npy", npy_bytes(np.array(["a", "b"])), "x.npy: the array must hold numbers, got dtype <U1"),
         ("x.npy", npy_bytes(np.zeros((2, 2, 2))), "x.npy: expected rows x n, got shape (2, 2, 2)"),
+        ("x.npy", npy_bytes(np.zeros((0, 5))), "x.npy: the array is empty (shape (0, 5))"),
     ],
 )
 def test_a_wrong_or_damaged_file_is_one_line(tmp_path, monkeypatch, name, content, message):
@@ -86,6 +88,9 @@ def test_a_file_serves_the_kinds_it_fits_and_must_fit_one(tmp_path, monkeypatch)
     assert [c.family for c in found["softmax"]] == ["file:rows"] and [c.family for c in found["attention"]] == [
         "file:attn"
     ]
+    with pytest.warns(UserWarning, match=r"^softaudit: rows\.npy gives no cases to softmax_grad \(.* needs x and g\)$"):
+        found = load_case_files(["rows.npy"], ["softmax", "softmax_grad"], warn=True)  # an audit's mixed kinds
+    assert len(found["softmax"]) == 1 and found["softmax_grad"] == []
     with pytest.raises(CaseFileError) as error:
         check_case_file("rows.npy", ["attention"])
     assert str(error.value) == "rows.npy: attention needs a .npz with q, k and v"
@@ -102,3 +107,28 @@ def test_good_files_load_as_before(tmp_path):
     np.savez_compressed(tmp_path / "both.npz", x=np.ones((2, 3), np.float16), mask=np.eye(2, 3, dtype=bool))
     (case,) = load_case_file(tmp_path / "both.npz", "masked_softmax")
     assert case.arrays["x"].dtype == np.float64 and case.mask.sum() == 2
+
+
+@pytest.mark.parametrize(
+    "kind, arrays, message",
+    [
+        (
+            "softmax",
+            {"x": np.zeros((4, 16)), "mask": np.ones((4, 15), bool)},
+            "mask of shape (4, 15) does not broadcast",
+        ),
+        ("attention", {"q": np.zeros((1, 4, 16)), "k": np.zeros((1, 4, 8)), "v": np.zeros((1, 4, 8))}, "k's last"),
+    ],
+)
+def test_shapes_that_do_not_fit_are_said_with_the_file(tmp_path, monkeypatch, kind, arrays, message):
+    """Found when the audit computes the case's reference, and said as the file's mistake: exit 2, its name first."""
+    import softaudit
+
+    monkeypatch.chdir(tmp_path)
+    np.savez("bad.npz", **arrays)
+    target = {
+        "softmax": "softaudit.candidates.softmax:max_shifted",
+        "attention": "softaudit.candidates.attention:upcast",
+    }
+    with pytest.raises(ValueError, match="^" + re.escape(f"bad.npz: {message}")):
+        softaudit.audit(target[kind], dtypes=["float32"], suite="quick", families=["file:bad"], cases="bad.npz")
