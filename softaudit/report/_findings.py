@@ -23,6 +23,11 @@ def interrupted_line(result) -> str:
     )
 
 
+def most_severe(verdicts) -> str:
+    """The most severe of some verdicts (ORDER)."""
+    return min(verdicts, key=ORDER.index)
+
+
 def verdict_matrix(table) -> dict:
     """(candidate, dtype) -> (the cell's verdict, {verdict: families}, families in all).
 
@@ -31,7 +36,7 @@ def verdict_matrix(table) -> dict:
     skipped beside passing ones does not grey the cell), else skip."""
     cells = {}
     for (candidate, dtype), group in table.groupby(["candidate", "dtype"], sort=False):
-        per_family = group.groupby("family", sort=False).verdict.agg(lambda vs: min(vs, key=ORDER.index))
+        per_family = group.groupby("family", sort=False).verdict.agg(most_severe)
         counts = per_family.value_counts().to_dict()
         verdict = next((v for v in ("error", "fail", "warn", "pass") if counts.get(v)), "skip")
         cells[(candidate, dtype)] = (verdict, {v: int(counts[v]) for v in ORDER if counts.get(v)}, len(per_family))

@@ -9,7 +9,7 @@ from itertools import pairwise
 
 from ..results import summary_line
 from ._files import accelerator_line, machine, platform_key, versions
-from ._findings import ORDER, cell_text, families_text, interrupted_line, issues, number, verdict_matrix
+from ._findings import cell_text, families_text, interrupted_line, issues, most_severe, number, verdict_matrix
 from .plots import PALETTE, bar_chart, line_chart
 
 STYLE = """
@@ -132,10 +132,6 @@ def _plots(result) -> str:
     return "".join(blocks)
 
 
-def _most_severe(verdicts) -> str:
-    return min(verdicts, key=ORDER.index)
-
-
 def _family_tables(table) -> str:
     out = []
     for family, group in table.groupby("family", sort=False):
@@ -143,7 +139,7 @@ def _family_tables(table) -> str:
             index="candidate", columns="dtype", values="max_cond_err", aggfunc="max", sort=False, dropna=False
         )
         verdicts = group.pivot_table(  # the most severe of the cell's rows (attention_grad: dq, dk, dv), as its error
-            index="candidate", columns="dtype", values="verdict", aggfunc=_most_severe, sort=False
+            index="candidate", columns="dtype", values="verdict", aggfunc=most_severe, sort=False
         )
         styler = (
             view.style.format("{:.3g}", na_rep="-")
