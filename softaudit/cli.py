@@ -318,7 +318,7 @@ def run(
             new_baseline = None
         saved = _save_run(result, out, formats, comparison, new_baseline, interruption.held)
         if "github" in formats:
-            for line in annotations(result, comparison):
+            for line in annotations(result, comparison, quiet):
                 click.echo(line)
             summary_path = os.environ.get("GITHUB_STEP_SUMMARY")
             if summary_path:

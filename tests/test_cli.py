@@ -189,6 +189,14 @@ def test_github_format_prints_annotations_and_fills_the_step_summary(project, mo
     r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "github")
     assert r.exit_code == 1
     assert r.output.startswith("::error title=softaudit fail%3A") and "## Verdicts" in step.read_text()
+    args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
+    assert invoke(*args, "--update-baseline").exit_code == 0  # writing a baseline accepts what it records
+    r = invoke(*args, "--baseline", "out/baseline.json", "--format", "github", "-q")
+    assert r.exit_code == 0 and "::notice" not in r.output  # quiet: the known findings are not announced
+    (project / "kernels.py").write_text(BAD.replace("e = np.exp(w)", "e = np.exp(w) * 0"))  # NaN everywhere now
+    r = invoke(*args, "--baseline", "out/baseline.json", "--format", "github", "-q")
+    regression = next(line for line in r.output.splitlines() if line.startswith("::error title=softaudit regression"))
+    assert "became" in regression and "NaN" in regression  # with the row's note
 
 
 # --- Every setting and file is checked before the audit: a mistake costs seconds, not an audit, and is one line. ---
