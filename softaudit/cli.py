@@ -691,7 +691,7 @@ def list_candidates(kind):
     help="relative growth of max ULP accepted",
 )
 def compare(old, new, tolerance):
-    """Compare two results: baselines or results.json files. Exit 1 on a regression."""
+    """Compare two results: baselines, results.json or results.csv files. Exit 1 on a regression."""
     from . import gate
 
     try:
@@ -715,11 +715,14 @@ def compare(old, new, tolerance):
 
 
 def _rows_of(path) -> dict:
-    """A baseline, or a results.json turned into one; every row checked (gate.BaselineError, one line)."""
+    """A baseline, or a results.json or results.csv turned into one; every row checked (gate.BaselineError, one
+    line)."""
     import json
 
     from . import gate
 
+    if str(path).endswith(".csv"):
+        return {"rows": gate.check_rows(_rows_of_results(_csv_records(path), path), path)}
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -727,7 +730,8 @@ def _rows_of(path) -> dict:
     except OSError as exc:
         raise gate.BaselineError(f"{path} cannot be read: {_reason(exc)}") from None
     except ValueError as exc:
-        raise gate.BaselineError(f"{path} is not JSON: {exc}") from None
+        reads = "compare reads baselines, results.json and results.csv"
+        raise gate.BaselineError(f"{path} is not JSON ({exc}): {reads}") from None
     if isinstance(data, dict) and "results" in data:
         return {"rows": gate.check_rows(_rows_of_results(data["results"], path), path)}
     return gate.read_baseline(path)
@@ -748,6 +752,8 @@ def _rows_of_results(results, path) -> dict:
         if missing:
             raise gate.BaselineError(f"{path}: result {i} has no {missing[0]!r}")
         key = row_key(result)
+        # results.json writes an infinite measure as "inf" (JSON has no infinity): read back, it is the number
+        result = {k: float(v) if k in _MEASURES and v in ("inf", "-inf") else v for k, v in result.items()}
         for field in ("max_ulp", *gate.EVENTS):
             value = result.get(field)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
@@ -759,3 +765,23 @@ def _rows_of_results(results, path) -> dict:
         except (ValueError, OverflowError) as exc:  # an infinite event count
             raise gate.BaselineError(f"{path}: result {i} ({key}): {exc}") from None
     return rows
+
+
+_MEASURES = ("max_ulp", "max_cond_err")
+
+
+def _csv_records(path) -> list[dict]:
+    """results.csv's rows as records, the empty cells left out (gate.BaselineError, one line, where it is none)."""
+    import pandas as pd
+
+    from . import gate
+
+    try:
+        table = pd.read_csv(path)
+    except FileNotFoundError:
+        raise gate.BaselineError(f"no such file: {path}") from None
+    except OSError as exc:
+        raise gate.BaselineError(f"{path} cannot be read: {_reason(exc)}") from None
+    except (ValueError, pd.errors.ParserError) as exc:
+        raise gate.BaselineError(f"{path} is not a results CSV: {' '.join(str(exc).split())}") from None
+    return [{k: v for k, v in row.items() if v == v} for row in table.to_dict(orient="records")]

@@ -171,6 +171,20 @@ def test_compare_two_results_files(project):
     assert CliRunner().invoke(main, ["compare", "a/results.json", "missing.json"]).exit_code == 2
 
 
+def test_compare_reads_every_results_file_a_run_writes_infinite_errors_included(project):
+    # softmax_grad in float64 on a constant g: the exact gradient is 0, the plain algorithm's is not, so its ULP
+    # error is infinite; results.json writes that as "inf" (JSON has no infinity) and results.csv as inf.
+    args = ["run", "softaudit.candidates.softmax_grad", "--dtype", "float64", "--family", "g_constant", "--out", "o"]
+    assert invoke(*args, "--update-baseline", "--cache-dir", "off").exit_code == 0
+    assert '"max_ulp": "inf"' in (project / "o" / "results.json").read_text()
+    pairs = [("baseline.json", "results.json"), ("baseline.json", "results.csv"), ("results.csv", "results.json")]
+    for old, new in pairs:
+        r = invoke("compare", f"o/{old}", f"o/{new}")
+        assert r.exit_code == 0 and "0 regression(s)" in r.output, (old, new, r.output)
+    r = CliRunner().invoke(main, ["compare", "o/baseline.json", "o/junit.xml"])
+    assert r.exit_code == 2 and "compare reads baselines, results.json and results.csv" in the_one_error(r)
+
+
 def test_listings():
     assert "long" in invoke("cases").output
     out = invoke("candidates", "--kind", "softmax").output
