@@ -159,6 +159,15 @@ def test_known_failures_do_not_fail_the_gate(project):
     assert invoke(*args, "--update-baseline").exit_code == 0  # writing a baseline accepts what it records
     r = invoke(*args, "--baseline", "out/baseline.json", "-v")
     assert r.exit_code == 0 and "known" in r.output and "0 regression(s)" in r.output
+    # ... and a CI test widget reading junit.xml is green with it: the known failures are skipped, saying why.
+    from xml.etree import ElementTree as ET
+
+    root = ET.parse(project / "out" / "junit.xml").getroot()
+    assert not list(root.iter("failure")) and not list(root.iter("error"))
+    known = [s.get("message") for s in root.iter("skipped") if s.get("message").startswith("known fail")]
+    assert known and all("(in the baseline)" in m and "NaN" in m for m in known[:1])
+    assert sum(int(s.get("failures")) for s in root.iter("testsuite")) == 0
+    assert sum(int(s.get("skipped")) for s in root.iter("testsuite")) >= len(known)
 
 
 def test_compare_two_results_files(project):

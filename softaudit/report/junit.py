@@ -1,6 +1,8 @@
 """junit.xml (xunit2): a testsuite per candidate, a testcase per dtype x family, <failure> or <error> with why.
 
 A warn is a passing test whose <system-out> says why (a failure under a strict policy); a skip is <skipped>.
+Against a baseline only a regression fails: a known failure or error (the baseline has it) is <skipped> with
+"known fail (in the baseline)" and its why, so a CI test widget is green exactly when the gate is.
 """
 
 from __future__ import annotations
@@ -11,21 +13,24 @@ from ..results import RowKey, row_key
 
 
 def junit(result, comparison=None) -> str:
-    """The XML: a regression against the baseline fails its testcase whatever the verdict."""
+    """The XML: a regression against the baseline fails its testcase whatever the verdict; against a baseline, a
+    failure it already has is skipped as known."""
     regressions = {c.key: c.what for c in (comparison.regressions if comparison else [])}
     failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
     for candidate, group in result.table.groupby("candidate", sort=False):
+        outcomes = [_outcome(row, failing, regressions, comparison is not None) for row in group.to_dict("records")]
         suite = ET.SubElement(
             root,
             "testsuite",
             name=str(candidate),
             tests=str(len(group)),
-            failures=str(int(group.verdict.isin(failing).sum())),
-            errors=str(int((group.verdict == "error").sum())),
+            failures=str(sum(o[0] == "failure" for o in outcomes)),
+            errors=str(sum(o[0] == "error" for o in outcomes)),
+            skipped=str(sum(o[0] == "skipped" for o in outcomes)),
             time=f"{group.seconds.fillna(0).sum():.6f}",
         )
-        for row in group.to_dict(orient="records"):
+        for row, (element, why) in zip(group.to_dict(orient="records"), outcomes):
             seconds = row["seconds"]
             case = ET.SubElement(
                 suite,
@@ -34,18 +39,31 @@ def junit(result, comparison=None) -> str:
                 name=" / ".join(_case_name(row)),
                 time=f"{0.0 if seconds != seconds else seconds:.6f}",
             )
-            key = row_key(row)
-            why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", _why(row)]))
-            if row["verdict"] == "error":
-                ET.SubElement(case, "error", message=why).text = why
-            elif row["verdict"] == "skip":
-                ET.SubElement(case, "skipped", message=why)
-            elif row["verdict"] in failing or key in regressions:
-                ET.SubElement(case, "failure", message=why).text = why
-            elif row["verdict"] == "warn":
-                ET.SubElement(case, "system-out").text = f"warn: {why}"
+            if element == "system-out":
+                ET.SubElement(case, element).text = why
+            elif element in ("failure", "error"):
+                ET.SubElement(case, element, message=why).text = why
+            elif element == "skipped":
+                ET.SubElement(case, element, message=why)
     ET.indent(root)
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _outcome(row, failing, regressions: dict, gated: bool) -> tuple[str | None, str]:
+    """(the testcase's element: "failure", "error", "skipped", "system-out" or None for a plain pass, its text)."""
+    key = row_key(row)
+    why = "; ".join(filter(None, [f"regression: {regressions[key]}" if key in regressions else "", _why(row)]))
+    verdict = row["verdict"]
+    bad = verdict == "error" or verdict in failing
+    if verdict == "skip":
+        return "skipped", why
+    if bad and gated and key not in regressions:
+        return "skipped", f"known {verdict} (in the baseline): {why}"
+    if verdict == "error":
+        return "error", why
+    if bad or key in regressions:
+        return "failure", why
+    return ("system-out", f"warn: {why}") if verdict == "warn" else (None, why)
 
 
 def _case_name(row) -> tuple:
