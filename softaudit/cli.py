@@ -155,6 +155,23 @@ def _progress(quiet: bool):
     return bar, update
 
 
+def _regression_lines(regressions) -> list[str]:
+    """The regressions, one line each, those of one candidate x dtype grouped under one line naming it (a change
+    to one kernel regresses many families at once)."""
+    groups: dict[tuple, list] = {}
+    for change in regressions:
+        candidate, dtype, rest = change.key.split(" | ", 2)
+        groups.setdefault((candidate, dtype), []).append((rest, change.what))
+    lines = []
+    for (candidate, dtype), changes in groups.items():
+        if len(changes) == 1:
+            lines.append(f"  regression {candidate} | {dtype} | {changes[0][0]}: {changes[0][1]}")
+            continue
+        lines.append(f"  regression {candidate} | {dtype}: {len(changes)} families")
+        lines += [f"    {rest}: {what}" for rest, what in changes]
+    return lines
+
+
 @main.command()
 @click.argument("targets", nargs=-1)
 @click.option(
@@ -330,7 +347,7 @@ def run(
                 except OSError as exc:
                     _warn(f"cannot append to $GITHUB_STEP_SUMMARY {summary_path}: {_reason(exc)}")
         failed = comparison.failed if comparison is not None else not result.passed
-        _print_summary(result, comparison, saved.written, verbose, quiet, failed)
+        _print_summary(result, comparison, saved.written, verbose, quiet, failed, "github" in formats)
         saved.raise_if_lost()
         sys.exit(130 if interrupted else 1 if failed and not update_baseline else 0)
 
@@ -420,7 +437,7 @@ def _save_hunt(findings, out: Path) -> _Saved:
 
 def _save_set(subject, out: Path, formats, comparison, writers: dict, held, names: tuple[str, str]) -> _Saved:
     """Write the chosen formats of `writers` (softaudit.report's registry) for `subject` (an audit's result, a
-    hunt's findings) into `out` as one set. When none could go into `out`, they all go into the temporary folder.
+    hunt's findings) into `out` as one set. Each format that could not go into `out` goes into the temporary folder.
     names: what the set and one of its formats are called in a warning ("the reports", "report").
 
     The set is written into a hidden folder inside `out`, then each file is renamed into place, results.json last,
@@ -433,6 +450,7 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
     saved = _Saved()
     wanted = [fmt for fmt in writers if fmt in formats]
     staging = saved.attempt_folder(out, f"{whole} in {out}") if wanted else None
+    placed = set()
     if staging is not None:
         try:
             staged = {
@@ -446,16 +464,23 @@ def _save_set(subject, out: Path, formats, comparison, writers: dict, held, name
             staged = {fmt: paths for fmt, paths in staged.items() if paths}
             with held():
                 for fmt in sorted(staged, key=lambda f: f == "json"):
-                    saved.attempt(f"the {fmt} {each} in {out}", lambda fmt=fmt: [_move(p, out) for p in staged[fmt]])
+                    if saved.attempt(
+                        f"the {fmt} {each} in {out}", lambda fmt=fmt: [_move(p, out) for p in staged[fmt]]
+                    ):
+                        placed.add(fmt)
                 for fmt in writers:  # another run's files: gone, so that the folder holds one run's set
                     for name in writers[fmt] if fmt not in staged else ():
                         with contextlib.suppress(OSError):  # (a folder in the way stays)
                             (out / name).unlink(missing_ok=True)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-    if saved.failures and not saved.written:
+    missing = [fmt for fmt in wanted if fmt not in placed]
+    if missing:
+        what = whole if len(missing) == len(wanted) else f"the {', '.join(missing)} {each}{'s' * (len(missing) > 1)}"
         saved.elsewhere(
-            f"{whole} to {out}", lambda folder: write_reports(subject, folder, formats, comparison, writers)
+            f"{what} to {out}",
+            lambda folder: write_reports(subject, folder, missing, comparison, writers),
+            partial=len(missing) < len(wanted),
         )
     return saved
 
@@ -477,6 +502,7 @@ class _Saved:
         self.lost: list[str] = []  # what went to the temporary folder instead: the run's last line says so
         self.folder: Path | None = None  # the temporary folder, made on first use
         self.broken: str | None = None  # why even it could not take them
+        self.partial = True  # everything lost was part of a set whose rest was written where asked
 
     def attempt(self, what: str, writer, keep: bool = True) -> list[Path] | None:
         """writer() -> the paths it wrote (kept as written unless keep is False); on OSError say one line (a
@@ -497,9 +523,12 @@ class _Saved:
             self.attempt(what, lambda: [Path(tempfile.mkdtemp(dir=parent, prefix=".softaudit-"))], keep=False) or [None]
         )[0]
 
-    def elsewhere(self, what: str, writer) -> None:
-        """writer(folder) -> the paths it wrote, into the temporary folder instead of where `what` was asked."""
+    def elsewhere(self, what: str, writer, partial: bool = False) -> None:
+        """writer(folder) -> the paths it wrote, into the temporary folder instead of where `what` was asked.
+        partial: the rest of the set went where asked, so the run's exit code stays its verdict's (a warning says
+        where the part is); otherwise the run exits 2 saying where everything is."""
         self.lost.append(what)
+        self.partial = self.partial and partial
         try:
             self.folder = self.folder or Path(tempfile.mkdtemp(prefix="softaudit-"))
             self.written += writer(self.folder)
@@ -513,16 +542,21 @@ class _Saved:
         lost = " nor ".join(self.lost)
         if self.broken:
             raise ConfigError(f"could not write {lost}, nor into a temporary folder: {self.broken}")
+        if self.partial:
+            _warn(f"could not write {lost}; written to {self.folder} instead")
+            return
         raise ConfigError(f"could not write {lost}; written to {self.folder} instead")
 
 
-def _print_summary(result, comparison, written, verbose: bool, quiet: bool, failed: bool) -> None:
+def _print_summary(result, comparison, written, verbose: bool, quiet: bool, failed: bool, annotated: bool) -> None:
     """The run in the terminal: the counts, then what to act on, each finding with its cause and fix (against a
-    baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed."""
+    baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed. annotated: the
+    GitHub annotations printed already carry each regression and its finding, so they are not printed again (and,
+    when quiet, nothing is)."""
     from .report import families_text, issues
     from .results import row_key, summary_line
 
-    if quiet and not failed:
+    if quiet and (annotated or not failed):
         return
     table = result.table
     if not quiet:
@@ -535,8 +569,8 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
                 f"{len(comparison.known)} known, {len(comparison.platform)} platform difference(s), "
                 f"{len(comparison.improvements)} improvement(s)"
             )
-        for change in comparison.regressions:
-            click.echo(f"  regression {change.key}: {change.what}")
+        for line in [] if annotated else _regression_lines(comparison.regressions):
+            click.echo(line)
         for change in (comparison.known + comparison.platform + comparison.improvements) if verbose else ():
             click.echo(f"  {change.key}: {change.what}")
     if comparison is not None and not verbose:  # against a baseline: the findings behind the regressions
