@@ -10,8 +10,12 @@ imported it, the GPU once its framework started using it.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
+import glob
 import sys
 from importlib import metadata
+from pathlib import Path
 
 #: The frameworks whose versions decide a candidate's bits beyond numpy's, recorded where they are loaded.
 FRAMEWORKS = ("torch", "jax", "jaxlib", "scipy", "triton")
@@ -30,6 +34,36 @@ def frameworks() -> dict:
             if _versions[name] is not None:
                 found[name] = _versions[name]
     return found | accelerator()
+
+
+@functools.cache
+def cpu() -> dict:
+    """What this process's numpy computes with on this CPU: the SIMD targets its loops dispatch to ("numpy_simd")
+    and the BLAS with the kernel set it picked ("blas"). Both change bits (NPY_DISABLE_CPU_FEATURES and
+    OPENBLAS_CORETYPE change them too), so both are in the platform key and in the cache's fingerprint."""
+    from numpy._core import _multiarray_umath as umath
+
+    return {"numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)], "blas": _blas()}
+
+
+def _blas() -> str | None:
+    """numpy's BLAS, its version and, for OpenBLAS, the kernel set it picked for this CPU ("Haswell", ...)."""
+    import numpy
+
+    try:
+        info = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
+    except Exception:  # (a numpy built without this information)
+        return None
+    name = f"{info.get('name')} {info.get('version')}"
+    folder = Path(numpy.__file__).parent.parent / "numpy.libs"
+    for path in glob.glob(str(folder / "*openblas*")):
+        library = ctypes.CDLL(path)  # already loaded by numpy: this finds the same copy
+        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
+            corename = getattr(library, symbol, None)
+            if corename is not None:
+                corename.restype = ctypes.c_char_p
+                return f"{name} {corename().decode()}"
+    return name
 
 
 def accelerator() -> dict:

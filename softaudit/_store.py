@@ -2,10 +2,11 @@
 
 One file per family: a pickle (protocol 5) whose arrays lie out of band in the same file, each 64-byte aligned.
 `load` maps the file and the arrays are read-only views of the mapping: nothing is copied, and the pages are
-read when a measure first touches them. A file is used only by the code that wrote it: its name carries a
-fingerprint of softaudit's source and of numpy, ml_dtypes and mpmath. A file that cannot be read is treated as
-missing and removed. Files are written atomically; `prune` (after an audit that wrote) removes the least recently used
-once the folder holds more than `MAX_BYTES`.
+read when a measure first touches them. A file is used only by the code that wrote it, on a CPU that computes as this
+one does: its name carries a fingerprint of softaudit's source, of numpy, ml_dtypes and mpmath, and of numpy's SIMD
+targets and BLAS kernels (softaudit._platform.cpu). A file that cannot be read is treated as missing and removed.
+Files are written atomically; `prune` (after an audit that wrote) removes the least recently used once the folder
+holds more than `MAX_BYTES`.
 
 These are pickles: keep the folder private (it is made 0700), as with any cache of pickled data.
 """
@@ -43,12 +44,16 @@ def folder(chosen: str | os.PathLike | None = None) -> Path | None:
 
 @functools.cache
 def fingerprint() -> str:
-    """A digest of everything that decides a prepared family: softaudit's source, numpy, ml_dtypes and mpmath."""
+    """A digest of everything that decides a prepared family: softaudit's source, numpy, ml_dtypes and mpmath, and
+    what numpy computes with on this CPU (its SIMD targets and BLAS kernels: the comparisons' errors kept with a
+    family depend on them, so a cache written as another CPU is never read as this one's)."""
     import ml_dtypes
     import mpmath
     import numpy
 
-    versions = f"{sys.version_info[:2]} {numpy.__version__} {ml_dtypes.__version__} {mpmath.__version__}"
+    from ._platform import cpu
+
+    versions = f"{sys.version_info[:2]} {numpy.__version__} {ml_dtypes.__version__} {mpmath.__version__} {cpu()}"
     digest = hashlib.sha256(versions.encode())
     package = Path(__file__).parent
     for path in sorted(package.rglob("*.py")):

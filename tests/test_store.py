@@ -75,6 +75,21 @@ def test_other_code_does_not_read_the_files(tmp_path, counted_references, monkey
     assert len(counted_references) == 2 * computed
 
 
+def test_a_cache_written_as_another_cpu_is_not_read(tmp_path):
+    # numpy's SIMD targets and OpenBLAS's kernels change the comparisons' bits, which a kept family holds: the gate
+    # read 633 -> 817 ulp as a regression from a cache warmed as another CPU (issue 24). Each profile its own files.
+    profile = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Sandybridge"}
+    code = "from softaudit import _platform, _store; print(_platform.cpu()); print(_store.fingerprint())"
+    prints = [
+        subprocess.run([sys.executable, "-c", code], env=os.environ | env, capture_output=True, text=True, check=True)
+        for env in ({}, profile)
+    ]
+    (native_cpu, native), (other_cpu, other) = (p.stdout.split("\n")[:2] for p in prints)
+    if native_cpu == other_cpu:
+        pytest.skip(f"this CPU computes as the other profile does ({native_cpu})")
+    assert native and other and native != other
+
+
 def test_off_and_cache_false_write_nothing(tmp_path, counted_references, monkeypatch):
     softaudit.audit(good, cache_dir="off", **OPTIONS)
     softaudit.audit(good, cache=False, cache_dir=tmp_path, **OPTIONS)

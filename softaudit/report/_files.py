@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import glob
 import os
 import platform
 import sys
 from importlib import metadata
-from pathlib import Path
 
 from .. import _platform
 
@@ -41,14 +38,7 @@ def platform_key(frameworks: dict | None = None) -> dict:
 
     frameworks: a run's `AuditResult.frameworks`, what its candidates' processes had loaded (torch, JAX, SciPy,
     Triton versions and the GPU: softaudit/_platform.py), wherever they ran; None: this process's own."""
-    from numpy._core import _multiarray_umath as umath
-
-    key = {
-        "machine": platform.machine(),
-        "python": sys.version.split()[0],
-        "numpy_simd": [f for f in umath.__cpu_dispatch__ if umath.__cpu_features__.get(f)],
-        "blas": _blas(),
-    }
+    key = {"machine": platform.machine(), "python": sys.version.split()[0]} | _platform.cpu()
     for name in ("numpy", "ml_dtypes"):
         with contextlib.suppress(metadata.PackageNotFoundError):
             key[name] = metadata.version(name)
@@ -67,23 +57,3 @@ def accelerator_line(devices, frameworks: dict) -> str:
     libraries = ", ".join(f"{name} {key[name]}" for name in ("torch", "triton", "jax", "jaxlib") if name in key)
     cuda = f"CUDA {key['cuda']}, cuDNN {key['cudnn']}; " if "cuda" in key else ""
     return f"Ran on {gpu} ({cuda}{libraries})."
-
-
-def _blas() -> str | None:
-    """numpy's BLAS, its version and, for OpenBLAS, the kernel set it picked for this CPU ("Haswell", ...)."""
-    import numpy
-
-    try:
-        info = numpy.show_config(mode="dicts")["Build Dependencies"]["blas"]
-    except Exception:  # (a numpy built without this information)
-        return None
-    name = f"{info.get('name')} {info.get('version')}"
-    folder = Path(numpy.__file__).parent.parent / "numpy.libs"
-    for path in glob.glob(str(folder / "*openblas*")):
-        library = ctypes.CDLL(path)  # already loaded by numpy: this finds the same copy
-        for symbol in ("scipy_openblas_get_corename64_", "openblas_get_corename64_", "openblas_get_corename"):
-            corename = getattr(library, symbol, None)
-            if corename is not None:
-                corename.restype = ctypes.c_char_p
-                return f"{name} {corename().decode()}"
-    return name
