@@ -8,6 +8,7 @@ import numpy as np
 
 from .. import _platform
 from ..adapters import CandidateError, call_all, load_target
+from ._threads import one_thread
 
 NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
 
@@ -98,7 +99,8 @@ class InProcess(Executor):
         if candidate.call is None:  # (sent to this process by its source: softaudit.execute.sendable)
             candidate = loaded(candidate)
         try:
-            return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            with one_thread():
+                return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
         except CandidateError as exc:
             # (adapters.call_all says a timeout only in its message; wired in, it can raise TimedOut itself)
             if str(exc).startswith("ran past the time limit"):

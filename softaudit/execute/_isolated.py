@@ -122,7 +122,7 @@ class Isolated(Executor):
             from loky import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
-                max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,), env=_worker.NO_LEAK_CHECK
+                max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,), env=_worker.ENV
             )
             self._oom_kills = _oom_kills()
         future = self._pool.submit(fn, *args)

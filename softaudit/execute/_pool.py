@@ -25,7 +25,7 @@ from pathlib import Path
 from ..adapters import Candidate, parse_device, time_limits
 from ._executor import Executor, InProcess, Scoped
 from ._isolated import Isolated
-from ._worker import NO_LEAK_CHECK, ignore_stops
+from ._worker import ENV, ignore_stops
 
 #: The values of `isolation` (`softaudit run --isolation`, the config key, `audit(isolation=...)`).
 ISOLATION = ("worker", "none")
@@ -147,8 +147,9 @@ class Local(Serial):
         super().__init__(None)
         self.settings, self.width = (isolation, memory_mib), workers
         # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
-        # retire it again and again, each time starting its isolation child and mapping the families anew.
-        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_stops, env=NO_LEAK_CHECK)
+        # retire it again and again, each time starting its isolation child and mapping the families anew. One BLAS
+        # thread, as every call has (_threads.py).
+        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_stops, env=ENV)
         self.share = _private_folder(folder)
 
     def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:

@@ -18,6 +18,7 @@ import numpy as np
 from .. import _platform
 from ..adapters import CandidateError, CandidateSkip, call_all, load_target
 from ._arena import view, worker_views
+from ._threads import ONE_THREAD
 
 _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
 _limit_mib: list[int] = []  # the worker's memory limit, for the message
@@ -28,6 +29,9 @@ _limit_mib: list[int] = []  # the worker's memory limit, for the message
 #: would import and compile it all again: an audit of softaudit.frameworks.jax in float32 (quick suite) took 190 and
 #: 212 s with the check, 117 and 144 s without it (two runs each, docs/isolation.md).
 NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
+
+#: A worker's environment: no leak check, and one BLAS / OpenMP thread (softaudit/execute/_threads.py).
+ENV = NO_LEAK_CHECK | ONE_THREAD
 
 
 def ignore_stops() -> None:
