@@ -2,7 +2,7 @@
 
     python benchmarks/bench_portable.py
 
-The built-ins compute exp, log and matrix products from IEEE basic operations (softaudit/candidates/_libm.py,
+The built-ins compute exp, log and matrix products from IEEE basic operations (softaudit/_libm.py,
 _ops.matmul) so that they give the same bits on every CPU; this prints what that costs against numpy's
 SIMD-dispatched ufuncs and BLAS on the same inputs.
 """

@@ -19,10 +19,10 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ._libm import exp as exp
-from ._libm import exp2 as exp2
-from ._libm import log as log
-from ._libm import log1p as log1p
+from .._libm import exp as exp
+from .._libm import exp2 as exp2
+from .._libm import log as log
+from .._libm import log1p as log1p
 
 #: Largest number of elements `matmul` holds in its product temporary (32 MiB in float64).
 MATMUL_CHUNK = 2**22
