@@ -2,13 +2,12 @@
 prepared family from the worker that made it to those that audit its units (computed once per kind x dtype x
 family, moved only where needed), its resources route GPU candidates to workers that declare `GPU`, and its nannies
 restart a worker that dies. Candidate calls go through each worker's own executor (softaudit.execute._pool.task),
-so with isolation "worker" a candidate crash is an error row naming its cause, as in a serial run; that needs
-workers that may start processes: not daemonic (docs/scale.md says how to start them).
+so with isolation "worker" a candidate crash is an error row naming its cause, as in a serial run, on a cluster
+started as Dask's docs show (daemonic workers under nannies: softaudit/execute/_isolated.py lets them start
+the isolation process).
 """
 
 from __future__ import annotations
-
-import multiprocessing
 
 from ..adapters import check_device
 from ._pool import Serial, needs_gpu, task
@@ -19,7 +18,7 @@ GPU_WORKERS = "dask worker tcp://HOST:PORT --resources GPU=1"
 
 class Dask(Serial):
     """Units on the workers of the Dask cluster at `scheduler` (an address, or a distributed.Client to use as it
-    is). ValueError (one line): no Dask, no scheduler there, or workers that cannot run isolated calls."""
+    is). ValueError (one line): no Dask, or no scheduler there."""
 
     parallel = True
     share = None  # (prepared families travel as Dask data)
@@ -37,13 +36,6 @@ class Dask(Serial):
         except (OSError, TimeoutError) as exc:
             raise ValueError(f"cannot reach the Dask scheduler at {scheduler}: {exc}") from None
         self.width = max(1, sum(self.client.nthreads().values()))
-        if isolation == "worker" and any(self.client.run(_daemonic).values()):
-            self.close()
-            raise ValueError(
-                "the Dask workers are daemonic processes, which cannot start the processes isolation "
-                "runs candidates in: start them with DASK_DISTRIBUTED__WORKER__DAEMON=False, or run with "
-                "--isolation none"
-            )
 
     def submit(self, fn, *args, gpu: bool = False):
         """fn(*args, ex=...) on a worker (one with a GPU resource if gpu); its Dask future. A future among args
@@ -70,8 +62,3 @@ class Dask(Serial):
     def close(self, killed: bool = False) -> None:
         if self._own:
             self.client.close()
-
-
-def _daemonic() -> bool:
-    """On a worker: whether its process is daemonic (multiprocessing then refuses it children)."""
-    return bool(multiprocessing.current_process().daemon)

@@ -20,7 +20,9 @@ The parent's signal handlers and interval timers are never touched: time is kept
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import multiprocessing
 import re
 import signal
 from concurrent.futures import BrokenExecutor
@@ -125,7 +127,8 @@ class Isolated(Executor):
                 max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,), env=_worker.ENV
             )
             self._oom_kills = _oom_kills()
-        future = self._pool.submit(fn, *args)
+        with _may_start_processes():  # (loky starts its worker in submit, on this thread)
+            future = self._pool.submit(fn, *args)
         try:
             return future.result(timeout)
         except TimeoutError:
@@ -148,6 +151,24 @@ class Isolated(Executor):
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+@contextlib.contextmanager
+def _may_start_processes():
+    """Let a daemonic process start the worker. multiprocessing refuses a daemonic process children, to keep it
+    from leaving them orphaned when it is ended; a Dask worker started as Dask's docs show (a nanny's child) is
+    daemonic. The worker started here is closed with its executor (multiprocessing.util.Finalize when the process
+    exits: softaudit/execute/_pool.task), and a loky worker whose parent is gone ends itself, so the refusal is
+    lifted while the worker starts and put back after."""
+    config = multiprocessing.current_process()._config
+    daemonic = config.get("daemon")
+    if daemonic:
+        config["daemon"] = False
+    try:
+        yield
+    finally:
+        if daemonic:
+            config["daemon"] = daemonic
 
 
 def _death(exc: BaseException, oom_kills_before: int | None) -> str:
