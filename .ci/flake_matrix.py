@@ -16,7 +16,10 @@ bit for bit: the CSV writes each float's shortest round-trip form):
   a Dask cluster started as Dask's docs   identical (2 daemonic workers under nannies, Dask's defaults)
   show it
 
-Usage: python .ci/flake_matrix.py [TARGET ...] (default: the built-ins). Exit 1 on any difference or failed gate.
+Usage: python .ci/flake_matrix.py [--own-baseline] [TARGET ...] [RUN OPTION ...] (default: the built-ins against
+the configured baseline; --own-baseline: the first run writes the baseline the others are gated against, for targets
+and options the committed baselines were not made with; other options, such as --suite quick, go to every run).
+Exit 1 on any difference or failed gate.
 """
 
 from __future__ import annotations
@@ -63,7 +66,7 @@ def differences(reference: pd.DataFrame, other: pd.DataFrame, columns=None) -> l
     for i, col in zip(*differ.to_numpy().nonzero()):
         row, column = reference.iloc[i], columns[col]
         before, after = reference[column].iat[i], other[column].iat[i]
-        lines.append(f"{row.candidate} | {row.dtype} | {row.family}: {column} {before} -> {after}")
+        lines.append(f"{row['candidate']} | {row['dtype']} | {row['family']}: {column} {before} -> {after}")
     return lines
 
 
@@ -94,10 +97,17 @@ def dask_cluster(work: Path):
     return address, procs
 
 
-def main(targets: list) -> int:
+def main(argv: list) -> int:
     work = Path(tempfile.mkdtemp(prefix="flake-matrix-"))
     cache = str(work / "cache")
-    native = run("native, cold", work, targets, "--cache-dir", cache)
+    targets = [a for a in argv if a != "--own-baseline"]  # (the targets, then the options for every run)
+    builtins = not targets or targets[0].startswith("-")
+    if "--own-baseline" in argv:
+        baseline = str(work / "baseline.json")
+        native = run("native, cold", work, targets, "--cache-dir", cache, "--update-baseline", "--baseline", baseline)
+        targets += ["--baseline", baseline]
+    else:
+        native = run("native, cold", work, targets, "--cache-dir", cache)
     other_cpu = run("as another CPU", work, targets, "--cache-dir", cache, env=ANOTHER_CPU)
     same = [
         run(
@@ -132,7 +142,9 @@ def main(targets: list) -> int:
     print(f"as another CPU: {len(found)} verdict(s) differ from native ({measures} cell(s) in all)")
     for line in found[:10]:
         print(f"  {line}")
-    failed |= bool(found)
+    # The built-ins compute with portable arithmetic: their verdicts may not move with the CPU. Other code's may
+    # (numpy's SIMD functions and the BLAS kernels round otherwise): for it the gate's pass is the test.
+    failed |= bool(found) and builtins
     print("flake matrix: " + ("FAILED" if failed else "every table the same"))
     return 1 if failed else 0
 
