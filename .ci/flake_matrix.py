@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import sys
 import tempfile
@@ -35,10 +36,11 @@ from pathlib import Path
 import pandas as pd
 
 BIN = Path(sys.executable).parent
-ANOTHER_CPU = {
-    "NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR",
-    "OPENBLAS_CORETYPE": "Sandybridge",
-}
+ANOTHER_CPU = (
+    {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4 AVX512_ICL AVX512_SPR", "OPENBLAS_CORETYPE": "Sandybridge"}
+    if platform.machine() == "x86_64"
+    else {}  # (those names are x86's: elsewhere the run is native once more)
+)
 
 
 def run(name: str, work: Path, targets: list, *args: str, env: dict | None = None) -> tuple[str, pd.DataFrame]:
