@@ -213,14 +213,17 @@ def test_github_format_prints_annotations_and_fills_the_step_summary(project, mo
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     r = invoke("run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out", "--format", "github")
     assert r.exit_code == 1
-    assert r.output.startswith("::error title=softaudit fail%3A") and "## Verdicts" in step.read_text()
+    line = BAD.splitlines().index("def kernel(x, axis=-1):") + 1  # the annotation marks the definition
+    assert r.output.startswith(f"::error file=kernels.py,line={line},title=softaudit fail%3A"), r.output
+    assert "## Verdicts" in step.read_text()
     args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
     assert invoke(*args, "--update-baseline").exit_code == 0  # writing a baseline accepts what it records
     r = invoke(*args, "--baseline", "out/baseline.json", "--format", "github", "-q")
     assert r.exit_code == 0 and "::notice" not in r.output  # quiet: the known findings are not announced
     (project / "kernels.py").write_text(BAD.replace("e = np.exp(w)", "e = np.exp(w) * 0"))  # NaN everywhere now
     r = invoke(*args, "--baseline", "out/baseline.json", "--format", "github", "-q")
-    regression = next(line for line in r.output.splitlines() if line.startswith("::error title=softaudit regression"))
+    regression = next(line for line in r.output.splitlines() if "title=softaudit regression" in line)
+    assert regression.startswith(f"::error file=kernels.py,line={line},")
     assert "became" in regression and "NaN" in regression  # with the row's note
     # ... and each regression once: every line of the quiet output is an annotation
     assert r.output.strip() and all(line.startswith("::error") for line in r.output.splitlines()), r.output
