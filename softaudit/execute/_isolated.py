@@ -158,8 +158,8 @@ def _may_start_processes():
     """Let a daemonic process start the worker. multiprocessing refuses a daemonic process children, to keep it
     from leaving them orphaned when it is ended; a Dask worker started as Dask's docs show (a nanny's child) is
     daemonic. The worker started here is closed with its executor (multiprocessing.util.Finalize when the process
-    exits: softaudit/execute/_pool.task), and a loky worker whose parent is gone ends itself, so the refusal is
-    lifted while the worker starts and put back after."""
+    exits: softaudit/execute/_pool.task) and ends itself when its parent is gone, even killed (_worker.setup), so
+    the refusal is lifted while the worker starts and put back after."""
     config = multiprocessing.current_process()._config
     daemonic = config.get("daemon")
     if daemonic:

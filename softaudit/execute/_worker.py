@@ -12,6 +12,8 @@ import os
 import pickle
 import resource
 import signal
+import threading
+import time
 
 import numpy as np
 
@@ -36,9 +38,24 @@ ENV = NO_LEAK_CHECK | ONE_THREAD
 
 def ignore_stops() -> None:
     """Leave SIGINT and SIGTERM to softaudit's own process: it stops the run, keeps what finished and closes its
-    workers (with SIGKILL where one does not end)."""
+    workers (with SIGKILL where one does not end); and end with that process (`_end_with_parent`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _end_with_parent()
+
+
+def _end_with_parent(every: float = 1.0) -> None:
+    """Exit when the process that started this worker is gone. A parent killed before it could close its workers
+    (SIGKILL; a Dask worker its nanny killed) leaves them reparented and waiting forever on a pipe something else
+    still holds open: a `dask worker` stopped with SIGTERM left its isolation worker behind."""
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="softaudit-parent-watch", daemon=True).start()
 
 
 def setup(memory_mib: int | None) -> None:
