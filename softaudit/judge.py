@@ -207,7 +207,7 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
     texts = [_explain(r, tally, record, why) for r in reasons]
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern)
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
@@ -286,8 +286,21 @@ def _worst_record(
     scale = 1 / inv if inv else math.nan
     name, axis = kinds.get(candidate.kind).reduction
     length = pc.inputs[name].shape[axis]
-    total = causes.exp_sum(*row_inputs(candidate.kind, pc, tuple(position)))
-    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length, total)
+    inputs, mask = row_inputs(candidate.kind, pc, tuple(position))
+    row_mask = mask if mask is not None and np.ndim(mask) == 1 else None  # (one row's: not a whole case's)
+    budget = causes.budget_at(candidate.kind, pc, flat) if math.isfinite(value) else (0.0, 0.0)
+    cause, explanation = causes.classify(
+        candidate.kind,
+        fmt,
+        value,
+        exact,
+        rounded,
+        scale,
+        length,
+        causes.exp_sum(inputs, mask),
+        budget=budget,
+        mask_row=row_mask,
+    )
     if cause == "wrong_terms":
         explanation = "; ".join(filter(None, [explanation, causes.unattending(output, pc.mask)]))
     suite, seed, corpus = recipe

@@ -1,0 +1,186 @@
+"""Each cause softaudit names (softaudit/causes.py) on a hand-made implementation with exactly that defect, and a
+sound implementation beside it that must not get it: a cause is worth reading only if it points at what is wrong.
+
+The implementations are small numpy (and one torch) kernels written here, not built-ins; each test audits one kind
+on one family in one dtype.
+"""
+
+import math
+
+import numpy as np
+import pytest
+
+import softaudit
+from softaudit import causes
+from softaudit.reference import format_of
+
+TILE = 16
+
+
+def audit(target, kind, family, dtype, cases=None):
+    """The rows of one target on one family in one dtype (a case file's family where `cases` names one)."""
+    table = softaudit.audit(
+        target, kind=kind, dtypes=[dtype], families=[family], cases=cases, isolation="none", cache=False
+    ).table
+    return table[table.family == family]
+
+
+def one(target, kind, family, dtype, output="", cases=None):
+    table = audit(target, kind, family, dtype, cases)
+    return table[table.output == output].iloc[0]
+
+
+def _w(x, dtype):
+    return np.asarray(x).astype(dtype)
+
+
+# -- wrong_terms: a term missing, extra or wrong; never rounding in the dtype ---------------------------------------
+
+
+def online_softmax(x, axis=-1, rescale=True):
+    """Softmax over blocks of 16 entries with a running max and sum, in float32 (as a FlashAttention kernel does).
+    rescale=False: the running sum l is not multiplied by exp(m_old - m_new) when the max grows (a missing term)."""
+    w = np.float32
+    x32 = x.astype(w)
+    m = np.full(x.shape[:-1] + (1,), -np.inf, w)
+    total = np.zeros(x.shape[:-1] + (1,), w)
+    for start in range(0, x.shape[-1], TILE):
+        block = x32[..., start : start + TILE]
+        new = np.maximum(m, block.max(axis=-1, keepdims=True))
+        kept = np.exp(m - new) * total if rescale else total
+        total = kept + np.exp(block - new).sum(axis=-1, keepdims=True, dtype=w)
+        m = new
+    return (np.exp(x32 - m) / total).astype(x.dtype)
+
+
+def online_softmax_no_rescale(x, axis=-1):
+    return online_softmax(x, axis, rescale=False)
+
+
+def test_an_online_softmax_that_does_not_rescale_its_sum_has_a_wrong_term():
+    """All in float32: the missing exp(m_old - m_new) is no rounding, and no float32 upcast fixes it."""
+    row = one(online_softmax_no_rescale, "softmax", "gaussian", "float32")
+    assert row.verdict == "fail" and row.cause == "wrong_terms", row.note
+    assert "missing, extra or wrong" in row.note and "float32" not in row.fix, row.fix
+    sound = one(online_softmax, "softmax", "gaussian", "float32")
+    assert sound.cause != "wrong_terms", sound.note
+
+
+def torch_bf16_softmax_grad(x, g, axis=-1):
+    """A correct softmax backward, every step in bfloat16 as PyTorch runs p * (g - (g * p).sum())."""
+    torch = pytest.importorskip("torch")
+    xt, gt = (torch.from_numpy(a.astype(np.float32)).to(torch.bfloat16) for a in (x, g))
+    p = torch.softmax(xt, dim=-1)
+    return (p * (gt - (gt * p).sum(dim=-1, keepdim=True))).float().numpy().astype(x.dtype)
+
+
+def test_a_correct_bfloat16_softmax_backward_is_rounding_not_a_wrong_term():
+    """mnist_logits' worst row: p_max 0.99803 rounds to 0.99609 and <g, p> 0.52740 to 0.52344; g_i - <g, p>
+    cancels, so one rounding of <g, p> is hundreds of times the element's conditioning scale. Rounding, not a term."""
+    pytest.importorskip("torch")
+    row = one(torch_bf16_softmax_grad, "softmax_grad", "mnist_logits", "bfloat16")
+    assert row.max_cond_err > 100, row.note  # (the element where one rounding of <g, p> dominates)
+    assert row.cause != "wrong_terms" and "missing, extra or wrong" not in row.note, row.note
+    assert "bfloat16" in row.note, row.note
+
+
+def softmax_grad_extra_term(x, g, axis=-1):
+    """p * (g - <g, p>) + p * <g, p> / n: an extra term, computed in float64 and rounded once."""
+    p = np.exp(x - x.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    gbar = (g * p).sum(axis=-1, keepdims=True)
+    return (p * (g - gbar) + p * gbar / x.shape[-1]).astype(x.dtype)
+
+
+def test_an_extra_term_in_a_softmax_backward_is_a_wrong_term():
+    row = one(softmax_grad_extra_term, "softmax_grad", "gaussian", "float32")
+    assert row.verdict == "fail" and row.cause == "wrong_terms", row.note
+
+
+# -- cancellation, not underflow --------------------------------------------------------------------------------------
+
+
+def softmax_grad_in_dtype(x, g, axis=-1):
+    """The plain backward p * (g - sum(g * p)), every step in the dtype."""
+    p = np.exp(x - x.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    return p * (g - (g * p).sum(axis=-1, keepdims=True))
+
+
+def test_a_zero_where_g_minus_gbar_cancels_is_cancellation_not_underflow():
+    """The textbook row [-25, 0, 25, 50] in float32: p_3 = 1 - 1.4e-11, so <g, p> rounds to g_3 and g_3 - <g, p>
+    is exactly 0 where the exact gradient is about 1e-11: nothing underflowed."""
+    fmt = format_of("float32")
+    x = np.array([-25.0, 0.0, 25.0, 50.0])
+    g = np.array([0.3, -1.2, 0.7, 0.5])
+    y = softmax_grad_in_dtype(x.astype(np.float32), g.astype(np.float32))
+    assert y[3] == 0
+    import mpmath
+
+    with mpmath.workdps(50):
+        e = [mpmath.exp(mpmath.mpf(v) - 50) for v in x]
+        s = sum(e)
+        p = [t / s for t in e]
+        gbar = sum(pk * gk for pk, gk in zip(p, g))
+        exact = float(p[3] * (g[3] - gbar))
+    from softaudit import budget, conditioning
+
+    scale = float(conditioning.softmax_grad(x[None], None, g[None], np.array([[0, 0, 0, exact]]))[0, 3])
+    terms = budget.of("softmax_grad", {"x": x[None], "g": g[None]}, None, (np.array([[0, 0, 0, exact]]),))
+    cause, why = causes.classify("softmax_grad", fmt, 0.0, exact, exact, scale, 4, budget=(float(terms[0][0, 3]),) * 2)
+    assert cause == "cancellation" and "underflow" not in why, why
+
+
+# -- masked_block: a fully masked first tile ---------------------------------------------------------------------------
+
+
+def flash_attention(q, k, v, mask=None, guard=True):
+    """FlashAttention-style forward in float32: blocks of 16 keys, a running max and sum. guard=False: the running
+    max of a fully masked block stays -inf, exp(-inf - -inf) is NaN, and the NaN is dropped at the end (the row
+    comes out zeros); guard=True uses 0 in its place, as FlashAttention does."""
+    w = np.float32
+    q32, k32, v32 = (a.astype(w) for a in (q, k, v))
+    c = w(1 / math.sqrt(q.shape[-1]))
+    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+    m = np.full(lead + (q.shape[-2], 1), -np.inf, w)
+    total = np.zeros_like(m)
+    acc = np.zeros(lead + (q.shape[-2], v.shape[-1]), w)
+    with np.errstate(all="ignore"):
+        for start in range(0, k.shape[-2], TILE):
+            s = (q32 @ np.swapaxes(k32[..., start : start + TILE, :], -1, -2)) * c
+            if mask is not None:
+                s = np.where(mask[..., start : start + TILE], s, -np.inf)
+            new = np.maximum(m, s.max(axis=-1, keepdims=True))
+            safe = np.where(np.isfinite(new), new, 0) if guard else new
+            alpha = np.exp(m - safe)
+            e = np.exp(s - safe)
+            total = alpha * total + e.sum(axis=-1, keepdims=True)
+            acc = alpha * acc + e @ v32[..., start : start + TILE, :]
+            m = new
+        out = acc / np.where(total > 0, total, 1) if guard else np.nan_to_num(acc / total)
+    return out.astype(q.dtype)
+
+
+def flash_unguarded(q, k, v, mask=None):
+    return flash_attention(q, k, v, mask, guard=False)
+
+
+@pytest.fixture(scope="module")
+def left_padded(tmp_path_factory):
+    """Queries whose first 16 keys are masked (left padding) and the rest kept, beside queries that keep all."""
+    rng = np.random.default_rng(0)
+    q, k, v = rng.standard_normal((8, 32)), rng.standard_normal((40, 32)), rng.standard_normal((40, 32))
+    mask = np.ones((8, 40), bool)
+    mask[::2, :TILE] = False
+    path = tmp_path_factory.mktemp("cases") / "left_padded.npz"
+    np.savez(path, q=q, k=k, v=v, mask=mask)
+    return path
+
+
+def test_a_fully_masked_first_tile_is_named(left_padded):
+    row = one(flash_unguarded, "attention", "file:left_padded", "float32", cases=left_padded)
+    assert row.verdict == "fail" and row.cause == "masked_block", row.note
+    assert "first 16 keys are masked" in row.note and "-inf" in row.note, row.note
+    assert "running max" in row.fix and "float32" not in row.fix, row.fix
+    sound = one(flash_attention, "attention", "file:left_padded", "float32", cases=left_padded)
+    assert sound.cause != "masked_block" and sound.verdict != "fail", sound.note
