@@ -184,3 +184,46 @@ def test_a_fully_masked_first_tile_is_named(left_padded):
     assert "running max" in row.fix and "float32" not in row.fix, row.fix
     sound = one(flash_attention, "attention", "file:left_padded", "float32", cases=left_padded)
     assert sound.cause != "masked_block" and sound.verdict != "fail", sound.note
+
+
+# -- a gradient in its input's broadcast shape ------------------------------------------------------------------------
+
+
+def attention_grad_unsummed(q, k, v, g, mask=None):
+    """A correct attention backward in float64 that returns dk and dv in the broadcast shape (one per query head)
+    where k and v are shared by several heads: they must be summed over the heads."""
+    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
+    c = 1 / math.sqrt(q.shape[-1])
+    s = q64 @ np.swapaxes(k64, -1, -2) * c
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = e / e.sum(axis=-1, keepdims=True)
+    dp = g64 @ np.swapaxes(v64, -1, -2)
+    ds = p * (dp - (dp * p).sum(axis=-1, keepdims=True))
+    grads = (ds @ k64 * c, np.swapaxes(ds, -1, -2) @ q64 * c, np.swapaxes(p, -1, -2) @ g64)
+    return tuple(a.astype(q.dtype) for a in grads)
+
+
+def test_a_gradient_returned_in_the_broadcast_shape_is_told_to_sum_over_the_broadcast_axis():
+    row = audit(attention_grad_unsummed, "attention_grad", "attn_broadcast_kv", "float32").iloc[0]
+    assert row.verdict == "error", row.note
+    assert "dk: returned shape (2, 4, 24, 32), expected (2, 1, 24, 32)" in row.note, row.note
+    assert "k is broadcast along axis 1" in row.note and "dk must be summed over it" in row.note, row.note
+
+
+def attention_grad_summed(q, k, v, g, mask=None):
+    """The same backward, with dk and dv summed over the axes k and v are broadcast along."""
+    dq, dk, dv = attention_grad_unsummed(q, k, v, g, mask)
+    return dq, _summed_to(dk, k.shape), _summed_to(dv, v.shape)
+
+
+def _summed_to(a, shape):
+    a = a.sum(axis=tuple(range(a.ndim - len(shape)))) if a.ndim > len(shape) else a
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and a.shape[i] != 1)
+    return a.sum(axis=axes, keepdims=True) if axes else a
+
+
+def test_a_gradient_summed_over_the_broadcast_axis_is_judged():
+    table = audit(attention_grad_summed, "attention_grad", "attn_broadcast_kv", "float32")
+    assert set(table.verdict) <= {"pass", "warn"} and not table.note.str.contains("broadcast").any(), table.note
