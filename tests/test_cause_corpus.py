@@ -227,3 +227,20 @@ def _summed_to(a, shape):
 def test_a_gradient_summed_over_the_broadcast_axis_is_judged():
     table = audit(attention_grad_summed, "attention_grad", "attn_broadcast_kv", "float32")
     assert set(table.verdict) <= {"pass", "warn"} and not table.note.str.contains("broadcast").any(), table.note
+
+
+# -- each kind's own formula in its note -------------------------------------------------------------------------------
+
+
+def logsumexp_grad_in_dtype(x, g, axis=-1):
+    """dx = exp(x - logsumexp(x)) g, every step in the dtype."""
+    m = x.max(axis=-1, keepdims=True)
+    lse = m + np.log(np.exp(x - m).sum(axis=-1, keepdims=True))
+    return np.exp(x - lse) * g[..., None]
+
+
+def test_a_logsumexp_gradient_note_quotes_its_own_formula():
+    """dx = p g has no g - <g, p> (softmax_grad's formula, which its notes quoted)."""
+    row = one(logsumexp_grad_in_dtype, "logsumexp_grad", "offset", "bfloat16")
+    assert row.cause == "cancellation", row.note
+    assert "g - <g, p>" not in row.note and "p g" in row.note, row.note

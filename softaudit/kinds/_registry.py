@@ -183,8 +183,9 @@ _ROW_GRAD = dict(
     reduces=False,
     logarithmic=False,
     causes=("subnormal",),
-    scale_terms="the terms of g - <g, p>",
 )
+#: What each row gradient's conditioning scale adds up (each kind its own formula, for the cancellation sentence).
+_SOFTMAX_GRAD_TERMS = "the terms of g - <g, p>"
 #: Upstream gradients with a known structure, on Gaussian logits (softaudit/cases/_grad.py).
 _UPSTREAM_FAMILIES = ("g_onehot", "g_cross_entropy", "g_constant", "g_wide")
 
@@ -201,6 +202,7 @@ SOFTMAX_GRAD = Kind(
     best_practice="p, <g, p> and p (g - <g, p>) in {wide}, round once (softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
     budget="softaudit.budget:softmax_grad",
+    scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     **_ROW_GRAD,
 )
@@ -217,6 +219,7 @@ LOG_SOFTMAX_GRAD = Kind(
     best_practice="p and g - p sum(g) in {wide}, round once (log_softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
     budget="softaudit.budget:log_softmax_grad",
+    scale_terms="the terms of g - p sum(g)",
     **_ROW_GRAD,
 )
 
@@ -232,6 +235,7 @@ LOGSUMEXP_GRAD = Kind(
     best_practice="p g with p in {wide}, round once (logsumexp_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED,
     budget="softaudit.budget:logsumexp_grad",
+    scale_terms="p g and the logits' share in p",
     **_ROW_GRAD,
 )
 
@@ -249,6 +253,7 @@ MASKED_SOFTMAX_GRAD = Kind(
     ),
     families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _UPSTREAM_FAMILIES,
     budget="softaudit.budget:softmax_grad",
+    scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     leak="masked entries get a gradient",
     fixes={
