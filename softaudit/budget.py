@@ -9,8 +9,10 @@ dtype, however it is ordered, can be taken for a missing term.
 
 Each function returns T (one array per output) such that |y - r| <= u T to first order for every ordering of the
 standard algorithm, with `sums(n)` roundings for a sum of n terms: ceil(log2 n) for a pairwise sum, n - 1 for a
-running one (`PAIRWISE`, `RUNNING`). The bounds are generous (every rounding at its worst, every constant rounded
-up): a budget is a yardstick for causes, never a fail line. docs/policy.md derives them.
+running one (`PAIRWISE`, `RUNNING`), and `tiny`, the dtype's smallest normal: a rounding below the normal range is
+off by up to u tiny whatever the value (a p that underflows in float16 loses all of p g). The bounds are generous
+(every rounding at its worst, every constant rounded up): a budget is a yardstick for causes, never a fail line.
+docs/policy.md says how the causes read them.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ def RUNNING(n):
     return np.maximum(np.asarray(n, dtype=np.float64) - 1, 0)
 
 
-def of(kind: str, inputs: dict, mask, exact: tuple, sums=PAIRWISE) -> tuple[np.ndarray, ...]:
-    """The rounding budget T of each output of `kind` on a case (inputs in the dtype, the exact results)."""
-    return kinds.get(kind).part("budget")(kinds.get(kind), inputs, mask, exact, sums)
+def of(kind: str, inputs: dict, mask, exact: tuple, sums=PAIRWISE, tiny: float = 0.0) -> tuple[np.ndarray, ...]:
+    """The rounding budget T of each output of `kind` on a case (inputs in the dtype, the exact results), for a
+    dtype whose smallest normal is `tiny`."""
+    return kinds.get(kind).part("budget")(kinds.get(kind), inputs, mask, exact, sums, tiny)
 
 
 def _row(x, mask, sums):
     """The row quantities every row kind's budget reads: kept, p, log of the shifted sum, and E, the relative
     error coefficient of p (the shift x - m rounded: |x - m|; the sum: its terms' errors and sums(n); exp, the
-    division: a few roundings more) for every way of forming p (e / s, e (1 / s), exp(x - m - log s))."""
+    division: a few roundings more; exp(x - lse) with lse rounded: |lse|) for every way of forming p (e / s,
+    e (1 / s), exp(x - m - log s), exp(x - lse), exp of a saved log-softmax)."""
     x = np.asarray(x, dtype=np.float64)
     kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.broadcast_to(mask, x.shape)
     t = np.where(kept, x, -np.inf)
@@ -53,11 +57,12 @@ def _row(x, mask, sums):
     p = e / np.where(s > 0, s, 1.0)
     spread = (p * d).sum(axis=-1, keepdims=True)
     n = kept.sum(axis=-1, keepdims=True)
-    big_e = np.where(kept, d + spread + sums(n) + 4, 0.0)
-    return kept, p, np.log(np.where(s > 0, s, 1.0)), m, big_e
+    log_s = np.log(np.where(s > 0, s, 1.0))
+    big_e = np.where(kept, d + spread + sums(n) + 4 + np.abs(m + log_s), 0.0)
+    return kept, p, log_s, m, big_e
 
 
-def rows(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
+def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
     """softmax and masked_softmax: p E; log_softmax: |r| + |x - m| + log s + sum p |x - m| + sums(n) + 4 (the shift,
     the log of a sum that carries its terms' errors, the subtraction); logsumexp: the same about m + log s."""
     with np.errstate(all="ignore"):
@@ -65,16 +70,17 @@ def rows(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
         kept, p, log_s, m, big_e = _row(x, mask, sums)
         r = np.abs(np.asarray(exact[0], dtype=np.float64))
         if kind.reduces:
-            return ((np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True))[..., 0] + r,)
+            return ((np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True))[..., 0] + r + tiny,)
         if kind.logarithmic:
-            return (np.where(kept, r + log_s + big_e, 0.0),)
-        return (np.where(kept, p * big_e, 0.0),)
+            return (np.where(kept, r + log_s + big_e + tiny, 0.0),)
+        return (np.where(kept, p * big_e + 2 * tiny, 0.0),)
 
 
-def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
-    """dx = p (g - <g, p>): p_i's error times |g_i - gbar|; the dot's, p_i sum_k p_k |g_k| (E_k + sums(n) + 1) (each
-    product p_k g_k carries p_k's error, and the sum its own, with sum(p) != 1 in it); the subtraction and the
-    products, p_i (|g_i| + |gbar|) and |r_i| (p g - p gbar rounds both)."""
+def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+    """dx = p (g - <g, p>): p_i's error (p E + tiny) times |g_i - gbar|; the dot's, p_i sum_k (p_k |g_k| (E_k +
+    sums(n) + 1) + tiny (|g_k| + 1)) (each product p_k g_k carries p_k's error and its own, and the sum its own,
+    with sum(p) != 1 in it); the subtraction and the products, p_i (|g_i| + |gbar|) and |r_i| (p g - p gbar rounds
+    both)."""
     with np.errstate(all="ignore"):
         x = np.asarray(inputs["x"], dtype=np.float64)
         kept, p, _, _, big_e = _row(x, mask, sums)
@@ -82,13 +88,13 @@ def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarr
         ag = np.abs(g)
         gbar = (p * g).sum(axis=-1, keepdims=True)
         n = kept.sum(axis=-1, keepdims=True)
-        dot = (p * ag * (big_e + sums(n) + 1)).sum(axis=-1, keepdims=True)
-        terms = p * (big_e * np.abs(g - gbar) + ag + np.abs(gbar) + dot)
-        return (np.where(kept, terms + np.abs(exact[0]), 0.0),)
+        dot = (p * ag * (big_e + sums(n) + 1) + tiny * (ag + 1)).sum(axis=-1, keepdims=True)
+        terms = (p * big_e + tiny) * np.abs(g - gbar) + p * (ag + np.abs(gbar) + dot)
+        return (np.where(kept, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
 
-def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
-    """dx = g - p sum(g): p_i's error times |sum(g)|; the sum's, p_i sums(n) sum |g|; the product and the
+def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+    """dx = g - p sum(g): p_i's error (p E + tiny) times |sum(g)|; the sum's, p_i sums(n) sum |g|; the product and the
     subtraction, |g_i| and |r_i|. At a -inf logit (p = 0) dx = g exactly: 2 |g_i| covers a g - 0 too."""
     with np.errstate(all="ignore"):
         x = np.asarray(inputs["x"], dtype=np.float64)
@@ -97,23 +103,24 @@ def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.n
         g = np.where(read, np.asarray(inputs["g"], dtype=np.float64), 0.0)
         total = np.abs(g.sum(axis=-1, keepdims=True))
         n = read.sum(axis=-1, keepdims=True)
-        terms = np.abs(g) + p * (total * (big_e + 1) + sums(n) * np.abs(g).sum(axis=-1, keepdims=True))
-        return (np.where(read, terms + np.abs(exact[0]), 0.0),)
+        pe = p * big_e + tiny
+        terms = np.abs(g) + pe * total + p * (total + sums(n) * np.abs(g).sum(axis=-1, keepdims=True))
+        return (np.where(read, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
 
-def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
-    """dx = p g (g one value per row): p_i's error and the product's, p_i |g| (E_i + 1), and |r_i|."""
+def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+    """dx = p g (g one value per row): p_i's error and the product's, (p_i (E_i + 1) + tiny) |g|, and |r_i|."""
     with np.errstate(all="ignore"):
         x = np.asarray(inputs["x"], dtype=np.float64)
         kept, p, _, _, big_e = _row(x, mask, sums)
         ag = np.abs(np.asarray(inputs["g"], dtype=np.float64))[..., None]
-        return (np.where(kept, p * ag * (big_e + 1) + np.abs(exact[0]), 0.0),)
+        return (np.where(kept, (p * (big_e + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
-def _attention_weights(q, k, keep, sums):
-    """P, the scores' |q| |k| c (a), and E, P's relative error coefficient: each score is a dot of d terms rounded
-    sums(d) + 2 times (its error at most that many u of a_j, and of sum_l P_l a_l through the row's shift and sum),
-    then a row kind's E over the scores."""
+def _attention_weights(q, k, keep, sums, tiny):
+    """P, the scores' |q| |k| c (a), and P E + tiny, P's absolute error coefficient: each score is a dot of d terms
+    rounded sums(d) + 2 times (its error at most that many u of a_j, and of sum_l P_l a_l through the row's shift
+    and sum), then a row kind's E over the scores (with |lse| for exp(s - lse))."""
     c = 1 / math.sqrt(q.shape[-1])
     kt = np.swapaxes(k, -1, -2)
     p = _weights(q, kt, keep, c)
@@ -122,9 +129,12 @@ def _attention_weights(q, k, keep, sums):
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     d = np.where(keep, np.abs(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
     n = keep.sum(axis=-1, keepdims=True)
+    total = np.where(keep, np.exp(-d), 0.0).sum(axis=-1, keepdims=True)
+    lse = np.abs(np.where(np.isfinite(m), m, 0.0) + np.log(np.where(total > 0, total, 1.0)))
     dots = sums(q.shape[-1]) + 2
-    big_e = dots * (a + (p * a).sum(axis=-1, keepdims=True)) + d + (p * d).sum(axis=-1, keepdims=True) + sums(n) + 4
-    return p, a, np.where(keep, big_e, 0.0), n, c
+    spread = (p * d).sum(axis=-1, keepdims=True)
+    big_e = dots * (a + (p * a).sum(axis=-1, keepdims=True)) + d + spread + sums(n) + 4 + lse
+    return p, np.where(keep, p * big_e + tiny, 0.0), n, c
 
 
 def _setting(inputs: dict, mask):
@@ -134,36 +144,38 @@ def _setting(inputs: dict, mask):
     return q, k, v, keep
 
 
-def attention(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray]:
-    """o = P V: each P_j's error and the sum's, sum_j P_j |v_j| (E_j + sums(n) + 2), and |o|."""
+def attention(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+    """o = P V: each P_j's error and the sum's, sum_j (P_j E_j + tiny + P_j (sums(n) + 2)) |v_j|, each product's
+    floor, and |o|."""
     with np.errstate(all="ignore"):
         q, k, v, keep = _setting(inputs, mask)
-        p, _, big_e, n, _ = _attention_weights(q, k, keep, sums)
-        return ((p * (big_e + sums(n) + 2)) @ np.abs(v) + np.abs(np.asarray(exact[0], dtype=np.float64)),)
+        p, pe, n, _ = _attention_weights(q, k, keep, sums, tiny)
+        o = np.abs(np.asarray(exact[0], dtype=np.float64))
+        return ((pe + p * (sums(n) + 2)) @ np.abs(v) + o + (n + 2) * tiny,)
 
 
-def attention_grad(kind, inputs: dict, mask, exact: tuple, sums) -> tuple[np.ndarray, ...]:
+def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray, ...]:
     """dS = P (dP - D), dP = g v^T (b = |g| |v|^T), D = sum_j P_j dP_j (or rowsum(dO o O): the same terms):
-    dS's error coefficient sigma = P (E |dP - D| + sums(dv) b + delta_D + |dP| + |D|) + |dS|, with delta_D =
-    sum_j P_j (|dP_j| + b_j) (E_j + sums(n) + sums(dv) + 3); then dq = c dS k and dk = c dS^T q add their own sums
-    (sigma + (sums + 1) |dS|), and dv = P^T g, P's error and the sum over queries. Inputs broadcast along batch
-    axes get the sum over them, as their gradients do."""
+    dS's error coefficient sigma = (P E + tiny) |dP - D| + P (sums(dv) b + delta_D + |dP| + |D|) + |dS|, with
+    delta_D = sum_j (P_j E_j + tiny + P_j (sums(n) + sums(dv) + 3)) (|dP_j| + b_j); then dq = c dS k and
+    dk = c dS^T q add their own sums (sigma + (sums + 1) |dS|), and dv = P^T g, P's error and the sum over queries.
+    Inputs broadcast along batch axes get the sum over them, as their gradients do."""
     with np.errstate(all="ignore"):
         q, k, v, keep = _setting(inputs, mask)
         g = np.asarray(inputs["g"], dtype=np.float64)
-        p, _, big_e, n, c = _attention_weights(q, k, keep, sums)
+        p, pe, n, c = _attention_weights(q, k, keep, sums, tiny)
         vt = np.swapaxes(v, -1, -2)
         dp = np.where(keep, g @ vt, 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
         dd = (p * dp).sum(axis=-1, keepdims=True)
         ds = p * (dp - dd)
         width = sums(v.shape[-1])
-        delta = (p * (np.abs(dp) + b) * (big_e + sums(n) + width + 3)).sum(axis=-1, keepdims=True)
-        sigma = p * (big_e * np.abs(dp - dd) + width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds)
+        delta = ((pe + p * (sums(n) + width + 3)) * (np.abs(dp) + b)).sum(axis=-1, keepdims=True) + n * tiny
+        sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
         queries = sums(q.shape[-2])
         dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
         dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
-        dv = np.swapaxes(p * (big_e + queries + 2), -1, -2) @ np.abs(g)
+        dv = np.swapaxes(pe + p * (queries + 2), -1, -2) @ np.abs(g) + (queries + 2) * tiny
         return tuple(
             _summed_to(part, x.shape) + np.abs(np.asarray(r, dtype=np.float64))
             for part, x, r in zip((dq, dk, dv), (q, k, v), exact)

@@ -211,9 +211,10 @@ def budget_at(kind: str, pc, flat: int) -> tuple[float, float]:
     """The rounding budget T (softaudit/budget.py) of one element of a prepared case's output (pc: the case, or its
     view through one output), with pairwise and with running sums."""
     whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
+    tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
     exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)
     return tuple(
-        float(np.asarray(budget.of(kind, whole.inputs, whole.mask, exact, sums)[index]).reshape(-1)[flat])
+        float(np.asarray(budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny)[index]).reshape(-1)[flat])
         for sums in (budget.PAIRWISE, budget.RUNNING)
     )
 
