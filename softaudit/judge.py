@@ -205,6 +205,8 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    if first.rule == "below_best" and _flushes_only(tally, record):
+        cause = "flushed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
     texts = [_explain(r, tally, record, why) for r in reasons]
     return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
@@ -229,6 +231,8 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
     """A reason's text, with what explains it: the input pattern behind a NaN, the worst element's cause."""
     if reason.rule in ("nan", "overflow"):
         return f"{reason.text}: {why}" if why else reason.text
+    if reason.rule == "below_best" and _flushes_only(tally, record):
+        return f"{reason.text}, at subnormal results that came out 0"
     if reason.rule in ("defect", "below_best") and record is not None:
         return f"{reason.text}; worst element: {record.explanation}"
     if reason.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -238,6 +242,12 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
             "not a flush)"
         )
     return reason.text
+
+
+def _flushes_only(tally: Tally, record) -> bool:
+    """Whether a row's ULP error is all in subnormal results that came out 0: the measures judge those as a flush
+    (their conditioning-scaled error is 0), so the worst element is exact and says nothing of the ULP error."""
+    return tally.flushed > 0 and (record is None or record.cond_err == 0)
 
 
 def _undefined_rows_judged(pcs) -> bool:

@@ -34,7 +34,7 @@ def _w(x, dtype):
     return np.asarray(x).astype(dtype)
 
 
-# -- wrong_terms: a term missing, extra or wrong; never rounding in the dtype ---------------------------------------
+# -- wrong_terms: a term missing, extra or wrong; never rounding in the dtype --
 
 
 def online_softmax(x, axis=-1, rescale=True):
@@ -97,7 +97,7 @@ def test_an_extra_term_in_a_softmax_backward_is_a_wrong_term():
     assert row.verdict == "fail" and row.cause == "wrong_terms", row.note
 
 
-# -- cancellation, not underflow --------------------------------------------------------------------------------------
+# -- cancellation, not underflow --
 
 
 def softmax_grad_in_dtype(x, g, axis=-1):
@@ -131,7 +131,7 @@ def test_a_zero_where_g_minus_gbar_cancels_is_cancellation_not_underflow():
     assert cause == "cancellation" and "underflow" not in why, why
 
 
-# -- masked_block: a fully masked first tile ---------------------------------------------------------------------------
+# -- masked_block: a fully masked first tile --
 
 
 def flash_attention(q, k, v, mask=None, guard=True):
@@ -186,7 +186,7 @@ def test_a_fully_masked_first_tile_is_named(left_padded):
     assert sound.cause != "masked_block" and sound.verdict != "fail", sound.note
 
 
-# -- a gradient in its input's broadcast shape ------------------------------------------------------------------------
+# -- a gradient in its input's broadcast shape --
 
 
 def attention_grad_unsummed(q, k, v, g, mask=None):
@@ -229,7 +229,7 @@ def test_a_gradient_summed_over_the_broadcast_axis_is_judged():
     assert set(table.verdict) <= {"pass", "warn"} and not table.note.str.contains("broadcast").any(), table.note
 
 
-# -- each kind's own formula in its note -------------------------------------------------------------------------------
+# -- each kind's own formula in its note --
 
 
 def logsumexp_grad_in_dtype(x, g, axis=-1):
@@ -244,3 +244,196 @@ def test_a_logsumexp_gradient_note_quotes_its_own_formula():
     row = one(logsumexp_grad_in_dtype, "logsumexp_grad", "offset", "bfloat16")
     assert row.cause == "cancellation", row.note
     assert "g - <g, p>" not in row.note and "p g" in row.note, row.note
+
+
+# -- the other causes: one defect each, and a sound kernel beside it --
+
+
+def _shifted_exp(x, dtype):
+    x = x.astype(dtype)
+    return np.exp(x - x.max(axis=-1, keepdims=True))
+
+
+def softmax_running_sum(x, axis=-1):
+    """exp(x - max) / s with s a running sum in the dtype (one entry after another)."""
+    e = _shifted_exp(x, x.dtype)
+    s = np.zeros(x.shape[:-1], x.dtype)
+    for j in range(x.shape[-1]):
+        s = (s + e[..., j]).astype(x.dtype)
+    return (e / s[..., None]).astype(x.dtype)
+
+
+def softmax_f32_sum(x, axis=-1):
+    """exp(x - max) in float32 summed pairwise in float64 (numpy's sum), divided once: float32 or narrower."""
+    e = _shifted_exp(x, np.float32)
+    return (e / e.sum(axis=-1, keepdims=True, dtype=np.float64)).astype(x.dtype)
+
+
+def softmax_sum_in_dtype(x, axis=-1):
+    e = _shifted_exp(x, x.dtype)
+    return (e / e.sum(axis=-1, keepdims=True, dtype=x.dtype)).astype(x.dtype)
+
+
+def test_a_running_sum_in_bfloat16_is_accumulation_and_a_pairwise_float32_sum_is_not():
+    row = one(softmax_running_sum, "softmax", "long", "bfloat16")
+    assert row.cause == "accumulation", row.note
+    assert "float32" in row.fix, row.fix
+    assert one(softmax_f32_sum, "softmax", "long", "bfloat16").cause != "accumulation"
+
+
+def test_a_float32_kernel_is_never_told_to_upcast_to_float32():
+    """A running sum in float32 accumulates too; its fix names float64 or a pairwise sum, not float32."""
+    row = one(softmax_running_sum, "softmax", "long", "float32")
+    assert row.cause == "accumulation", row.note
+    assert "float32" not in row.fix and "float64" in row.fix, row.fix
+    assert "float32" not in causes.fix("below_best", "attention", "precision", fmt=format_of("float32"))
+    in64 = causes.fix("defect", "softmax", "accumulation", fmt=format_of("float64"))
+    assert "compensated" in in64 and "float32" not in in64 and "float64" not in in64, in64
+    assert "float32" in causes.fix("defect", "softmax", "accumulation", fmt=format_of("bfloat16"))
+
+
+def test_a_float16_sum_of_65536_terms_overflows_and_a_float32_sum_does_not():
+    row = one(softmax_sum_in_dtype, "softmax", "equal_sum_overflow", "float16")
+    assert row.cause == "sum_overflow", row.note
+    assert one(softmax_f32_sum, "softmax", "equal_sum_overflow", "float16").cause != "sum_overflow"
+
+
+def log_softmax_shifted(x, axis=-1):
+    x = x.astype(np.float64).astype(x.dtype)
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return (shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True, dtype=x.dtype))).astype(x.dtype)
+
+
+def log_softmax_log1p(x, axis=-1):
+    """x - max - log1p(sum of the others), in float64, rounded once."""
+    x64 = x.astype(np.float64)
+    top = x64.argmax(axis=-1)[..., None]
+    shifted = x64 - np.take_along_axis(x64, top, axis=-1)
+    e = np.exp(shifted)
+    np.put_along_axis(e, top, 0.0, axis=-1)
+    return (shifted - np.log1p(e.sum(axis=-1, keepdims=True))).astype(x.dtype)
+
+
+def test_a_log_of_a_sum_that_rounds_to_1_is_absorbed_and_the_log1p_form_is_not():
+    row = one(log_softmax_shifted, "log_softmax", "dominant", "float32")
+    assert row.cause == "absorbed", row.note
+    assert one(log_softmax_log1p, "log_softmax", "dominant", "float32").cause != "absorbed"
+
+
+def softmax_flush(x, axis=-1):
+    """A correct float64 softmax whose results below the normal range are flushed to 0 (an FTZ mode)."""
+    y = softmax_f64(x)
+    tiny = np.finfo(np.float32).tiny if x.dtype == np.float32 else float(format_of(x.dtype).min_normal)
+    return np.where(np.abs(y.astype(np.float64)) < tiny, 0, y).astype(x.dtype)
+
+
+def softmax_f64(x, axis=-1):
+    e = np.exp(x.astype(np.float64) - x.astype(np.float64).max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
+
+
+def test_subnormal_results_flushed_to_0_are_flushed_and_kept_ones_are_not():
+    row = one(softmax_flush, "softmax", "subnormal", "float32")
+    assert row.cause == "flushed", row.note
+    assert one(softmax_f64, "softmax", "subnormal", "float32").cause != "flushed"
+
+
+def softmax_unshifted(x, axis=-1):
+    """exp(x) / sum(exp(x)) in the dtype: no max subtracted."""
+    e = np.exp(x)
+    return (e / e.sum(axis=-1, keepdims=True, dtype=x.dtype)).astype(x.dtype)
+
+
+@pytest.fixture(scope="module")
+def far_below(tmp_path_factory):
+    """Rows far below 0: exp of the logits themselves is subnormal or 0 in float32, the results are normal."""
+    path = tmp_path_factory.mktemp("cases") / "far_below.npy"
+    np.save(path, np.array([[-95.0, -100.0, -105.0], [-96.0, -99.0, -104.0]]))
+    return path
+
+
+def test_an_unshifted_exp_that_underflows_is_underflow_and_the_shifted_one_is_not(far_below):
+    row = one(softmax_unshifted, "softmax", "file:far_below", "float32", cases=far_below)
+    assert row.cause == "underflow" and "came out 0" in row.note, row.note
+    assert one(softmax_f64, "softmax", "file:far_below", "float32", cases=far_below).verdict == "pass"
+
+
+def test_an_unshifted_exp_that_overflows_is_nan_and_the_fix_subtracts_the_max():
+    row = one(softmax_unshifted, "softmax", "offset", "float32")
+    assert row.cause == "nan" and "subtract the row max" in row.fix, row.note
+    assert one(softmax_f64, "softmax", "offset", "float32").cause != "nan"
+
+
+def log_softmax_unshifted(x, axis=-1):
+    return (x - np.log(np.exp(x).sum(axis=-1, keepdims=True, dtype=x.dtype))).astype(x.dtype)
+
+
+def test_a_log_of_an_overflowed_sum_is_overflow():
+    row = one(log_softmax_unshifted, "log_softmax", "offset", "float32")
+    assert row.cause == "overflow", row.note
+    assert one(log_softmax_log1p, "log_softmax", "offset", "float32").cause != "overflow"
+
+
+def masked_fill(x, mask, axis=-1, fill=-1e4):
+    """Masked softmax with a fill for masked entries, in float64: a finite fill leaks, -inf gives NaN rows."""
+    x = np.where(mask, x.astype(np.float64), fill)
+    with np.errstate(all="ignore"):
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(mask.dtype if False else np.result_type(x.dtype))
+
+
+def masked_fill_finite(x, mask, axis=-1):
+    return masked_fill(x, mask, fill=-1e4).astype(x.dtype)
+
+
+def masked_fill_neginf(x, mask, axis=-1):
+    return masked_fill(x, mask, fill=-np.inf).astype(x.dtype)
+
+
+def masked_where(x, mask, axis=-1):
+    """where over the kept entries, a guarded division: rows with nothing kept give zeros."""
+    x64 = np.where(mask, x.astype(np.float64), -np.inf)
+    m = x64.max(axis=-1, keepdims=True)
+    e = np.where(mask, np.exp(x64 - np.where(np.isfinite(m), m, 0)), 0)
+    s = e.sum(axis=-1, keepdims=True)
+    return (e / np.where(s > 0, s, 1)).astype(x.dtype)
+
+
+def test_a_finite_mask_fill_leaks_and_where_does_not():
+    row = one(masked_fill_finite, "masked_softmax", "below_fill", "float32")
+    assert row.cause == "mask_leak", row.note
+    assert one(masked_where, "masked_softmax", "below_fill", "float32").cause != "mask_leak"
+
+
+def test_a_minus_inf_fill_gives_nan_for_fully_masked_rows_and_where_gives_zeros():
+    row = one(masked_fill_neginf, "masked_softmax", "fully_masked", "float32")
+    assert row.cause == "fully_masked", row.note
+    assert one(masked_where, "masked_softmax", "fully_masked", "float32").verdict == "pass"
+
+
+def softmax_nan_to_num(x, axis=-1):
+    return softmax_f64(np.nan_to_num(x, nan=0.0))
+
+
+def test_a_nan_input_dropped_is_nan_propagation_and_a_plain_softmax_propagates_it():
+    row = one(softmax_nan_to_num, "softmax", "undefined", "float32")
+    assert row.cause == "nan_propagation", row.note
+    assert one(softmax_f64, "softmax", "undefined", "float32").cause != "nan_propagation"
+
+
+def softmax_grad_f32(x, g, axis=-1):
+    """Best practice: the plain backward in float32, rounded once."""
+    return softmax_grad_in_dtype(x.astype(np.float32), g.astype(np.float32)).astype(x.dtype)
+
+
+def test_a_bfloat16_backward_where_g_minus_gbar_cancels_is_cancellation_and_float32_is_not():
+    row = one(softmax_grad_in_dtype, "softmax_grad", "g_wide", "bfloat16")
+    assert row.cause == "cancellation" and "cancels" in row.note, row.note
+    assert one(softmax_grad_f32, "softmax_grad", "g_wide", "bfloat16").cause != "cancellation"
+
+
+def test_several_roundings_in_bfloat16_are_precision_and_float32_is_not():
+    pytest.importorskip("torch")
+    row = one(torch_bf16_softmax_grad, "softmax_grad", "ties", "bfloat16")
+    assert row.cause == "precision" and "bfloat16" not in row.fix.split("best practice")[0], row.note
+    assert one(softmax_grad_f32, "softmax_grad", "ties", "bfloat16").verdict == "pass"
