@@ -376,18 +376,18 @@ def test_a_log_of_an_overflowed_sum_is_overflow():
 
 def masked_fill(x, mask, axis=-1, fill=-1e4):
     """Masked softmax with a fill for masked entries, in float64: a finite fill leaks, -inf gives NaN rows."""
-    x = np.where(mask, x.astype(np.float64), fill)
+    filled = np.where(mask, x.astype(np.float64), fill)
     with np.errstate(all="ignore"):
-        e = np.exp(x - x.max(axis=-1, keepdims=True))
-        return (e / e.sum(axis=-1, keepdims=True)).astype(mask.dtype if False else np.result_type(x.dtype))
+        e = np.exp(filled - filled.max(axis=-1, keepdims=True))
+        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
 
 
 def masked_fill_finite(x, mask, axis=-1):
-    return masked_fill(x, mask, fill=-1e4).astype(x.dtype)
+    return masked_fill(x, mask, fill=-1e4)
 
 
 def masked_fill_neginf(x, mask, axis=-1):
-    return masked_fill(x, mask, fill=-np.inf).astype(x.dtype)
+    return masked_fill(x, mask, fill=-np.inf)
 
 
 def masked_where(x, mask, axis=-1):
