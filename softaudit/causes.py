@@ -99,14 +99,21 @@ def classify(
                 f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero, or lost to an intermediate "
                 "that underflowed)"
             )
+        within = known and abs(r) <= BEYOND_ROUNDING * pairwise  # (rounding in the dtype can take all of it)
         if "absorbed" in kind.causes and abs(r) < u:
             return "absorbed", (
                 f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that rounds to 1"
             )
-        if known and abs(r) <= BEYOND_ROUNDING * pairwise:
+        if "absorbed" in kind.causes and within:
+            return "absorbed", (
+                f"the exact result {_g(r)} came out 0: a log of a sum that rounds to 1 (the sum's rounding in "
+                f"{fmt.name} moves the result by up to u x {_g(scale + budget[0])} = {_g(pairwise)}, "
+                f"{_ratio(pairwise, abs(r)):.3g}x the result)"
+            )
+        if within:
             return "cancellation", (
-                f"came out 0 where the exact result is {_g(r)}: {_terms(kind)} and the intermediates of a standard "
-                f"algorithm, rounded in {fmt.name}, move it by up to u x {_g(scale + budget[0])} = {_g(pairwise)}, "
+                f"came out 0 where the exact result is {_g(r)}: {_terms(kind)} and a standard algorithm's "
+                f"intermediates in {fmt.name} can move it by up to u x {_g(scale + budget[0])} = {_g(pairwise)}, "
                 f"{_ratio(pairwise, abs(r)):.3g}x the result: its terms cancel to 0"
             )
         if leading:

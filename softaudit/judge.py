@@ -247,7 +247,7 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
 def _flushes_only(tally: Tally, record) -> bool:
     """Whether a row's ULP error is all in subnormal results that came out 0: the measures judge those as a flush
     (their conditioning-scaled error is 0), so the worst element is exact and says nothing of the ULP error."""
-    return tally.flushed > 0 and (record is None or record.cond_err == 0)
+    return tally.flushed > 0 and (record is None or (record.cond_err == 0 and record.cause == "rounding"))
 
 
 def _undefined_rows_judged(pcs) -> bool:

@@ -320,6 +320,13 @@ def test_a_log_of_a_sum_that_rounds_to_1_is_absorbed_and_the_log1p_form_is_not()
     assert one(log_softmax_log1p, "log_softmax", "dominant", "float32").cause != "absorbed"
 
 
+def test_a_log_softmax_of_0_where_the_sum_rounds_to_1_is_absorbed_not_underflow():
+    """float16, mnist_logits: the largest entry's log p is about -5e-4, above u, and the sum 1.0005 rounds to 1 in
+    float16, so it comes out 0. Nothing underflowed: the log1p form is the fix."""
+    row = one("softaudit.candidates.log_softmax:shifted", "log_softmax", "mnist_logits", "float16")
+    assert row.cause == "absorbed" and "underflow" not in row.note and "log1p" in row.fix, row.note
+
+
 def softmax_flush(x, axis=-1):
     """A correct float64 softmax whose results below the normal range are flushed to 0 (an FTZ mode)."""
     y = softmax_f64(x)
