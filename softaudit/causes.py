@@ -375,7 +375,8 @@ def _without_inf(why: str, fmt: Format, pattern: str = "") -> tuple[str, str]:
 
 
 #: The common fix per event rule; a kind's own (`Kind.fixes`) takes its place. Every fix names the wider type as
-#: {wide} (`wider`): float32 for a 16- or 8-bit dtype, float64 for float32, compensated sums for float64.
+#: {wide} (`wider`): float32 for a 16- or 8-bit dtype, float64 for float32, compensated sums for float64; and a
+#: wider exponent range as {in_range} (float64 has none wider: scaling by a power of two there).
 _EVENT_FIX = {
     "nan": "subtract the row max before exp (exp overflows to inf, and inf / inf is NaN)",
     "overflow": "subtract the row max before exp, and accumulate in {wide}",
@@ -386,13 +387,13 @@ _EVENT_FIX = {
     "nan_propagation": "let a NaN input reach the output: no nan_to_num, no max or where that skips it",
     "underflow": "shift by the max and divide once at the end, so small results stay representable",
     "flushed": "keep results below the normal range: gradual underflow (no FTZ/DAZ mode, no exp that flushes), and no "
-    "intermediate that underflows before them (p and its products in {wide}, a small p multiplied last)",
+    "intermediate that underflows before them: p and its products {in_range}, a small p multiplied last",
 }
 _CAUSE_FIX = {
     "absorbed": "add log1p of the sum without the largest term to the max (Blanchard, Higham & Higham 2021): "
     "log of a sum near 1 loses results below u",
     "subnormal": "a result below the normal range keeps only the bits above the smallest subnormal: form it from "
-    "intermediates in {wide} (a small p multiplied last), round once, and keep gradual underflow (no clamp, no "
+    "intermediates {in_range}, a small p multiplied last, round once, and keep gradual underflow (no clamp, no "
     "flush, no approximate exp)",
     "accumulation": "accumulate the sum pairwise or in {wide}: a running sum in the dtype stops growing once it "
     "dwarfs each term",
@@ -448,4 +449,5 @@ def fix(rule: str, kind: str, cause: str = "", pattern: str = "", fmt: Format | 
         text = f"best practice: {kind.best_practice}"
     if fmt is not None and fmt.precision >= 24:  # (the best-practice built-in works in the dtype there, not wider)
         text = re.sub(r" \([a-z_]+\.[a-z0-9_]+\)", "", text)
-    return text.replace("{wide}", wider(fmt))
+    in_range = "scaled by a power of two (float64 has no wider range)" if wider(fmt).startswith("comp") else "in {wide}"
+    return text.replace("{in_range}", in_range).replace("{wide}", wider(fmt))

@@ -444,3 +444,10 @@ def test_several_roundings_in_bfloat16_are_precision_and_float32_is_not():
     row = one(torch_bf16_softmax_grad, "softmax_grad", "ties", "bfloat16")
     assert row.cause == "precision" and "bfloat16" not in row.fix.split("best practice")[0], row.note
     assert one(softmax_grad_f32, "softmax_grad", "ties", "bfloat16").verdict == "pass"
+
+
+def test_float64_gets_its_own_wording_for_digits_and_for_range():
+    f64 = format_of("float64")
+    assert "compensated" in causes.fix("defect", "softmax", "precision", fmt=f64)
+    for fix in (causes.fix("defect", "softmax", "subnormal", fmt=f64), causes.fix("flushed", "softmax", fmt=f64)):
+        assert "power of two" in fix and "float32" not in fix and "in float64" not in fix, fix
