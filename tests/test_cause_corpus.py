@@ -488,3 +488,25 @@ def test_float64_gets_its_own_wording_for_digits_and_for_range():
     assert "compensated" in causes.fix("defect", "softmax", "precision", fmt=f64)
     for fix in (causes.fix("defect", "softmax", "subnormal", fmt=f64), causes.fix("flushed", "softmax", fmt=f64)):
         assert "power of two" in fix and "float32" not in fix and "in float64" not in fix, fix
+
+
+def softmax_two_roundings(x, axis=-1):
+    """p = e * (1 / s) with e and s exact in float64 but 1 / s and e rounded to the dtype before the product:
+    two roundings more than the one a correctly rounded result takes."""
+    x64 = x.astype(np.float64)
+    e = np.exp(x64 - x64.max(axis=-1, keepdims=True))
+    return (e.astype(x.dtype) * (1 / e.sum(axis=-1, keepdims=True)).astype(x.dtype)).astype(x.dtype)
+
+
+def test_two_roundings_too_many_are_rounding_and_a_correctly_rounded_softmax_passes():
+    row = one(softmax_two_roundings, "softmax", "ties", "bfloat16")
+    assert row.cause == "rounding" and "within a rounding or two" in row.note, row.note
+    assert one(softmax_f64, "softmax", "ties", "bfloat16").verdict == "pass"
+
+
+def test_a_subnormal_result_formed_in_the_dtype_is_subnormal_and_one_rounded_once_passes():
+    """exp(x - max) below float32's normal range keeps only the bits above the smallest subnormal, and dividing it
+    by the sum in float32 rounds those again."""
+    row = one(softmax_sum_in_dtype, "softmax", "subnormal", "float32")
+    assert row.cause == "subnormal" and "normal range" in row.note, row.note
+    assert one(softmax_f64, "softmax", "subnormal", "float32").verdict == "pass"
