@@ -298,7 +298,10 @@ def _worst_record(
     length = pc.inputs[name].shape[axis]
     inputs, mask = row_inputs(candidate.kind, pc, tuple(position))
     row_mask = mask if mask is not None and np.ndim(mask) == 1 else None  # (one row's: not a whole case's)
-    budget = causes.budget_at(candidate.kind, pc, flat) if math.isfinite(value) else (0.0, 0.0)
+    # (the budget can change the cause only past BEYOND_ROUNDING u of the scale, or for a 0: elsewhere T = 0 reads
+    # the same, and most rows are spared computing it)
+    needed = math.isfinite(value) and (value == 0 or cond > causes.BEYOND_ROUNDING)
+    budget = causes.budget_at(candidate.kind, pc, flat) if needed else (0.0, 0.0)
     cause, explanation = causes.classify(
         candidate.kind,
         fmt,
