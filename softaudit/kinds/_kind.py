@@ -73,8 +73,9 @@ class Kind:
     #: Gradient kinds: "module:function" (kind, arrays, mask, rng) -> the upstream gradient g a family's case
     #: gets when the family does not give one (None: a forward kind).
     upstream: str | None = None
-    #: "module:function" (kind, inputs, mask, exact results, sums) -> per output, what rounding every intermediate
-    #: of a standard algorithm in the dtype can cost, in units of u (softaudit/budget.py; the causes read it).
+    #: "module:function" (kind, inputs, mask, exact results, sums, tiny) -> per output, what rounding every
+    #: intermediate of a standard algorithm in the dtype can cost, in units of u (softaudit/budget.py; the causes
+    #: read it).
     budget: str | None = None
 
     @property
