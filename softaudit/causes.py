@@ -135,6 +135,13 @@ def classify(
     if err > BEYOND_ROUNDING * running:
         if leading:
             return "masked_block", f"{off}: {_block(kind, leading)}"
+        narrower = _narrower(fmt, err, r, scale + budget[1]) if known else None
+        if narrower:
+            return "downcast", (
+                f"{off}, {_ratio(err, running):.3g}x what rounding in {fmt.name} can move it (u x "
+                f"{_g(scale + budget[1])}) but within what rounding in {narrower} can: intermediates are kept in "
+                f"{narrower}, not {fmt.name}"
+            )
         beyond = _beyond(kind, fmt, err, scale, budget[1] if known else None, normal)
         return "wrong_terms", f"{off}, {beyond}; so a term is missing, extra or wrong"
     if known and err > BEYOND_ROUNDING * pairwise:  # (only a running sum's n roundings explain it)
@@ -166,6 +173,22 @@ def classify(
     if relative <= 2:
         return "rounding", f"{relative:.2g} u relative error: within a rounding or two"
     return "precision", f"{relative:.3g} u relative error: several roundings in the working precision"
+
+
+#: Narrower working precisions a kernel may compute in without saying so (significand bits, name): float32 for
+#: float64 data, TF32 or float16 and bfloat16 (a matmul's default precision) for float32 data.
+_NARROWER = ((24, "float32"), (11, "float16 or TF32"), (8, "bfloat16"))
+
+
+def _narrower(fmt: Format, err: float, r: float, terms: float) -> str:
+    """The widest type narrower than fmt whose rounding of the same intermediates explains err ("" if none). A
+    16-bit type's budget can reach the result itself (u = 2**-11 of a large T), where a missing term hides too: it
+    is named only for an error within 2**-(bits / 2) of the result."""
+    for bits, name in _NARROWER:
+        within = err <= BEYOND_ROUNDING * math.ldexp(terms, -bits)
+        if bits < fmt.precision and within and (bits >= 24 or err <= math.ldexp(abs(r), -bits // 2)):
+            return name
+    return ""
 
 
 def _terms(kind) -> str:
@@ -403,6 +426,8 @@ _CAUSE_FIX = {
     "cost is no rounding, and no wider type fixes it; replay the worst input (softaudit.worst.replay) against the "
     "formula. For attention, a query with nothing to attend gets P = 0 (where over the kept keys, not a fill), so "
     "its g reaches no dK or dV",
+    "downcast": "compute in the audited dtype throughout: some intermediates are kept in a narrower type (a "
+    "matmul's default precision such as TF32 or bfloat16 passes, a float32 accumulator, a cast on the way)",
     "masked_block": "guard the running max of a block with nothing kept: where the max is still -inf, subtract 0 "
     "instead (m_safe = where(m == -inf, 0, m)), so the block's exps are exact zeros and the rescale exp(m_old - "
     "m_new) is 0, not NaN, as FlashAttention does; and divide by the sum only where it is > 0 (a query that "

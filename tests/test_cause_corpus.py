@@ -510,3 +510,16 @@ def test_a_subnormal_result_formed_in_the_dtype_is_subnormal_and_one_rounded_onc
     row = one(softmax_sum_in_dtype, "softmax", "subnormal", "float32")
     assert row.cause == "subnormal" and "normal range" in row.note, row.note
     assert one(softmax_f64, "softmax", "subnormal", "float32").verdict == "pass"
+
+
+def attention_in_float32(q, k, v, mask=None):
+    """A correct attention that computes in float32 whatever the dtype, as jax.nn.dot_product_attention does for
+    float64 inputs on the CPU: in float64 its errors are float32's rounding, not a missing term."""
+    return flash_attention(q, k, v, mask).astype(q.dtype)
+
+
+def test_a_float64_kernel_computing_in_float32_is_a_downcast_not_a_wrong_term():
+    row = one(attention_in_float32, "attention", "attn_gaussian", "float64")
+    assert row.cause == "downcast" and "within what rounding in float32 can" in row.note, row.note
+    assert "narrower type" in row.fix and "missing" not in row.note, row.fix
+    assert one(attention_in_float32, "attention", "attn_gaussian", "float32").cause != "downcast"
