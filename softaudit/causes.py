@@ -7,16 +7,24 @@ inputs of the row); nothing calls a candidate. docs/policy.md lists the causes a
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
-from . import kinds
+from . import budget, kinds
 from .reference import Format
 
 #: The worst element's result is this many times smaller than its conditioning scale: a cancellation.
 CANCELLATION = 8.0
 #: Rows at least this long whose worst error is past a few roundings: the sum's errors accumulated.
 LONG_ROW = 1024
+#: An error is a wrong term only past this many times what rounding the inputs and every intermediate in the dtype
+#: can cost (softaudit/budget.py: first order, every rounding at its worst; the margin is for what first order
+#: leaves out and for exp and log a few ulps off).
+BEYOND_ROUNDING = 4.0
+#: The smallest tile of keys a blocked kernel uses (FlashAttention's are 16 to 128): a row whose first this many keys
+#: are masked and a later one kept meets a fully masked first block there.
+SMALLEST_TILE = 16
 
 
 def _g(value: float) -> str:
@@ -44,16 +52,38 @@ def _sum_past(total: float, fmt: Format, terms: str = "") -> str:
 
 
 def classify(
-    kind: str, fmt: Format, y: float, r: float, rounded: float, scale: float, n: int, exp_sum: float | None = None
+    kind: str,
+    fmt: Format,
+    y: float,
+    r: float,
+    rounded: float,
+    scale: float,
+    n: int,
+    exp_sum: float | None = None,
+    *,
+    budget: tuple[float, float] | None = None,
+    mask_row=None,
 ) -> tuple[str, str]:
     """(cause, sentence) for the worst element: output y, exact value r, its correct rounding, its conditioning
     scale (floored at the smallest normal, as the error measure reads it), n the length of the reduction behind it
-    (row length, or keys for attention), and exp_sum the exact sum of its row's exponentials shifted by the row's max
-    (`exp_sum`; None where the kind has none)."""
+    (row length, or keys for attention), exp_sum the exact sum of its row's exponentials shifted by the row's max
+    (`exp_sum`; None where the kind has none), budget the element's rounding budget T (softaudit/budget.py) with
+    pairwise and with running sums (None: unknown; then only an error past the scale itself, the terms, is a wrong
+    term), and mask_row the element's row of the mask (keys for attention) or None.
+
+    An error is a wrong term only past what rounding the inputs and every intermediate in the dtype can move the
+    result by, u (scale + T), `BEYOND_ROUNDING` times over: a standard algorithm in the dtype never gets it."""
     kind = kinds.get(kind)
     u = math.ldexp(1.0, -fmt.precision)
     normal = math.ldexp(1.0, max(fmt.emin, -1074))
     too_big = exp_sum is not None and exp_sum > fmt.max_float  # (past the dtype: no sum in it holds it)
+    if budget is None:  # (unknown: K u (scale + T) is the scale itself, where n u < 1 lets a sum keep its terms)
+        budget = (scale / (BEYOND_ROUNDING * u) - scale,) * 2 if n * u < 1 else (math.inf, math.inf)
+        known = False
+    else:
+        known = True
+    pairwise, running = (u * (scale + t) for t in budget)  # what rounding in the dtype can move r by
+    leading = _leading_masked(mask_row)
     if math.isnan(y):
         return "nan", f"NaN where the exact result is {_g(r)}"
     if math.isinf(y):
@@ -69,10 +99,25 @@ def classify(
                 f"{_g(r)} is subnormal in {fmt.name} and came out 0 (flushed to zero, or lost to an intermediate "
                 "that underflowed)"
             )
+        within = known and abs(r) <= BEYOND_ROUNDING * pairwise  # (rounding in the dtype can take all of it)
         if "absorbed" in kind.causes and abs(r) < u:
             return "absorbed", (
                 f"the exact result {_g(r)} is below u = {_g(u)} and came out 0: a log of a sum that rounds to 1"
             )
+        if "absorbed" in kind.causes and within:
+            return "absorbed", (
+                f"the exact result {_g(r)} came out 0: a log of a sum that rounds to 1 (the sum's rounding in "
+                f"{fmt.name} moves the result by up to u x {_g(scale + budget[0])} = {_g(pairwise)}, "
+                f"{_ratio(pairwise, abs(r)):.3g}x the result)"
+            )
+        if within:
+            return "cancellation", (
+                f"came out 0 where the exact result is {_g(r)}: {_terms(kind)} and a standard algorithm's "
+                f"intermediates in {fmt.name} can move it by up to u x {_g(scale + budget[0])} = {_g(pairwise)}, "
+                f"{_ratio(pairwise, abs(r)):.3g}x the result: its terms cancel to 0"
+            )
+        if leading:
+            return "masked_block", f"came out 0 where the exact result is {_g(r)}: {_block(kind, leading)}"
         return (
             "underflow",
             f"came out 0 where the exact result is {_g(r)}: an intermediate underflowed (or a sum overflowed)",
@@ -86,17 +131,23 @@ def classify(
             f"{relative:.3g} u relative error: {_sum_past(exp_sum, fmt)}, which a sum kept in {fmt.name} cannot "
             "reach (it stalls or overflows)"
         )
-    if err > scale and n * u < 1:  # (a sum of n terms in the dtype loses at most about n u of them)
-        terms = f" ({kind.scale_terms})" if kind.scale_terms else ""
-        past = (
-            "which rounding cannot move: its conditioning scale is below the smallest normal"
-            if scale <= normal
-            else f"{err / scale:.3g}x its conditioning scale {_g(scale)}{terms}, more than rounding the inputs and "
-            "every step can move it"
-        )
-        return "wrong_terms", (
-            f"the output {_g(y)} is off by {_g(err)} where the exact result is {_g(r)}, {past}; so a term is "
-            "missing, extra or wrong"
+    off = f"the output {_g(y)} is off by {_g(err)} where the exact result is {_g(r)}"
+    if err > BEYOND_ROUNDING * running:
+        if leading:
+            return "masked_block", f"{off}: {_block(kind, leading)}"
+        narrower = _narrower(fmt, err, r, scale + budget[1]) if known else None
+        if narrower:
+            return "downcast", (
+                f"{off}, {_ratio(err, running):.3g}x what rounding in {fmt.name} can move it (u x "
+                f"{_g(scale + budget[1])}) but within what rounding in {narrower} can: intermediates are kept in "
+                f"{narrower}, not {fmt.name}"
+            )
+        beyond = _beyond(kind, fmt, err, scale, budget[1] if known else None, normal)
+        return "wrong_terms", f"{off}, {beyond}; so a term is missing, extra or wrong"
+    if known and err > BEYOND_ROUNDING * pairwise:  # (only a running sum's n roundings explain it)
+        return "accumulation", (
+            f"{off}, {_ratio(err, pairwise):.3g}x what rounding in {fmt.name} with pairwise sums can move it, within "
+            f"what a running sum of {n} terms in {fmt.name} can: the sum's errors accumulated"
         )
     if abs(r) < normal and r != 0 and scale < CANCELLATION * normal and "subnormal" in kind.causes:
         against = (
@@ -110,12 +161,92 @@ def classify(
         )
     amplified = _ratio(scale, abs(r))
     if amplified >= CANCELLATION:
-        return "cancellation", _cancels(kind, y, r, scale, amplified, _ratio(err, u * scale))
+        why = _cancels(kind, y, r, scale, amplified, _ratio(err, u * scale))
+        if known and err > 4 * u * scale:  # (past a few u of the terms: the intermediates' rounding is what moved it)
+            why += (
+                f"; the intermediates of a standard algorithm, rounded in {fmt.name}, move it by up to "
+                f"u x {_g(scale + budget[0])} = {_g(pairwise)}, and the error is {_ratio(err, pairwise):.3g} of that"
+            )
+        return "cancellation", why
     if n >= LONG_ROW and relative > 4:
         return "accumulation", f"{relative:.3g} u relative error in a reduction over {n} entries"
     if relative <= 2:
         return "rounding", f"{relative:.2g} u relative error: within a rounding or two"
     return "precision", f"{relative:.3g} u relative error: several roundings in the working precision"
+
+
+#: Narrower working precisions a kernel may compute in without saying so (significand bits, name): float32 for
+#: float64 data, TF32 or float16 and bfloat16 (a matmul's default precision) for float32 data.
+_NARROWER = ((24, "float32"), (11, "float16 or TF32"), (8, "bfloat16"))
+
+
+def _narrower(fmt: Format, err: float, r: float, terms: float) -> str:
+    """The widest type narrower than fmt whose rounding of the same intermediates explains err ("" if none). A
+    16-bit type's budget can reach the result itself (u = 2**-11 of a large T), where a missing term hides too: it
+    is named only for an error within 2**-(bits / 2) of the result."""
+    for bits, name in _NARROWER:
+        within = err <= BEYOND_ROUNDING * math.ldexp(terms, -bits)
+        if bits < fmt.precision and within and (bits >= 24 or err <= math.ldexp(abs(r), -bits // 2)):
+            return name
+    return ""
+
+
+def _terms(kind) -> str:
+    """What rounding the inputs moves, in the cancellation sentences."""
+    return f"rounding the inputs ({kind.scale_terms})" if kind.scale_terms else "rounding the inputs"
+
+
+def _beyond(kind, fmt: Format, err: float, scale: float, terms: float | None, normal: float) -> str:
+    """How far past rounding a wrong term's error is: against the scale (the terms themselves) where it passes them,
+    and against u (scale + T), what rounding the inputs and every intermediate in the dtype can move the result by."""
+    u = math.ldexp(1.0, -fmt.precision)
+    what = f" ({kind.scale_terms})" if kind.scale_terms else ""
+    if scale <= normal:
+        head = "which rounding cannot move: its conditioning scale is below the smallest normal"
+    elif err > scale:
+        head = f"{err / scale:.3g}x its conditioning scale {_g(scale)}{what}, more than its terms themselves"
+    else:
+        head = f"{err / (u * scale):.3g} u of its conditioning scale {_g(scale)}{what}"
+    if terms is None:
+        return head
+    return (
+        f"{head}: {_ratio(err, u * (scale + terms)):.3g}x what rounding the inputs and every intermediate of a "
+        f"standard algorithm in {fmt.name} can move it (u x {_g(scale + terms)})"
+    )
+
+
+def _leading_masked(mask_row) -> int:
+    """How many leading keys (or entries) of one row the mask drops before a kept one, where that is at least
+    `SMALLEST_TILE`: a kernel that tiles them meets a fully masked first block (0 otherwise)."""
+    if mask_row is None:
+        return 0
+    row = np.asarray(mask_row, bool).reshape(-1)
+    if not row.any():
+        return 0
+    first = int(np.argmax(row))
+    return first if first >= SMALLEST_TILE else 0
+
+
+def _block(kind, leading: int) -> str:
+    """The sentence for an error at a row whose first `leading` keys are masked and a later one kept."""
+    what, one = ("keys", "key") if kind.reduction[0] == "k" else ("entries", "entry")
+    return (
+        f"its first {leading} {what} are masked and {one} {leading} is kept: a "
+        f"kernel that tiles the {what} meets a fully masked first block, whose running max is -inf, and "
+        "exp(-inf - -inf) is NaN (or, with the NaN dropped or the max clamped, the row comes out zeros)"
+    )
+
+
+def budget_at(kind: str, pc, flat: int) -> tuple[float, float]:
+    """The rounding budget T (softaudit/budget.py) of one element of a prepared case's output (pc: the case, or its
+    view through one output), with pairwise and with running sums."""
+    whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
+    tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
+    exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)
+    return tuple(
+        float(np.asarray(budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny)[index]).reshape(-1)[flat])
+        for sums in (budget.PAIRWISE, budget.RUNNING)
+    )
 
 
 def _cancels(kind, y: float, r: float, scale: float, amplified: float, cond: float) -> str:
@@ -169,7 +300,8 @@ def nan_everywhere(fmt: Format) -> tuple[str, str]:
     """(note, fix) of a candidate that returned NaN on every family of a dtype: for a format without infinity, the
     -inf that is NaN there (a max started at -inf does it: jax.nn.log_softmax in float8_e4m3fn); else no fix."""
     why, pattern = _without_inf("", fmt)
-    return "; ".join(filter(None, ["returned NaN everywhere", why])), _NO_INF if pattern == "no_inf" else ""
+    fix = _NO_INF.replace("{wide}", wider(fmt)) if pattern == "no_inf" else ""
+    return "; ".join(filter(None, ["returned NaN everywhere", why])), fix
 
 
 def unattending(output: str, mask) -> str:
@@ -265,10 +397,12 @@ def _without_inf(why: str, fmt: Format, pattern: str = "") -> tuple[str, str]:
     return ("; ".join(filter(None, [why, note])), "no_inf")
 
 
-#: The common fix per event rule; a kind's own (`Kind.fixes`) takes its place.
+#: The common fix per event rule; a kind's own (`Kind.fixes`) takes its place. Every fix names the wider type as
+#: {wide} (`wider`): float32 for a 16- or 8-bit dtype, float64 for float32, compensated sums for float64; and a
+#: wider exponent range as {in_range} (float64 has none wider: scaling by a power of two there).
 _EVENT_FIX = {
     "nan": "subtract the row max before exp (exp overflows to inf, and inf / inf is NaN)",
-    "overflow": "subtract the row max before exp, and accumulate in float32",
+    "overflow": "subtract the row max before exp, and accumulate in {wide}",
     "mask_leak": "exclude masked entries with where (or a -inf fill): a finite fill such as -1e4 is not far enough "
     "below every kept logit",
     "fully_masked": "give rows with nothing kept zeros: where over the kept entries and a guarded division (PyTorch's "
@@ -276,27 +410,33 @@ _EVENT_FIX = {
     "nan_propagation": "let a NaN input reach the output: no nan_to_num, no max or where that skips it",
     "underflow": "shift by the max and divide once at the end, so small results stay representable",
     "flushed": "keep results below the normal range: gradual underflow (no FTZ/DAZ mode, no exp that flushes), and no "
-    "intermediate that underflows before them (p and its products in float32 for a 16-bit dtype, a small p multiplied "
-    "last)",
+    "intermediate that underflows before them: p and its products {in_range}, a small p multiplied last",
 }
 _CAUSE_FIX = {
     "absorbed": "add log1p of the sum without the largest term to the max (Blanchard, Higham & Higham 2021): "
     "log of a sum near 1 loses results below u",
     "subnormal": "a result below the normal range keeps only the bits above the smallest subnormal: form it from "
-    "intermediates in a wider type (float32 for a 16-bit dtype, a small p multiplied last), round once, and keep "
-    "gradual underflow (no clamp, no flush, no approximate exp)",
-    "accumulation": "accumulate the sum in float32 (or pairwise): a sum in the dtype stops growing once it dwarfs "
-    "each term",
-    "sum_overflow": "accumulate the sum of the exponentials in float32: in a 16- or 8-bit dtype it overflows once a "
+    "intermediates {in_range}, a small p multiplied last, round once, and keep gradual underflow (no clamp, no "
+    "flush, no approximate exp)",
+    "accumulation": "accumulate the sum pairwise or in {wide}: a running sum in the dtype stops growing once it "
+    "dwarfs each term",
+    "sum_overflow": "accumulate the sum of the exponentials in {wide}: in a 16- or 8-bit dtype it overflows once a "
     "row holds more terms near 1 than the dtype's largest value (65,504 in float16)",
-    "wrong_terms": "find the term: an error larger than the terms themselves is no rounding; replay the worst input "
-    "(softaudit.worst.replay) against the formula. For attention, a query with nothing to attend gets P = 0 (where "
-    "over the kept keys, not a fill), so its g reaches no dK or dV",
+    "wrong_terms": "find the term: an error past what rounding the inputs and every intermediate in the dtype can "
+    "cost is no rounding, and no wider type fixes it; replay the worst input (softaudit.worst.replay) against the "
+    "formula. For attention, a query with nothing to attend gets P = 0 (where over the kept keys, not a fill), so "
+    "its g reaches no dK or dV",
+    "downcast": "compute in the audited dtype throughout: some intermediates are kept in a narrower type (a "
+    "matmul's default precision such as TF32 or bfloat16 passes, a float32 accumulator, a cast on the way)",
+    "masked_block": "guard the running max of a block with nothing kept: where the max is still -inf, subtract 0 "
+    "instead (m_safe = where(m == -inf, 0, m)), so the block's exps are exact zeros and the rescale exp(m_old - "
+    "m_new) is 0, not NaN, as FlashAttention does; and divide by the sum only where it is > 0 (a query that "
+    "attends no key at all gets zeros)",
 }
 #: What a format without infinity asks: no -inf in the computation.
 _NO_INF = (
     "keep -inf out of a format without infinity (float8_e4m3fn), where it is NaN: start the row max from the first "
-    "entry, not from -inf, mask with where, or compute in float32 and round once"
+    "entry, not from -inf, mask with where, or compute in {wide} and round once"
 )
 #: The fix for a NaN or inf whose diagnosis (`diagnose`) names a pattern with a fix of its own.
 _PATTERN_FIX = {
@@ -304,20 +444,35 @@ _PATTERN_FIX = {
     "masked_nan": "mask by selecting, not by adding: where(mask, scores, -inf) drops a masked key's NaN score, which "
     "a -inf bias keeps (NaN + -inf = NaN); and keep masked keys' values out of P V (zero their rows of V, or select), "
     "since P's exact 0 x NaN is NaN",
-    "no_inf": f"subtract the row max before exp and sum in float32; and {_NO_INF}",
+    "no_inf": f"subtract the row max before exp and sum in {{wide}}; and {_NO_INF}",
 }
+#: The wider type a fix names, by the audited dtype's precision: past float32, a compensated (double-double) sum.
+_WIDER = ((24, "float32"), (53, "float64"))
 
 
-def fix(rule: str, kind: str, cause: str = "", pattern: str = "") -> str:
+def wider(fmt: Format | None) -> str:
+    """The type a fix can ask a kernel in `fmt` to work in: float32 for 16- and 8-bit dtypes (None: one of them),
+    float64 for float32, and for float64 compensated arithmetic (no wider hardware type)."""
+    precision = 11 if fmt is None else fmt.precision
+    return next((name for bits, name in _WIDER if precision < bits), "compensated (double-double) arithmetic")
+
+
+def fix(rule: str, kind: str, cause: str = "", pattern: str = "", fmt: Format | None = None) -> str:
     """The known fix for a broken rule (and, for accuracy, the worst element's cause; for a NaN or inf, the pattern
-    its diagnosis names): the kind's own fix for the rule where it has one (`Kind.fixes`), else the common one."""
+    its diagnosis names): the kind's own fix for the rule where it has one (`Kind.fixes`), else the common one.
+    fmt: the audited dtype (None: a 16-bit one), so that no fix asks a float32 kernel to upcast to float32."""
     kind = kinds.get(kind)
     if rule in ("nan", "overflow") and pattern in _PATTERN_FIX:
-        return _PATTERN_FIX[pattern]
-    if rule in _EVENT_FIX:
-        return kind.fixes.get(rule, _EVENT_FIX[rule])
-    if cause in _CAUSE_FIX:
-        return _CAUSE_FIX[cause]
-    if rule in kind.fixes:
-        return kind.fixes[rule]
-    return f"best practice: {kind.best_practice}"
+        text = _PATTERN_FIX[pattern]
+    elif rule in _EVENT_FIX:
+        text = kind.fixes.get(rule, _EVENT_FIX[rule])
+    elif cause in _CAUSE_FIX:
+        text = _CAUSE_FIX[cause]
+    elif rule in kind.fixes:
+        text = kind.fixes[rule]
+    else:
+        text = f"best practice: {kind.best_practice}"
+    if fmt is not None and fmt.precision >= 24:  # (the best-practice built-in works in the dtype there, not wider)
+        text = re.sub(r" \([a-z_]+\.[a-z0-9_]+\)", "", text)
+    in_range = "scaled by a power of two (float64 has no wider range)" if wider(fmt).startswith("comp") else "in {wide}"
+    return text.replace("{in_range}", in_range).replace("{wide}", wider(fmt))

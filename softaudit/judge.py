@@ -205,9 +205,11 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    if first.rule == "below_best" and _flushes_only(tally, record):
+        cause = "flushed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
     texts = [_explain(r, tally, record, why) for r in reasons]
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern)
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
@@ -229,6 +231,8 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
     """A reason's text, with what explains it: the input pattern behind a NaN, the worst element's cause."""
     if reason.rule in ("nan", "overflow"):
         return f"{reason.text}: {why}" if why else reason.text
+    if reason.rule == "below_best" and _flushes_only(tally, record):
+        return f"{reason.text}, at subnormal results that came out 0"
     if reason.rule in ("defect", "below_best") and record is not None:
         return f"{reason.text}; worst element: {record.explanation}"
     if reason.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -238,6 +242,12 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
             "not a flush)"
         )
     return reason.text
+
+
+def _flushes_only(tally: Tally, record) -> bool:
+    """Whether a row's ULP error is all in subnormal results that came out 0: the measures judge those as a flush
+    (their conditioning-scaled error is 0), so the worst element is exact and says nothing of the ULP error."""
+    return tally.flushed > 0 and (record is None or (record.cond_err == 0 and record.cause == "rounding"))
 
 
 def _undefined_rows_judged(pcs) -> bool:
@@ -286,8 +296,24 @@ def _worst_record(
     scale = 1 / inv if inv else math.nan
     name, axis = kinds.get(candidate.kind).reduction
     length = pc.inputs[name].shape[axis]
-    total = causes.exp_sum(*row_inputs(candidate.kind, pc, tuple(position)))
-    cause, explanation = causes.classify(candidate.kind, fmt, value, exact, rounded, scale, length, total)
+    inputs, mask = row_inputs(candidate.kind, pc, tuple(position))
+    row_mask = mask if mask is not None and np.ndim(mask) == 1 else None  # (one row's: not a whole case's)
+    # (the budget can change the cause only past BEYOND_ROUNDING u of the scale, or for a 0: elsewhere T = 0 reads
+    # the same, and most rows are spared computing it)
+    needed = math.isfinite(value) and (value == 0 or cond > causes.BEYOND_ROUNDING)
+    budget = causes.budget_at(candidate.kind, pc, flat) if needed else (0.0, 0.0)
+    cause, explanation = causes.classify(
+        candidate.kind,
+        fmt,
+        value,
+        exact,
+        rounded,
+        scale,
+        length,
+        causes.exp_sum(inputs, mask),
+        budget=budget,
+        mask_row=row_mask,
+    )
     if cause == "wrong_terms":
         explanation = "; ".join(filter(None, [explanation, causes.unattending(output, pc.mask)]))
     suite, seed, corpus = recipe

@@ -143,7 +143,8 @@ def _checked(out, shape: tuple, dtype, label: str):
         raise CandidateError(f"{label}returned {type(out).__name__}, not an array")
     out = np.asarray(out)
     if out.shape != tuple(shape):
-        raise CandidateError(f"{label}returned shape {out.shape}, expected {tuple(shape)}")
+        hint = _broadcast_hint(label.removesuffix(": "), out.shape, tuple(shape))
+        raise CandidateError(f"{label}returned shape {out.shape}, expected {tuple(shape)}{hint}")
     note = ""
     if out.dtype != dtype:
         try:
@@ -154,3 +155,27 @@ def _checked(out, shape: tuple, dtype, label: str):
         with np.errstate(all="ignore"):
             out = out.astype(dtype)
     return out, note
+
+
+def _broadcast_hint(name: str, got: tuple, expected: tuple) -> str:
+    """Where a gradient came back in the broadcast shape of its input (dk of (2, 4, 24, 32) for a k of (2, 1, 24,
+    32) shared by 4 heads): which axes the input is broadcast along, and that the gradient is summed over them."""
+    extra = len(got) - len(expected)
+    if not name.startswith("d") or extra < 0 or any(g != e != 1 for g, e in zip(got[extra:], expected)):
+        return ""
+    ones = [extra + i for i, (g, e) in enumerate(zip(got[extra:], expected)) if g != e]
+    axes = list(range(extra)) + ones
+    source, listed = name[1:], ", ".join(map(str, axes))
+    where = f"axis {listed}" if len(axes) == 1 else f"axes {listed}"
+    missing = f" ({source} has no axis for the first {extra})" if extra else ""
+    how = (
+        f"{name}.sum(axis={tuple(ones) if len(ones) > 1 else ones[0]}, keepdims=True), "
+        if not extra
+        else f"{name}.sum(axis={tuple(axes) if len(axes) > 1 else axes[0]}), "
+        if not ones
+        else ""
+    )
+    return (
+        f": {source} is broadcast along {where} of the result{missing}, so {name} must be summed over "
+        f"{'it' if len(axes) == 1 else 'them'} ({how}as autograd does for a broadcast input)"
+    )

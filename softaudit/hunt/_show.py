@@ -1,5 +1,6 @@
 """The found input as a person reads it in a terminal: what failed and why, each array's shape and first values in
-hex (exact) and decimal (the dtype's shortest), the mask, and where the corpus keeps the whole input."""
+hex (exact) and decimal (the dtype's shortest), the mask as the positions each row keeps, and where the corpus keeps
+the whole input."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ def describe(finding) -> str:
     for name, a in (finding.inputs or {}).items():
         lines += _array(name, np.asarray(a), _value)
     if finding.mask is not None:
-        lines += _array("mask", np.asarray(finding.mask), lambda v: "1" if v else "0", note=" (1 = keep)")
+        lines += _mask(np.asarray(finding.mask, bool))
     lines.append(f"  corpus: {finding.corpus_file}" if finding.corpus_file else "  corpus: not saved")
     return "\n".join(lines)
 
@@ -40,3 +41,52 @@ def _array(name: str, a: np.ndarray, show, note: str = "") -> list[str]:
     if len(rows) > ROWS:
         lines.append(f"    ... ({len(rows) - ROWS} more rows)")
     return lines
+
+
+#: How many runs of kept (or masked) positions a mask row lists before "...".
+RUNS = 4
+
+
+def _mask(mask: np.ndarray) -> list[str]:
+    """A mask as the positions each row keeps, rows with the same pattern together: a row of 0s with one kept key
+    reads "keeps 13 of 0..16", not as its first few 0s."""
+    rows = mask.reshape(-1, mask.shape[-1]) if mask.ndim else mask.reshape(1, 1)
+    patterns: dict[bytes, list[int]] = {}
+    for index, row in enumerate(rows):
+        patterns.setdefault(row.tobytes(), []).append(index)
+    lines = [f"  mask {tuple(mask.shape)} (True = keep):"]
+    for key, where in list(patterns.items())[:ROWS]:
+        lines.append(f"    {_which(where, len(rows))}: {_row_mask(np.frombuffer(key, bool))}")
+    if len(patterns) > ROWS:
+        lines.append(f"    ... ({len(patterns) - ROWS} more row patterns)")
+    return lines
+
+
+def _which(rows: list[int], total: int) -> str:
+    """The rows of one pattern: "every row", "row 3", "rows 0, 2, 4" (the first few, then how many more)."""
+    if len(rows) == total:
+        return "every row" if total > 1 else "row 0"
+    head = ", ".join(map(str, rows[:VALUES])) + (f" and {len(rows) - VALUES} more" if len(rows) > VALUES else "")
+    return f"row {head}" if len(rows) == 1 else f"rows {head}"
+
+
+def _row_mask(row: np.ndarray) -> str:
+    """One mask row by its runs: the kept ones where they are fewer (or as many), else the masked ones."""
+    n = len(row)
+    span = f"of 0..{n - 1}"
+    if row.all():
+        return f"keeps all {n}"
+    if not row.any():
+        return f"keeps none of {n}"
+    kept = int(row.sum())
+    if kept <= n - kept:
+        return f"keeps {_runs(row)} {span}"
+    return f"masks {_runs(~row)} {span}, keeps the other {kept}"
+
+
+def _runs(row: np.ndarray) -> str:
+    """The True positions of a row as runs: "13", "16..39", "0..3, 8..11" (the first RUNS, then how many more)."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], row, [False]]).astype(np.int8)))
+    runs = [f"{a}" if b - a == 1 else f"{a}..{b - 1}" for a, b in zip(edges[::2], edges[1::2])]
+    more = f", ... ({len(runs) - RUNS} more runs)" if len(runs) > RUNS else ""
+    return ", ".join(runs[:RUNS]) + more

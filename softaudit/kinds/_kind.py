@@ -31,7 +31,8 @@ class Kind:
     plain: str
     standard: tuple[str, ...]
     best: str
-    #: Best practice in words, as a fix suggests it.
+    #: Best practice in words, as a fix suggests it; {wide} stands for the wider type (softaudit.causes.wider:
+    #: float32 for a 16-bit dtype, float64 for float32), and so in `fixes`.
     best_practice: str
     #: The built-in case families of the kind (softaudit.cases.FAMILIES names; run in registration order).
     families: tuple[str, ...]
@@ -72,6 +73,10 @@ class Kind:
     #: Gradient kinds: "module:function" (kind, arrays, mask, rng) -> the upstream gradient g a family's case
     #: gets when the family does not give one (None: a forward kind).
     upstream: str | None = None
+    #: "module:function" (kind, inputs, mask, exact results, sums, tiny) -> per output, what rounding every
+    #: intermediate of a standard algorithm in the dtype can cost, in units of u (softaudit/budget.py; the causes
+    #: read it).
+    budget: str | None = None
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -44,6 +44,7 @@ _ROW = dict(
     element_inputs=f"{_ROWS}:element_inputs",
     diagnose="softaudit.causes:diagnose_row",
     strategy="softaudit.hunt._strategies:rows",
+    budget="softaudit.budget:rows",
     reduction=("x", -1),
     row_wise=True,
 )
@@ -65,7 +66,7 @@ SOFTMAX = Kind(
         "softmax.log1p_form",
     ),
     best="softmax.max_shifted_f32acc",
-    best_practice="max-shift and sum in float32, round once (softmax.max_shifted_f32acc)",
+    best_practice="max-shift and sum in {wide}, round once (softmax.max_shifted_f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
     reduces=False,
     logarithmic=False,
@@ -84,7 +85,7 @@ LOG_SOFTMAX = Kind(
     plain="log_softmax.shifted",
     standard=("log_softmax.shifted", "log_softmax.shifted_running", "log_softmax.log1p_form"),
     best="log_softmax.log1p_form_f32acc",
-    best_practice="x - max - log1p(sum of the others) in float32, round once (log_softmax.log1p_form_f32acc)",
+    best_practice="x - max - log1p(sum of the others) in {wide}, round once (log_softmax.log1p_form_f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
     reduces=False,
     logarithmic=True,
@@ -103,7 +104,7 @@ LOGSUMEXP = Kind(
     plain="logsumexp.shifted",
     standard=("logsumexp.shifted", "logsumexp.shifted_running", "logsumexp.log1p_form"),
     best="logsumexp.log1p_form_f32acc",
-    best_practice="max + log1p(sum of the others) in float32, round once (logsumexp.log1p_form_f32acc)",
+    best_practice="max + log1p(sum of the others) in {wide}, round once (logsumexp.log1p_form_f32acc)",
     # (no subnormal cause: a result below the normal range is judged as any other)
     families=_ROW_FAMILIES + _UNDEFINED + _REPORTED_ROWS,
     reduces=True,
@@ -122,7 +123,7 @@ MASKED_SOFTMAX = Kind(
     plain="masked_softmax.where_in_dtype",
     standard=("masked_softmax.where_in_dtype", "masked_softmax.where_running"),
     best="masked_softmax.where",
-    best_practice="where over the kept entries in float32, round once (masked_softmax.where)",
+    best_practice="where over the kept entries in {wide}, round once (masked_softmax.where)",
     families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _REPORTED_ROWS,
     reduces=False,
     logarithmic=False,
@@ -133,7 +134,7 @@ MASKED_SOFTMAX = Kind(
     **_ROW,
 )
 
-_ATTENTION_BEST = "scores, softmax and P V in float32, round once (attention.upcast)"
+_ATTENTION_BEST = "scores, softmax and P V in {wide}, round once (attention.upcast)"
 ATTENTION = Kind(
     "attention",
     "f(q, k, v, mask=None)",
@@ -148,6 +149,7 @@ ATTENTION = Kind(
     reference="softaudit.kinds._attention:reference",
     conditioning="softaudit.kinds._attention:conditioning",
     element_inputs="softaudit.kinds._attention:element_inputs",
+    budget="softaudit.budget:attention",
     diagnose="softaudit.causes:diagnose_scores",
     strategy="softaudit.hunt._strategies:attention",
     reduction=("k", -2),
@@ -160,10 +162,10 @@ ATTENTION = Kind(
     scale_terms="sum p|v| and the scores' share",
     leak="outputs move when masked keys change",
     fixes={
-        "nan": "subtract each query's largest score before exp and form the scores in float32",
+        "nan": "subtract each query's largest score before exp and form the scores in {wide}",
         "mask_leak": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",
-        "below_best": "keep P in float32 for P V, or upcast throughout: rounding P to the dtype before P V costs about "
-        f"u of sum p|v| per output, as FlashAttention does; best practice: {_ATTENTION_BEST}",
+        "below_best": "keep P in {wide} for P V, or work in {wide} throughout: rounding P to the dtype before P V "
+        f"costs about u of sum p|v| per output, as FlashAttention does; best practice: {_ATTENTION_BEST}",
     },
 )
 
@@ -181,8 +183,9 @@ _ROW_GRAD = dict(
     reduces=False,
     logarithmic=False,
     causes=("subnormal",),
-    scale_terms="the terms of g - <g, p>",
 )
+#: What each row gradient's conditioning scale adds up (each kind its own formula, for the cancellation sentence).
+_SOFTMAX_GRAD_TERMS = "the terms of g - <g, p>"
 #: Upstream gradients with a known structure, on Gaussian logits (softaudit/cases/_grad.py).
 _UPSTREAM_FAMILIES = ("g_onehot", "g_cross_entropy", "g_constant", "g_wide")
 
@@ -196,8 +199,10 @@ SOFTMAX_GRAD = Kind(
     # saved_output: what autograd does (the forward's output rounded to the dtype, the backward in float32)
     standard=("softmax_grad.in_dtype", "softmax_grad.from_logp", "softmax_grad.saved_output"),
     best="softmax_grad.f32acc",
-    best_practice="p, <g, p> and p (g - <g, p>) in float32, round once (softmax_grad.f32acc)",
+    best_practice="p, <g, p> and p (g - <g, p>) in {wide}, round once (softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
+    budget="softaudit.budget:softmax_grad",
+    scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     **_ROW_GRAD,
 )
@@ -211,8 +216,10 @@ LOG_SOFTMAX_GRAD = Kind(
     plain="log_softmax_grad.in_dtype",
     standard=("log_softmax_grad.in_dtype",),
     best="log_softmax_grad.f32acc",
-    best_practice="p and g - p sum(g) in float32, round once (log_softmax_grad.f32acc)",
+    best_practice="p and g - p sum(g) in {wide}, round once (log_softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
+    budget="softaudit.budget:log_softmax_grad",
+    scale_terms="the terms of g - p sum(g)",
     **_ROW_GRAD,
 )
 
@@ -225,8 +232,10 @@ LOGSUMEXP_GRAD = Kind(
     plain="logsumexp_grad.exp_minus_lse",
     standard=("logsumexp_grad.exp_minus_lse", "logsumexp_grad.softmax_in_dtype"),
     best="logsumexp_grad.f32acc",
-    best_practice="p g with p in float32, round once (logsumexp_grad.f32acc)",
+    best_practice="p g with p in {wide}, round once (logsumexp_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED,
+    budget="softaudit.budget:logsumexp_grad",
+    scale_terms="p g and the logits' share in p",
     **_ROW_GRAD,
 )
 
@@ -240,9 +249,11 @@ MASKED_SOFTMAX_GRAD = Kind(
     standard=("masked_softmax_grad.where_in_dtype", "masked_softmax_grad.where_saved_output"),
     best="masked_softmax_grad.where",
     best_practice=(
-        "where over the kept entries in float32, exact zeros elsewhere, round once (masked_softmax_grad.where)"
+        "where over the kept entries in {wide}, exact zeros elsewhere, round once (masked_softmax_grad.where)"
     ),
     families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _UPSTREAM_FAMILIES,
+    budget="softaudit.budget:softmax_grad",
+    scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     leak="masked entries get a gradient",
     fixes={
@@ -252,7 +263,7 @@ MASKED_SOFTMAX_GRAD = Kind(
     **_ROW_GRAD,
 )
 
-_ATTENTION_GRAD_BEST = "P, dP, D and dS in float32, each gradient rounded once (attention_grad.upcast)"
+_ATTENTION_GRAD_BEST = "P, dP, D and dS in {wide}, each gradient rounded once (attention_grad.upcast)"
 ATTENTION_GRAD = Kind(
     "attention_grad",
     "f(q, k, v, g, mask=None) -> (dq, dk, dv)",
@@ -274,6 +285,7 @@ ATTENTION_GRAD = Kind(
     reference=f"{_GRADS}:attention_reference",
     conditioning=f"{_GRADS}:attention_conditioning",
     element_inputs=f"{_GRADS}:attention_element_inputs",
+    budget="softaudit.budget:attention_grad",
     diagnose="softaudit.causes:diagnose_scores",
     strategy="softaudit.hunt._strategies:gradients",
     upstream=f"{_GRADS}:attention_upstream",
@@ -287,7 +299,7 @@ ATTENTION_GRAD = Kind(
     fixes={
         "nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
         "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",
-        "below_best": f"keep P, dP and D in float32; best practice: {_ATTENTION_GRAD_BEST}",
+        "below_best": f"keep P, dP and D in {{wide}}; best practice: {_ATTENTION_GRAD_BEST}",
     },
 )
 
