@@ -70,6 +70,8 @@ def _rows(dtype):
         ("softmax", _softmax_row(normal * (1 - close))),  # just below it (rounds up to it)
         ("softmax", _softmax_row(normal * mpmath.mpf("0.37"))),  # a subnormal
         ("softmax", _softmax_row(normal * mpmath.mpf("0.0037"))),  # a small subnormal
+        # rounds to 0 (beside 1 / (1 + e**-0.5): 1 - v itself would lie closer to 1 than a float64 lo can say)
+        ("softmax", [0.0, -0.5, _softmax_row(mpmath.ldexp(mpmath.mpf("0.3"), emin - p))[1]]),
         ("softmax", [0.0, math.ldexp(1.0, -(p + 10))]),  # 0.5 -+ 2**-(p + 12): both sides of a power of two
         ("softmax", _softmax_row(mpmath.ldexp(1, -(p + 6)))),  # 1 - 2**-(p + 6): just below 1, rounds to 1
         ("softmax", _softmax_row(mpmath.mpf(0.3))),
@@ -101,11 +103,12 @@ def _case(kind, row, dtype, steps):
     with mpmath.workprec(PREC):
         exact = _exact(kind, row)
         wanted = [mpmath.mpf(float(v)) + k * _spacing(mpmath.mpf(float(v)), p, emin) for v, k in zip(rounded, steps)]
+        wanted += [mpmath.mpf(float(v)) for v in rounded[len(steps) :]]
         y = np.array([float(v) for v in wanted]).astype(ref.value.dtype).reshape(ref.value.shape)
         got = [mpmath.mpf(float(v)) for v in y.astype(np.float64).reshape(-1)]
         absolute = [abs(g - r) for g, r in zip(got, exact)]
         ulps = [a / _spacing(r, p, emin) for a, r in zip(absolute, exact)]
-        relative = [a / abs(r) for a, r in zip(absolute, exact)]
+        relative = [a / abs(r) for a, r in zip(absolute, exact)]  # (1 for a y of 0 where r rounds to 0)
         truth = (max(ulps), mpmath.fsum(ulps) / len(ulps), max(relative), max(absolute))
     return metrics.measure(b, y, case_index=0), truth
 
@@ -118,7 +121,7 @@ def _close(got, true, unit=1.0, grid=0.0):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_every_measure_matches_mpmath_at_the_edges(dtype):
     for kind, row in _rows(dtype):
-        for steps in ((4, -3), (-2, 1), (0, 0)):
+        for steps in ((4, -3, 2), (-2, 1, 1), (0, 0, 0)):
             steps = steps[:1] if kind == "logsumexp" else steps
             if kind == "logsumexp" and steps[0] > 0:  # (above the largest finite there is nothing)
                 steps = (-steps[0],)
