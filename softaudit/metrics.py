@@ -156,6 +156,9 @@ class Basis:
     ulp_vsum: np.ndarray | None = None
     inv_scale: np.ndarray | None = None  # 1 / max(scale, smallest normal) where compared, else 0 (times 2**p: 1 / u)
     subnormal: np.ndarray | None = None  # R is a nonzero subnormal (None where no R is)
+    #: None, or (flat indices, (r - hi) x 2**1074 there): the corrections a float64 lo cannot hold (|hi| < 2**-969,
+    #: reference Result.fine); `_accuracy` measures these elements from them
+    fine: tuple[np.ndarray, np.ndarray] | None = None
 
     @functools.cached_property
     def everything_compared(self) -> bool:
@@ -188,7 +191,8 @@ def basis(
     finite_ref = np.isfinite(rounded) & defined
     if masked is not None:
         finite_ref = finite_ref & ~masked
-    ulp_r = ulp(r, fmt)
+    fine = _fine(ref)
+    ulp_r = _exact_ulp(r, ref.hi, lo, fine, fmt)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         rel_per_ulp = np.divide(ulp_r, np.abs(r), out=np.zeros(r.shape), where=finite_ref & (r != 0))
     far = np.flatnonzero(np.isinf(rel_per_ulp))  # (rare) their relative error is computed by division
@@ -229,7 +233,33 @@ def basis(
         ulp_vsum,
         inv_scale,
         subnormal if subnormal.any() else None,
+        fine,
     )
+
+
+def _fine(ref) -> tuple[np.ndarray, np.ndarray] | None:
+    """The reference's scaled corrections (Result.fine) where nonzero, as (flat indices, values): few, kept sparse."""
+    if ref.fine is None:
+        return None
+    at = np.flatnonzero(ref.fine)
+    return (at, np.ascontiguousarray(ref.fine.reshape(-1)[at])) if len(at) else None
+
+
+def _exact_ulp(r: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, fine, fmt: Format) -> np.ndarray:
+    """ulp_D of the exact value hi + lo (+ fine's corrections), from its binade, not the float64 sum r's: where r is a
+    power of two and the exact value lies just below it (0.5 - 2**-62 sums to 0.5), the ulp is the binade below's."""
+    spacing = ulp(r, fmt)
+    if lo is None and fine is None:
+        return spacing
+    with np.errstate(invalid="ignore"):
+        below = np.zeros(r.shape, bool) if lo is None else ((hi - r) + lo) * r < 0  # (hi - r) + lo: exact residual
+        if fine is not None:
+            at, correction = fine
+            below.flat[at] = (np.ldexp(hi.flat[at] - r.flat[at], 1074) + correction) * r.flat[at] < 0
+    if below.any():
+        at = np.flatnonzero(below)
+        spacing.flat[at] = ulp(np.nextafter(r.flat[at], 0.0), fmt)
+    return spacing
 
 
 def measure(b: Basis, y, *, case_index: int) -> Tally:
@@ -347,6 +377,8 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             np.abs(diff, out=diff)
             if f["compare"] is not None:
                 diff[~f["compare"]] = 0.0
+            if b.fine is not None:  # measured from their scaled corrections after the loop
+                diff[_in_chunk(b.fine[0], start)] = 0.0
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
             cond = diff * f["inv_scale"]
             cond *= per_u
@@ -386,5 +418,46 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
                 relative = np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size
             rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
+        if b.fine is not None:
+            worst = _fine_accuracy(t, b, flat, whole, worst)
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
     return None if whole is None else whole.reshape(y.shape)
+
+
+def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
+    """The indices among (sorted) `at` that fall in the chunk beginning at start, relative to it."""
+    lo, hi = np.searchsorted(at, (start, start + CHUNK))
+    return at[lo:hi] - start
+
+
+def _fine_accuracy(t: Tally, b: Basis, flat: dict, whole: np.ndarray | None, worst: int) -> int:
+    """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
+    there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
+    rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
+    loop's)."""
+    at, correction = b.fine
+    y = flat["y"][at].astype(np.float64)
+    keep = np.isfinite(y) if flat["compare"] is None else flat["compare"][at]
+    at, correction, y = at[keep], correction[keep], y[keep]
+    if not len(at):
+        return worst
+    units = np.abs(np.ldexp(y - flat["hi"][at], 1074) - correction)  # |y - r| / 2**-1074
+    spacing = flat["ulp"][at] if flat["inv_ulp"] is None else 1 / flat["inv_ulp"][at]  # ulp_D(r)
+    errors = units * (2.0**-1074 / spacing)  # (a power of two: exact)
+    t.ulp_sum += float(errors.sum())
+    t.max_ulp = max(t.max_ulp, float(errors.max()))
+    t.ge2_ulp += int(np.count_nonzero(errors >= 2))
+    with np.errstate(divide="ignore"):  # |y - r| / |r|, both in units of 2**-1074 (r is not 0 where fine is)
+        t.max_rel_err = max(t.max_rel_err, float((units / np.abs(np.ldexp(flat["hi"][at], 1074) + correction)).max()))
+    absolute = errors * spacing
+    t.max_abs_err = max(t.max_abs_err, float(absolute.max()))
+    cond = errors * (spacing * flat["inv_scale"][at]) * math.ldexp(1.0, b.fmt.precision)
+    if flat["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush (as in the loop)
+        cond[flat["subnormal"][at] & (y == 0)] = 0.0
+    top = int(np.argmax(cond))
+    if whole is not None:
+        whole[at] = absolute
+    if cond[top] > t.max_cond_err:
+        t.max_cond_err = float(cond[top])
+        return int(at[top])
+    return worst

@@ -151,7 +151,8 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
     if not detail:
         return restore(out.array())
     parts = (out.array(), out.hi, out.lo, out.err, out.tier)
-    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]))
+    fine = None if out.fine is None else restore(out.fine)
+    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]), fine)
 
 
 def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
@@ -246,7 +247,8 @@ def _evaluate(kind, x, mask, axis, dtype, prec, method, detail: bool):
     if not detail:
         return restore(out.array())
     parts = (out.array(), out.hi, out.lo, out.err, out.tier)
-    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]))
+    fine = None if out.fine is None else restore(out.fine)
+    return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]), fine)
 
 
 def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:

@@ -221,7 +221,8 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
     _negative_zeros(problem, out)
     shape = problem.shape if detail else (0,) * len(problem.shape)
     parts = (out.hi, out.lo, out.err, out.tier)
-    return Result(out.array().reshape(problem.shape), *(a.reshape(shape) for a in parts), problem.undefined)
+    fine = None if out.fine is None else out.fine.reshape(shape)
+    return Result(out.array().reshape(problem.shape), *(a.reshape(shape) for a in parts), problem.undefined, fine)
 
 
 def _negative_zeros(problem: Problem, out: _Collector):

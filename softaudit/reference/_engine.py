@@ -13,7 +13,7 @@ import numpy as np
 from mpmath import libmp
 
 from . import _exact, _rows
-from ._formats import Format, decide_arrays, exact_mpf, mpf_to_numpy
+from ._formats import FINE_BELOW, FINE_SCALE, Format, decide_arrays, exact_mpf, mpf_to_numpy
 
 TIER_NAMES = ("exact", "A", "B", "C")  # per element: which tier decided it ("exact": no arithmetic needed)
 
@@ -28,6 +28,9 @@ class Result:
     err: np.ndarray
     tier: np.ndarray  # int8 index into TIER_NAMES
     undefined: np.ndarray  # bool per row (per query for attention)
+    #: None, or (r - hi) x 2**1074 where |hi| < FINE_BELOW (0 elsewhere): lo as a float64 loses bits below about
+    #: 2**-969 and is 0 below 2**-1075, this scaled correction does not (ULP measures at the bottom need it).
+    fine: np.ndarray | None = None
 
 
 def fast_input(arr: np.ndarray) -> bool:
@@ -60,6 +63,7 @@ class _Collector:
         self.lo = np.zeros(kept)
         self.err = np.zeros(kept)
         self.tier = np.zeros(kept, dtype=np.int8)
+        self.fine = None  # made on the first result below FINE_BELOW (most audits have none)
 
     def put_block(self, index, rounded, approx, decided, tier: int):
         """Store a tier's decided results; `index` picks a block of leading axes, the arrays are that block."""
@@ -98,7 +102,12 @@ class _Collector:
             return
         hi = libmp.to_float(value)
         self.hi[index] = hi
-        self.lo[index] = libmp.to_float(libmp.mpf_sub(value, libmp.from_float(hi), 60)) if np.isfinite(hi) else 0.0
+        correction = libmp.mpf_sub(value, libmp.from_float(hi), 60) if np.isfinite(hi) else libmp.fzero
+        self.lo[index] = libmp.to_float(correction)
+        if abs(hi) < FINE_BELOW and correction != libmp.fzero:  # lo has lost bits here: keep it scaled too
+            if self.fine is None:
+                self.fine = np.zeros(self.hi.shape)
+            self.fine[index] = libmp.to_float(libmp.mpf_shift(correction, FINE_SCALE))
         self.err[index] = libmp.to_float(err, rnd=libmp.round_up)
         self.tier[index] = 3
 

@@ -59,6 +59,12 @@ class Format:
         return self.emin - self.precision + 1
 
 
+#: Below this |hi| a float64 lo has lost bits (it is near 2**-53 |hi|, below the normal range): the fast tiers leave
+#: such results (for float64 targets) to tier C, which keeps the correction scaled in `Result.fine`.
+FINE_BELOW = 2.0**-969
+FINE_SCALE = 1074  # fine = (r - hi) x 2**FINE_SCALE: at most 2**52 in magnitude where |hi| < FINE_BELOW
+
+
 def mp_format(prec: int) -> Format:
     """The format of mpmath values at `prec` bits: no exponent limits, no overflow."""
     if not isinstance(prec, int) or isinstance(prec, bool) or prec < 2:
@@ -223,7 +229,20 @@ def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray
         tiny = (sr != 0) & (np.abs(hr) + np.abs(lr) + er < math.ldexp(1.0, fmt.min_subnormal_exp - 1))
         rounded.flat[rest] = np.where(exact_zero, 0.0, np.where(tiny, np.copysign(0.0, sr), rounded.flat[rest]))
         ok.flat[rest] = exact_zero | tiny
+    if fmt.min_subnormal_exp < -1022:  # float64: a float64 lo below ~2**-969 has lost bits; tier C keeps them
+        ok &= ~((np.abs(h) < FINE_BELOW) & (h != 0) & (err != 0))
+    if lo is None:  # a single float cannot say on which side of a power of two within err of it the result lies
+        ok &= ~_straddles_power_of_two(h, err)
     return rounded, ok
+
+
+def _straddles_power_of_two(h, err) -> np.ndarray:
+    """Where h +- err reaches a power of two of h's binade (2**(e-1) <= |h| < 2**e): the exact result's binade,
+    which sets its ulp in the error measures, is then unknown (the next tier's hi + lo says it)."""
+    with np.errstate(all="ignore"):
+        m, _ = np.frexp(np.abs(h))  # |h| = m 2**e, 0.5 <= m < 1
+        rel = err / np.abs(h) * m  # err / 2**e
+        return (h != 0) & ((m - 0.5 < rel) | (1 - m <= rel))
 
 
 def _decide_by_cast(h, err, sign):

@@ -388,6 +388,10 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
         return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
     undefined = (bad, bad_key, bad_key)
     return tuple(
-        Result(*(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)), rows.reshape(shape[:-1]))
+        Result(
+            *(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)),
+            rows.reshape(shape[:-1]),
+            None if o.fine is None else o.fine.reshape(shape),
+        )
         for o, shape, rows in zip(outs, shapes, undefined)
     )

@@ -109,10 +109,16 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
         return stacking.unstack(dq, q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
     parts = ("value", "hi", "lo", "err", "tier")
     dq = Result(
-        *(stacking.unstack(getattr(dq, p), q.shape) for p in parts), stacking.unstack(dq.undefined, q.shape[:-1])
+        *(stacking.unstack(getattr(dq, p), q.shape) for p in parts),
+        stacking.unstack(dq.undefined, q.shape[:-1]),
+        None if dq.fine is None else stacking.unstack(dq.fine, q.shape),
     )
     dk, dv = (
-        Result(*(getattr(r, p).reshape(a.shape) for p in parts), r.undefined.reshape(a.shape[:-1]))
+        Result(
+            *(getattr(r, p).reshape(a.shape) for p in parts),
+            r.undefined.reshape(a.shape[:-1]),
+            None if r.fine is None else r.fine.reshape(a.shape),
+        )
         for r, a in ((dk, k), (dv, v))
     )
     return dq, dk, dv

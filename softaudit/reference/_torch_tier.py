@@ -190,6 +190,9 @@ def decide(h, err, fmt: Format):
     # At the bottom of a normal binade the spacing below is half as wide: the boundary there is a quarter away.
     below = 0.5 - 0.25 * ((n == 2.0 ** (p - 1)) & (binade > fmt.emin)).to(torch.float64)
     ok = (err < mag) & (y_err - diff < below) & (diff + y_err < 0.5)
+    # As decide_arrays: where the interval reaches past a power of two that changes the spacing, the exact result's
+    # binade (its ulp in the error measures) is unknown, and tier B's hi + lo says it.
+    ok &= ~(((y - y_err < 2.0 ** (p - 1)) & (binade > fmt.emin)) | ((y + y_err >= 2.0**p) & (binade >= fmt.emin)))
     rounded = n / factor
     rounded = torch.where(rounded > fmt.max_float, math.inf, rounded)
     return torch.copysign(rounded, h), ok
