@@ -99,13 +99,20 @@ def softmax_grad(x, mask, g, r) -> np.ndarray:
     """scale of dx = p (g - <g, p>) (softmax's and masked softmax's VJP), 0 where not kept: |r_i| plus the
     upstream gradient's part p_i sum_k |delta_ik - p_k| |g_k| (exact) plus the logits' part, bounded by
     p_i (|g_i - gbar| |1 - 2 p_i| |x_i| + sum_{j != i} p_j (|g_i - gbar| + |g_j - gbar|) |x_j|), gbar = <g, p>,
-    since d r_i / d x_j = p_i (delta_ij (g_i - gbar) - p_j (g_i + g_j - 2 gbar)) (docs/metrics.md)."""
+    since d r_i / d x_j = p_i (delta_ij (g_i - gbar) - p_j (g_i + g_j - 2 gbar)) (docs/metrics.md).
+
+    Plus p_i sum_k p_k |g_k|: what rounding the intermediate <g, p> once costs (each product p_k g_k rounded moves
+    gbar by up to u p_k |g_k|, and dx_i by p_i times that). The exact VJP does not change when g moves by a
+    constant, but every algorithm that forms gbar does, and where g_i - gbar cancels the inputs' part alone is
+    thousands of times smaller than that one rounding (mnist_logits in float32)."""
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
         g = np.where(kept, np.asarray(g, dtype=np.float64), 0.0)
         dev = np.abs(_deviation(p, top, g))  # |g_i - gbar|
         logits = dev * np.abs(1 - 2 * p) * ax + dev * _others(p, top, ax) + _others(p, top, dev * ax)
-        return np.where(kept, np.abs(r) + p * (_spread(p, e, s, top, np.abs(g)) + logits), 0.0)
+        ag = np.abs(g)
+        dot = (p * ag).sum(axis=-1, keepdims=True)  # the cost of rounding <g, p> once
+        return np.where(kept, np.abs(r) + p * (_spread(p, e, s, top, ag) + logits + dot), 0.0)
 
 
 def _deviation(p, top, g):
@@ -121,21 +128,25 @@ def _deviation(p, top, g):
 
 def log_softmax_grad(x, mask, g, r) -> np.ndarray:
     """scale of dx = g - p sum(g): |r_i| + (1 - p_i) |g_i| + p_i sum_{k != i} |g_k| (the upstream gradient's part)
-    + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact. g is read at -inf logits too (p = 0
-    there, so dx_i = g_i and the scale is 2 |g_i|); 0 where masked."""
+    + |sum(g)| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), both exact, + p_i sum_k |g_k|: what rounding the
+    intermediate sum(g) once costs (each term rounded moves it by up to u |g_k|), which the upstream part misses at
+    a dominant entry (p_i near 1, where (1 - p_i) |g_i| is tiny and dx_i = g_i - p_i sum(g) cancels). g is read at
+    -inf logits too (p = 0 there, so dx_i = g_i and the scale is 2 |g_i|); 0 where masked."""
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
         read = kept | (x == -np.inf) if mask is None else kept
         g = np.where(read, np.asarray(g, dtype=np.float64), 0.0)
         ag = np.abs(g)
-        upstream = _one_minus(p, e, s, top) * ag + p * np.maximum(ag.sum(axis=-1, keepdims=True) - ag, 0.0)
+        total = ag.sum(axis=-1, keepdims=True)
+        upstream = _one_minus(p, e, s, top) * ag + p * np.maximum(total - ag, 0.0) + p * total
         logits = np.abs(g.sum(axis=-1, keepdims=True)) * p * _spread(p, e, s, top, ax)
         return np.where(read, np.abs(r) + upstream + np.where(kept, logits, 0.0), 0.0)
 
 
 def logsumexp_grad(x, mask, g, r) -> np.ndarray:
     """scale of dx = p g (g one value per row), 0 where not kept: |r_i| + p_i |g| (the upstream gradient's part)
-    + |g| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), exact."""
+    + |g| p_i sum_k |delta_ik - p_k| |x_k| (the logits'), exact. No intermediate needs a term of its own: every
+    step of exp(x - lse) g or softmax(x) g errs relative to p_i |g|, which the scale holds (as softmax's does)."""
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
         ag = np.abs(np.asarray(g, dtype=np.float64))[..., None]

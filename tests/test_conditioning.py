@@ -212,16 +212,31 @@ GRADS = {
 }
 
 
+def _intermediate(kind, x, g):
+    """What rounding the standard algorithm's intermediate once costs, per output, in mpmath: <g, p> for softmax's
+    VJP (p_i sum_k p_k |g_k|), sum(g) for log-softmax's (p_i sum_k |g_k|); log-sum-exp's has none."""
+    with mpmath.workdps(DPS):
+        p = _softmax([mpmath.mpf(float(v)) for v in x])
+        g = [mpmath.mpf(float(v)) for v in g]
+        if kind == "softmax_grad":
+            return np.array([float(pi * mpmath.fsum(pk * abs(gk) for pk, gk in zip(p, g))) for pi in p])
+        if kind == "log_softmax_grad":
+            return np.array([float(pi * mpmath.fsum(abs(gk) for gk in g)) for pi in p])
+        return np.zeros(len(p))
+
+
 @pytest.mark.parametrize("kind", list(VJPS))
 @pytest.mark.parametrize("name", ["random", "large logits", "dominant by 40", "equal", "negative offset"])
 @pytest.mark.parametrize("upstream", list(GRADS))
 def test_row_gradient_scales_against_finite_differences_of_the_exact_vjp(kind, name, upstream):
-    """log-softmax's and log-sum-exp's VJP scales are exact; softmax's bounds its logits' part by the triangle
-    inequality, so it is at least the exact scale and, on these rows, within 3x of it."""
+    """Each scale is the inputs' part (central differences of the exact VJP) plus the standard algorithm's
+    intermediate rounded once (_intermediate): exact for log-softmax and log-sum-exp; softmax's bounds its logits'
+    part by the triangle inequality, so it is at least that sum and, on these rows, within 3x of it."""
     row = ROWS[name]
     g = (GRADS[upstream] * 2)[: len(row)]
     g = g[:1] if kind == "logsumexp_grad" else g
     expected, r = _grad_scale_by_differences(VJPS[kind], [row, g])
+    expected = expected + _intermediate(kind, row, g)
     got = getattr(conditioning, kind)(np.array([row]), None, np.array(g if kind != "logsumexp_grad" else g[0]), r)
     got = got.reshape(-1)
     if kind == "softmax_grad":
@@ -276,6 +291,35 @@ def test_a_masked_gradient_scale_is_the_kept_entries_own():
     x, g = np.array([[0.5, 3.0, -np.inf, 1.0]]), np.array([[0.25, -9.0, 4.0, -1.5]])
     mask = np.array([[True, False, True, True]])  # the 3.0 is masked, the -inf removed
     expected, r = _grad_scale_by_differences(_softmax_vjp, [[0.5, 1.0], [0.25, -1.5]])
+    expected = expected + _intermediate("softmax_grad", [0.5, 1.0], [0.25, -1.5])  # <g, p> over the kept entries
     got = conditioning.softmax_grad(x, mask, g, np.array([[r[0], 0.0, 0.0, r[1]]]))[0]
     assert got[1] == 0 and got[2] == 0
     assert (got[[0, 3]] >= expected * (1 - 1e-9)).all() and (got[[0, 3]] <= 3 * expected).all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_attention_gradient_scales_cover_rounding_d_once(seed):
+    """D_i = sum_t dO_it O_it (FlashAttention's form) rounded once moves D_i by u sum_t |dO_it| |O_it|, and with it
+    dq_i by c |D_i's error| |(P k)_i| and dk_j by c sum_i P_ij |D_i's error| |q_i|: the scales hold that cost on
+    top of |dq| and |dk| (their term 2 delta, delta >= sum_j P_ij b_ij >= sum_t |dO_it| |O_it|). The cost is
+    computed here in mpmath from the textbook attention."""
+    rng = np.random.default_rng(seed)
+    lq, lk, d = 3, 5, 4
+    q, k, v, g = (rng.standard_normal(s) * 3 for s in ((lq, d), (lk, d), (lk, d), (lq, d)))
+    c = 0.5
+    with mpmath.workdps(50):
+        s = [[c * mpmath.fsum(mpmath.mpf(a) * b for a, b in zip(qi, kj)) for kj in k] for qi in q]
+        p = [_softmax(row) for row in s]
+        o = [[mpmath.fsum(p[i][j] * v[j][t] for j in range(lk)) for t in range(d)] for i in range(lq)]
+        cost = [mpmath.fsum(abs(g[i][t] * o[i][t]) for t in range(d)) for i in range(lq)]
+        pk = [[mpmath.fsum(p[i][j] * k[j][t] for j in range(lk)) for t in range(d)] for i in range(lq)]
+        dq_cost = np.array([[float(c * cost[i] * abs(pk[i][t])) for t in range(d)] for i in range(lq)])
+        dk_cost = np.array(
+            [
+                [float(c * mpmath.fsum(p[i][j] * cost[i] * abs(q[i][t]) for i in range(lq))) for t in range(d)]
+                for j in range(lk)
+            ]
+        )
+    zeros = (np.zeros((lq, d)), np.zeros((lk, d)), np.zeros((lk, d)))
+    dq_scale, dk_scale, _ = conditioning.attention_grad(q, k, v, g, np.ones((lq, lk), bool), zeros, c)
+    assert (dq_scale >= dq_cost).all() and (dk_scale >= dk_cost).all()
