@@ -252,10 +252,10 @@ def _exact_ulp(r: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, fine, fmt: 
     if lo is None and fine is None:
         return spacing
     with np.errstate(invalid="ignore"):
-        below = np.zeros(r.shape, bool) if lo is None else ((hi - r) + lo) * r < 0  # (hi - r) + lo: exact residual
+        below = np.zeros(r.shape, bool) if lo is None else np.sign((hi - r) + lo) * np.sign(r) < 0  # (exact residual)
         if fine is not None:
             at, correction = fine
-            below.flat[at] = (np.ldexp(hi.flat[at] - r.flat[at], 1074) + correction) * r.flat[at] < 0
+            below.flat[at] = np.sign(np.ldexp(hi.flat[at] - r.flat[at], 1074) + correction) * np.sign(r.flat[at]) < 0
     if below.any():
         at = np.flatnonzero(below)
         spacing.flat[at] = ulp(np.nextafter(r.flat[at], 0.0), fmt)
