@@ -82,6 +82,12 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
     x: the inputs (in the audited dtype or float64), mask: boolean or None, r: the exact results (float64).
     With p the softmax of the kept entries and A = sum_k p_k |x_k|, sum_k |delta_ik - p_k| |x_k| is
     (1 - p_i) |x_i| + (A - p_i |x_i|) (`_spread`).
+
+    The log kinds add 1: the cost of rounding the intermediate sum s of the shifted exponentials once, which moves
+    log s by up to u. Like softmax_grad's <g, p>, it is no part of the inputs' conditioning, but every algorithm
+    that takes log s pays it, and where x_i - m - log s cancels (log s near 0, a dominant entry) the inputs' part
+    alone is far smaller: x - m - log s in float32 read 13.3 and 27.7x the conditioning on mask_planes with numpy's
+    and the portable exp and log, so one ulp of s decided a verdict (issue 24).
     """
     kind = kinds.get(kind)
     with np.errstate(all="ignore"):
@@ -89,9 +95,9 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
         inner = _spread(p, e, s, top, ax)
         r = np.asarray(r, dtype=np.float64)
         if kind.reduces:  # log-sum-exp
-            return np.abs(r) + (p * ax).sum(axis=-1)
+            return np.abs(r) + (p * ax).sum(axis=-1) + 1.0
         if kind.logarithmic:  # log-softmax
-            return np.where(kept, np.abs(r) + inner, 0.0)
+            return np.where(kept, np.abs(r) + inner + 1.0, 0.0)
         return np.where(kept, p * (1 + inner), 0.0)
 
 

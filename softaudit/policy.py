@@ -34,8 +34,11 @@ class Policy:
     # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
     factor: float = default("factor")
     min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    # an accuracy fail also needs an error past 2**(defect_fraction x precision)
+    # an accuracy fail also needs an error past min(2**(defect_fraction x precision), max_floor)
     defect_fraction: float = default("defect_fraction")
+    # the floor's cap: sound float32 and float64 code reads at most 9.8x the conditioning where the floor governs,
+    # a wrong constant (log2(e) as 1.4427) 52-58x, under the uncapped 64 (docs/policy.md)
+    max_floor: float = 16.0
     fully_masked: str = default("fully_masked")  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
     fail_on_overflow: bool = True  # +-inf where the reference is finite
@@ -54,17 +57,25 @@ class Policy:
             raise ValueError(f"min_ulp must be non-negative and finite, got {self.min_ulp!r}")
         if not 0 <= self.defect_fraction <= 1:
             raise ValueError(f"defect_fraction must be between 0 and 1, got {self.defect_fraction!r}")
+        if not 1 <= self.max_floor <= math.inf:
+            raise ValueError(f"max_floor must be at least 1, got {self.max_floor!r}")
 
     def fail_above(self, fmt: Format, plain_cond: float | None) -> float:
         """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
-        algorithm's, 2**(fraction x p)).
+        algorithm's, the floor), floor = min(2**(fraction x p), max_floor).
 
-        Where they computed nothing (they overflowed, say), only the second term remains.
+        Where they computed nothing (they overflowed, say), only the floor remains. The cap: the measure is in units
+        of u, so how many u a sound algorithm costs does not grow with p; 2**(p/4) is 64 in float32 and 9.7e3 in
+        float64, far past what sound code reads (at most 9.8 there), and a wrong constant hid under it.
         """
-        floor = 2.0 ** (self.defect_fraction * fmt.precision)
+        floor = self.floor(fmt)
         if plain_cond is None or not math.isfinite(plain_cond):
             return floor
         return max(self.factor * plain_cond, floor)
+
+    def floor(self, fmt: Format) -> float:
+        """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), max_floor)."""
+        return min(2.0 ** (self.defect_fraction * fmt.precision), self.max_floor)
 
     def warn_above(self, best_ulp: float | None) -> float:
         """The largest max ULP error as good as best practice: max(factor x best practice's, min_ulp)."""
@@ -102,7 +113,9 @@ class Policy:
             warn_at = self.warn_above(best_ulp)
             if err > fail_at:
                 worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
-                bound = f"max({worst}, 2**{self.defect_fraction * fmt.precision:g})"
+                power = self.defect_fraction * fmt.precision
+                floor = f"2**{power:g}" if 2.0**power <= self.max_floor else f"max_floor {self.max_floor:g}"
+                bound = f"max({worst}, {floor})"
                 fails.append(
                     Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
                 )

@@ -24,6 +24,7 @@ NON_DEFAULT = {
     "factor": 40.0,  # test_factor_*, test_an_accuracy_defect_*, test_factor_and_defect_fraction_*
     "min_ulp": 2.0,  # test_min_ulp_*, test_a_softmax_in_the_dtype_*
     "defect_fraction": 0.5,  # test_defect_fraction_*, test_factor_and_defect_fraction_*
+    "max_floor": 64.0,  # test_max_floor_*
     "fully_masked": "nan",  # test_fully_masked_*, test_nan_on_fully_masked_rows_*
     "fail_on_nan": False,  # test_each_event_*
     "fail_on_overflow": False,
@@ -56,6 +57,7 @@ def test_every_field_has_a_non_default_value_tested_and_the_defaults_are_the_doc
         "factor": 2.0,
         "min_ulp": 1.0,
         "defect_fraction": 0.25,
+        "max_floor": 16.0,
         "fully_masked": "zeros",
         "fail_on_nan": True,
         "fail_on_overflow": True,
@@ -79,11 +81,11 @@ def test_the_dtype_precisions():
 
 @pytest.mark.parametrize(
     "fmt, floor",
-    [(F16, 6.727171322029716), (BF16, 4.0), (F32, 64.0), (F64, 9741.98468610229)],  # 2**2.75, 2**2, 2**6, 2**13.25
+    [(F16, 6.727171322029716), (BF16, 4.0), (F32, 16.0), (F64, 16.0)],  # 2**2.75, 2**2, then the cap 16
 )
 def test_fail_above_is_the_floor_where_the_plain_error_is_small_or_missing(fmt, floor):
-    """The floor 2**(0.25 p) wins over 2 x a small plain error, and is all there is without a finite one."""
-    assert floor == pytest.approx(2 ** (0.25 * fmt.precision), rel=1e-15)
+    """The floor min(2**(0.25 p), 16) wins over 2 x a small plain error, and is all there is without a finite one."""
+    assert floor == pytest.approx(min(2 ** (0.25 * fmt.precision), 16), rel=1e-15)
     for plain in (0.0, 1.0, floor / 2, None, NAN, INF):
         assert Policy().fail_above(fmt, plain) == pytest.approx(floor, rel=1e-15)
 
@@ -92,26 +94,41 @@ def test_fail_above_is_factor_times_the_plain_error_past_the_floor():
     """2 x plain_cond once that passes the floor, in each dtype."""
     assert Policy().fail_above(F16, 10.0) == 20.0  # 20 > 6.73
     assert Policy().fail_above(BF16, 2.5) == 5.0  # 5 > 4
-    assert Policy().fail_above(F32, 100.0) == 200.0  # 200 > 64
-    assert Policy().fail_above(F64, 1e4) == 2e4  # 2e4 > 9742
-    assert Policy().fail_above(F32, 31.0) == 64.0  # 62 < 64: the floor
+    assert Policy().fail_above(F32, 100.0) == 200.0  # 200 > 16
+    assert Policy().fail_above(F64, 9.0) == 18.0  # 18 > 16
+    assert Policy().fail_above(F32, 7.0) == 16.0  # 14 < 16: the floor
 
 
 def test_factor_scales_fail_above_and_warn_above():
     """factor multiplies both the plain error (fail) and best practice's (warn)."""
     assert Policy(factor=40).fail_above(F16, 10.0) == 400.0 and Policy().fail_above(F16, 10.0) == 20.0
-    assert Policy(factor=0.5).fail_above(F32, 100.0) == 64.0  # 50 < 64: the floor again
+    assert Policy(factor=0.5).fail_above(F32, 30.0) == 16.0  # 15 < 16: the floor again
     assert Policy(factor=40).warn_above(3.0) == 120.0 and Policy().warn_above(3.0) == 6.0
     assert Policy(factor=40).fail_above(F16, None) == pytest.approx(2**2.75)  # no plain error: factor plays no part
 
 
 def test_defect_fraction_moves_the_floor():
-    """The floor is 2**(defect_fraction x p): 0 gives 1, 1 gives 2**p."""
-    assert Policy(defect_fraction=0.5).fail_above(F32, 1.0) == 4096.0 and Policy().fail_above(F32, 1.0) == 64.0
-    assert Policy(defect_fraction=1.0).fail_above(F16, 1.0) == 2048.0
-    assert Policy(defect_fraction=1.0).fail_above(BF16, None) == 256.0
+    """The floor is 2**(defect_fraction x p) below the cap: 0 gives 1, 1 gives 2**p."""
+    assert Policy(defect_fraction=0.125).fail_above(F16, 1.0) == pytest.approx(2**1.375)
+    assert Policy(defect_fraction=0.125).fail_above(F32, 1.0) == 8.0 and Policy().fail_above(F32, 1.0) == 16.0
+    assert Policy(defect_fraction=1.0, max_floor=math.inf).fail_above(F16, 1.0) == 2048.0
+    assert Policy(defect_fraction=1.0, max_floor=math.inf).fail_above(BF16, None) == 256.0
     assert Policy(defect_fraction=0.0).fail_above(F64, 0.1) == 1.0
     assert Policy(defect_fraction=0.0).fail_above(F64, 3.0) == 6.0  # then 2 x plain wins
+
+
+def test_max_floor_caps_the_floor():
+    """min(2**(defect_fraction x p), max_floor): 16 by default, so float32's 64 and float64's 9742 give 16, and the
+    16-bit floors (6.73, 4) are below it; inf restores 2**(p/4); below 1 is refused."""
+    assert Policy(max_floor=64).fail_above(F32, 1.0) == 64.0 and Policy().fail_above(F32, 1.0) == 16.0
+    assert Policy(max_floor=math.inf).fail_above(F64, None) == pytest.approx(2**13.25)
+    assert Policy(max_floor=2).fail_above(F16, 0.5) == 2.0 and Policy().fail_above(F16, 0.5) == pytest.approx(2**2.75)
+    t = tally(max_cond_err=30.0, max_ulp=100.0)
+    assert ("fail", "defect") in rules(Policy(), t, fmt=F32) and ("fail", "defect") not in rules(
+        Policy(max_floor=64), t, fmt=F32
+    )
+    with pytest.raises(ValueError, match="max_floor"):
+        Policy(max_floor=0.5)
 
 
 def test_min_ulp_is_the_floor_of_warn_above():
@@ -145,10 +162,12 @@ def test_factor_turns_a_defect_into_a_warning():
 
 
 def test_defect_fraction_turns_a_defect_into_a_warning_and_back():
-    """defect_fraction=0.5 lifts the float16 floor to 2**5.5 = 45.3; 0 lowers it to 1."""
+    """defect_fraction=0.5 lifts the float16 floor to 2**5.5 = 45.3 (with max_floor lifted past it); 0 lowers it
+    to 1."""
     defect = tally(max_cond_err=30.0, max_ulp=100.0)
-    assert rules(Policy(defect_fraction=0.5), defect) == [("warn", "below_best")]
-    assert rules(Policy(defect_fraction=0.5), tally(max_cond_err=46.0, max_ulp=100.0)) == [("fail", "defect")]
+    lifted = Policy(defect_fraction=0.5, max_floor=64)
+    assert rules(lifted, defect) == [("warn", "below_best")]
+    assert rules(lifted, tally(max_cond_err=46.0, max_ulp=100.0)) == [("fail", "defect")]
     small = tally(max_cond_err=1.5, max_ulp=0.4)  # plain 0.5: 2 x 0.5 = 1 < 1.5
     assert rules(Policy(), small, plain=0.5) == []
     assert rules(Policy(defect_fraction=0), small, plain=0.5) == [("fail", "defect")]
@@ -407,7 +426,8 @@ def test_a_softmax_in_the_dtype_warns_until_min_ulp_allows_it_and_strict_fails_t
 
 def test_factor_and_defect_fraction_turn_an_approximate_exp_from_a_defect_into_a_warning():
     """The bit-trick exp fails in float16 past 2 x the plain error; factor=20 or defect_fraction=1 raise
-    fail_above past its error (it still warns: far past best practice), and factor=1000 lets it pass."""
+    fail_above past its error (defect_fraction=1 with max_floor lifted; it still warns: far past best practice), and
+    factor=1000 lets it pass."""
     (row,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian").table.itertuples()
     fail_at = max(2 * row.plain_cond_err, 2**2.75)
     assert row.fail_above == pytest.approx(fail_at) and row.max_cond_err > fail_at
@@ -420,7 +440,7 @@ def test_factor_and_defect_fraction_turn_an_approximate_exp_from_a_defect_into_a
     assert max(20 * row.best_ulp, 1.0) < row.max_ulp < 1000 * row.best_ulp
     for policy, verdict, fail_above in (
         (Policy(factor=20), "warn", 20 * row.plain_cond_err),
-        (Policy(defect_fraction=1.0), "warn", 2048.0),
+        (Policy(defect_fraction=1.0, max_floor=math.inf), "warn", 2048.0),
         (Policy(factor=1000), "pass", 1000 * row.plain_cond_err),
     ):
         (changed,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian", policy).table.itertuples()
