@@ -323,3 +323,12 @@ def test_attention_gradient_scales_cover_rounding_d_once(seed):
     zeros = (np.zeros((lq, d)), np.zeros((lk, d)), np.zeros((lk, d)))
     dq_scale, dk_scale, _ = conditioning.attention_grad(q, k, v, g, np.ones((lq, lk), bool), zeros, c)
     assert (dq_scale >= dq_cost).all() and (dk_scale >= dk_cost).all()
+
+
+def test_the_log_kinds_scales_hold_one_rounding_of_the_sum():
+    """x - m - log s rounds s once, which moves log s by up to u whatever the inputs: the log kinds' scale adds 1 on
+    kept entries (0 stays 0: masked or undefined); softmax's p_i (1 + ...) already holds p_i u."""
+    scale = np.array([[2.0**-60, 0.0, 3.0]])
+    assert conditioning.sum_rounding("log_softmax", scale).tolist() == [[1.0 + 2.0**-60, 0.0, 4.0]]
+    assert conditioning.sum_rounding("logsumexp", scale[0]).tolist() == [1.0 + 2.0**-60, 0.0, 4.0]
+    assert conditioning.sum_rounding("softmax", scale) is scale
