@@ -89,9 +89,8 @@ def unit(
         record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
         if record is not None:
             result.worst[record.key] = record
-        verdict, cause, text, fix = _verdict(
-            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], row["best_ulp"]
-        )
+        best = fam.best[index] if fam.best else None
+        verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best)
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -197,8 +196,12 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
 
 
 def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) -> tuple[str, str, str, str]:
-    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix."""
-    reasons = policy.judge(kind, fmt, tally, plain, best)
+    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix. best: best
+    practice's Comparison on the family (None: none ran)."""
+    if best is None or best.error:
+        reasons = policy.judge(kind, fmt, tally, plain, None)
+    else:
+        reasons = policy.judge(kind, fmt, tally, plain, best.max_ulp, best_cond=best.max_cond, best_flushed=best.flushed)
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:

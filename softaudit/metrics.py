@@ -362,6 +362,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         )
     }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
+    fine = _near(b.fine, flat)
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
     kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
@@ -377,8 +378,8 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             np.abs(diff, out=diff)
             if f["compare"] is not None:
                 diff[~f["compare"]] = 0.0
-            if b.fine is not None:  # measured from their scaled corrections after the loop
-                diff[_in_chunk(b.fine[0], start)] = 0.0
+            if fine is not None:  # measured from their scaled corrections after the loop
+                diff[_in_chunk(fine[0], start)] = 0.0
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
             cond = diff * f["inv_scale"]
             cond *= per_u
@@ -418,10 +419,22 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
                 relative = np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size
             rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
-        if b.fine is not None:
-            worst = _fine_accuracy(t, b, flat, whole, worst)
+        if fine is not None:
+            worst = _fine_accuracy(t, b, fine, flat, whole, worst)
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
     return None if whole is None else whole.reshape(y.shape)
+
+
+def _near(fine, flat: dict):
+    """The elements of b.fine whose output lies within 2**-960 of hi (None: none): elsewhere |y - hi| is so much
+    larger than the correction (below 2**-1022) that the float64 difference measures it, and y - hi scaled by
+    2**1074 would overflow (a float16 output next to an exact result below float64's range)."""
+    if fine is None:
+        return None
+    at, correction = fine
+    with np.errstate(invalid="ignore"):
+        near = np.abs(flat["y"][at].astype(np.float64) - flat["hi"][at]) <= 2.0**-960
+    return (at[near], correction[near]) if near.any() else None
 
 
 def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
@@ -430,12 +443,12 @@ def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
     return at[lo:hi] - start
 
 
-def _fine_accuracy(t: Tally, b: Basis, flat: dict, whole: np.ndarray | None, worst: int) -> int:
+def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int) -> int:
     """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
     there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
     rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
     loop's)."""
-    at, correction = b.fine
+    at, correction = fine
     y = flat["y"][at].astype(np.float64)
     keep = np.isfinite(y) if flat["compare"] is None else flat["compare"][at]
     at, correction, y = at[keep], correction[keep], y[keep]
