@@ -208,6 +208,8 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
+        cause = record.cause  # (the zeros' cause: an overflowed sum or an absorbed log, not a flush)
     if first.rule == "below_best" and _flushes_only(tally, record):
         cause = "flushed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
@@ -289,7 +291,7 @@ def _fa_ratio(parts: list[Tally], plain) -> float:
 def _worst_record(
     candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
 ) -> WorstInput:
-    cond, case, flat, value = tally.worst
+    cond, case, flat, value, common = tally.worst
     pc = pcs[case]
     b = pc.basis
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
@@ -316,6 +318,7 @@ def _worst_record(
         causes.exp_sum(inputs, mask),
         budget=budget,
         mask_row=row_mask,
+        common=common,
     )
     if cause == "wrong_terms":
         explanation = "; ".join(filter(None, [explanation, causes.unattending(output, pc.mask)]))

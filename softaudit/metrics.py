@@ -62,7 +62,9 @@ class Tally:
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
-    worst: tuple | None = None  # (cond error, case index, flat index, output there) of the worst element
+    #: (cond error, case index, flat index, output there, common) of the worst element; common: the share of its
+    #: error that one error common to its row explains (`_common_share`), None where the kind has no such measure
+    worst: tuple | None = None
     event_at: tuple | None = None  # (case index, flat index) of the first NaN or inf where the result is finite
 
     def merge(self, other: Tally) -> None:
@@ -292,9 +294,11 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     if b.masked is not None:
         t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
     diff = _accuracy(t, b, y, compare, case_index)
+    if t.worst is not None and math.isfinite(t.worst[0]) and "argmax_flips" in kind.measures:
+        t.worst = (*t.worst[:4], _common_share(kind, b, y, t.worst[2]))
     if not t.elements and (t.nan or t.overflow):
         bad = np.flatnonzero(~finite_y & b.finite_ref)
-        t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]])) if len(bad) else None
+        t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]]), None) if len(bad) else None
     if "argmax_flips" in kind.measures and y.size and y.shape[-1]:  # (sum_err comes with it: the probability kinds)
         rows_ok = _rows_ok(b, finite_y)
         if "sum_err" in kind.measures:
@@ -325,6 +329,27 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
             den = np.sqrt((r**2 if compare is None else np.where(compare, r, 0) ** 2).sum(axis=-1))
             t.max_normwise = float(np.where(den > 0, num / np.where(den > 0, den, 1), 0).max(initial=0.0))
     return t
+
+
+def _common_share(kind, b: Basis, y: np.ndarray, flat: int) -> float:
+    """How much of the worst element's error one error common to its row explains, 0 to 1: a sum's error moves
+    every output of a softmax row by one factor (y_i / r_i - 1 the same) and of a log-softmax row by one shift
+    (y_i - r_i the same), while an approximate exp or a wrong term moves each output its own way. The common error
+    is the median over the row's compared entries (normal results only, for the factor)."""
+    n = y.shape[-1]
+    row = slice(flat - flat % n, flat - flat % n + n)
+    r = b.hi.reshape(-1)[row] + (0.0 if b.lo is None else b.lo.reshape(-1)[row])
+    out = y.reshape(-1)[row].astype(np.float64)
+    with np.errstate(all="ignore"):
+        if kind.logarithmic:
+            error, ok = out - r, np.isfinite(out) & b.finite_ref.reshape(-1)[row]
+        else:
+            error = out / r - 1
+            ok = np.isfinite(error) & (np.abs(r) >= smallest_normal(b.fmt)) & b.finite_ref.reshape(-1)[row]
+    own = float(error[flat % n]) if ok[flat % n] else math.nan
+    if not ok.any() or not own or math.isnan(own):
+        return math.nan
+    return max(0.0, 1.0 - abs(own - float(np.median(error[ok]))) / abs(own))
 
 
 def _rows_ok(b: Basis, finite_y) -> np.ndarray:
@@ -421,7 +446,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         t.max_rel_err = rel
         if fine is not None:
             worst = _fine_accuracy(t, b, fine, flat, whole, worst)
-        t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
+        t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]), None)
     return None if whole is None else whole.reshape(y.shape)
 
 
