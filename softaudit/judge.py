@@ -212,8 +212,17 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         cause = record.cause  # (the zeros' cause: an overflowed sum or an absorbed log, not a flush)
     if first.rule == "below_best" and _flushes_only(tally, record):
         cause = "flushed"
+    absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
+    if absorbed:
+        cause = "absorbed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
     texts = [_explain(r, tally, record, why) for r in reasons]
+    if absorbed and tally.underflow:
+        zeros = tally.underflow
+        texts.append(
+            f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
+            "set the ULP error: a log of a sum that rounds to 1"
+        )
     return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
 
 
@@ -247,6 +256,15 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
             "not a flush)"
         )
     return reason.text
+
+
+def _absorbed(kind: str, tally: Tally, record) -> bool:
+    """Whether a log kind's warning is its zeros: an output of x_i - m - log s (or m + log s) is 0 where the exact
+    result is not only where log s rounds to 0, a sum that rounds to 1, and each such 0 is far more ulps off than
+    any nonzero output, so it is what crossed best practice, whichever element is worst against the conditioning
+    (the rounding of s costs it about 1 u of its scale there)."""
+    zeros = tally.underflow + tally.flushed
+    return "absorbed" in kinds.get(kind).causes and zeros > 0 and (record is None or record.cause != "wrong_terms")
 
 
 def _flushes_only(tally: Tally, record) -> bool:
