@@ -90,7 +90,9 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.best[index] if fam.best else None
-        verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best)
+        verdict, cause, text, fix = _verdict(
+            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best
+        )
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -201,7 +203,9 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None)
     else:
-        reasons = policy.judge(kind, fmt, tally, plain, best.max_ulp, best_cond=best.max_cond, best_flushed=best.flushed)
+        reasons = policy.judge(
+            kind, fmt, tally, plain, best.max_ulp, best_cond=best.max_cond, best_flushed=best.flushed
+        )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:

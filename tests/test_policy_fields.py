@@ -194,8 +194,7 @@ def test_a_warning_needs_the_error_past_best_practice_in_the_conditioning_too():
     assert judge("softmax", F16, tally(max_cond_err=3.0, max_ulp=1140.0), 1.0, 2.0, best_cond=2.0) == []
     (warn,) = judge("softmax", F16, tally(max_cond_err=4.5, max_ulp=1140.0), 1.0, 2.0, best_cond=2.0)
     assert warn.text == (
-        "max error 1.14e+03 ulp > 4 = max(2 x best practice's 2, 1), and 4.5 x the conditioning > 2 x best "
-        "practice's 2"
+        "max error 1.14e+03 ulp > 4 = max(2 x best practice's 2, 1), and 4.5 x the conditioning > 2 x best practice's 2"
     )
     assert rules(Policy(), tally(max_cond_err=1.01, max_ulp=9.0)) == [("warn", "below_best")]  # (no best_cond: > 1)
 
