@@ -204,14 +204,21 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
         reasons = policy.judge(kind, fmt, tally, plain, None)
     else:
         reasons = policy.judge(
-            kind, fmt, tally, plain, best.max_ulp, best_cond=best.max_cond, best_flushed=best.flushed
+            kind,
+            fmt,
+            tally,
+            plain,
+            best.max_ulp,
+            best_cond=best.max_cond,
+            best_flushed=best.flushed,
+            best_zeros=best.underflow - best.flushed,
         )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
         return "pass", "", "", ""
     first = reasons[0]
-    cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    cause = record.cause if first.rule in ("defect", "below_best", "sum") and record is not None else first.rule
     if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
         cause = record.cause  # (the zeros' cause: an overflowed sum or an absorbed log, not a flush)
     if first.rule == "below_best" and _flushes_only(tally, record):
@@ -251,7 +258,7 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
         return f"{reason.text}: {why}" if why else reason.text
     if reason.rule == "below_best" and _flushes_only(tally, record):
         return f"{reason.text}, at subnormal results that came out 0"
-    if reason.rule in ("defect", "below_best") and record is not None:
+    if reason.rule in ("defect", "below_best", "sum") and record is not None:
         return f"{reason.text}; worst element: {record.explanation}"
     if reason.rule == "flushed" and record is not None and record.cause in _LOST_AS:
         results = "result" if tally.flushed == 1 else "results"
@@ -273,8 +280,9 @@ def _absorbed(kind: str, tally: Tally, record) -> bool:
 
 def _flushes_only(tally: Tally, record) -> bool:
     """Whether a row's ULP error is all in subnormal results that came out 0: the measures judge those as a flush
-    (their conditioning-scaled error is 0), so the worst element is exact and says nothing of the ULP error."""
-    return tally.flushed > 0 and (record is None or (record.cond_err == 0 and record.cause == "rounding"))
+    (their conditioning-scaled error is 0), so the worst element is within a correct rounding and says nothing of
+    the ULP error."""
+    return tally.flushed > 0 and (record is None or (record.cond_err <= 0.5 and record.cause == "rounding"))
 
 
 def _undefined_rows_judged(pcs) -> bool:

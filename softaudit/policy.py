@@ -41,6 +41,8 @@ class Policy:
     max_floor: float = 16.0
     fully_masked: str = default("fully_masked")  # what a row with nothing kept must give: zeros, nan, uniform, or any
     fail_on_nan: bool = True  # a NaN where the reference is defined
+    # a row of probabilities whose sum is more than 1/2 from 1 (an overflowed or stalled sum): no rounding does that
+    fail_on_sum: bool = True
     fail_on_overflow: bool = True  # +-inf where the reference is finite
     fail_on_mask_leak: bool = True  # probability on a masked entry; attention that moves with masked values
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
@@ -101,11 +103,15 @@ class Policy:
         *,
         best_cond: float | None = None,
         best_flushed: int | None = None,
+        best_zeros: int | None = None,
     ) -> list[Reason]:
         """The rules the row broke, fails first (an empty list: it passed). best_cond and best_flushed: best
-        practice's max_cond_err and subnormal results given as 0 on the family (None: unknown); a warn needs the
-        row to be worse than best practice in the conditioning measure too, and a flush warning more flushed
-        results than best practice's (a 0 that best practice gives as well is cancellation, not a flush)."""
+        practice's max_cond_err, subnormal results given as 0 and other zeros where the result is not 0 on the family
+        (None: unknown); a warn needs the row to be worse than best practice in the conditioning measure too, or
+        more zeros where the result is not 0 than best practice gives (each 100% off: log s rounded to 0 next to
+        a dominant entry is within the rounding of s the log kinds' scale holds, and log1p avoids it), and a
+        flush warning more flushed results than best practice's (a 0 that best practice gives as well is
+        cancellation, not a flush)."""
         fails, warns = [], []
         kind = kinds.get(kind)
         if self.fail_on_nan and tally.nan:
@@ -127,9 +133,13 @@ class Policy:
             fails.append(
                 Reason("fail", "underflow", f"{tally.underflow} zeros where the correctly rounded result is not 0")
             )
+        off = tally.sum_err * 2.0 ** (1 - fmt.precision)  # (sum_err is in ulps of 1)
+        if self.fail_on_sum and "sum_err" in kind.measures and off > 0.5:
+            fails.append(Reason("fail", "sum", f"a row's probabilities sum {_num(off)} away from 1"))
         if tally.elements:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
             warn_at = self.warn_above(best_ulp)
+            zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
             if err > fail_at:
                 worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
                 power = self.defect_fraction * fmt.precision
@@ -138,12 +148,16 @@ class Policy:
                 fails.append(
                     Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
                 )
-            elif tally.max_ulp > warn_at and err > self.warn_cond_above(best_cond):
+            elif tally.max_ulp > warn_at and (
+                err > self.warn_cond_above(best_cond) or zeros > (math.inf if best_zeros is None else best_zeros)
+            ):
                 bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
                 terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if "max_ulp_vsum" in kind.measures else ""
                 text = f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"
-                if best_cond is not None:
+                if best_cond is not None and err > self.warn_cond_above(best_cond):
                     text += f", and {_num(err)} x the conditioning > {_times(self.factor, 'best practice', best_cond)}"
+                elif best_cond is not None:
+                    text += f", and {zeros} zeros where the result is not 0 (best practice: {best_zeros})"
                 warns.append(Reason("warn", "below_best", text))
         if self.warn_on_flush and tally.flushed > (best_flushed or 0):
             warns.append(Reason("warn", "flushed", _flushed(kind, tally)))

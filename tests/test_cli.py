@@ -23,10 +23,16 @@ def kernel(x, axis=-1):
         e = np.exp(w - w.max(axis=axis, keepdims=True))
         return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
 """
-# A precision trade-off: the plain same-dtype softmax, below best practice in float16 (a warn).
-PLAIN = GOOD.replace("w = x.astype(np.float64)", "w = x")
 # A defect: no max shift, so exp overflows float16 past logits of about 11 and inf / inf is NaN (a fail).
-BAD = PLAIN.replace("np.exp(w - w.max(axis=axis, keepdims=True))", "np.exp(w)")
+BAD = GOOD.replace("w = x.astype(np.float64)", "w = x").replace(
+    "np.exp(w - w.max(axis=axis, keepdims=True))", "np.exp(w)"
+)
+# A precision trade-off: exp and 1 / sum rounded to float16, the sum in float32 (a float16 sum of 65,536 equal
+# exponentials overflows: a defect), below best practice in float16 (a warn).
+PLAIN = GOOD.replace("w = x.astype(np.float64)", "w = x").replace(
+    "return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)",
+    "return e * (1 / e.sum(axis=axis, keepdims=True, dtype=np.float32)).astype(x.dtype)",
+)
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ NON_DEFAULT = {
     "max_floor": 64.0,  # test_max_floor_*
     "fully_masked": "nan",  # test_fully_masked_*, test_nan_on_fully_masked_rows_*
     "fail_on_nan": False,  # test_each_event_*
+    "fail_on_sum": False,  # test_probabilities_*
     "fail_on_overflow": False,
     "fail_on_mask_leak": False,
     "nan_propagation": False,
@@ -60,6 +61,7 @@ def test_every_field_has_a_non_default_value_tested_and_the_defaults_are_the_doc
         "max_floor": 16.0,
         "fully_masked": "zeros",
         "fail_on_nan": True,
+        "fail_on_sum": True,
         "fail_on_overflow": True,
         "fail_on_mask_leak": True,
         "fail_on_underflow": False,
@@ -245,6 +247,17 @@ def test_each_event_fails_unless_its_field_is_off(field, events, rule, kind):
     assert rules(Policy(**{field: False}), t, kind=kind) == []
     others = {name: False for name in ("fail_on_nan", "fail_on_overflow", "fail_on_mask_leak", "nan_propagation")}
     assert rules(Policy(**(others | {field: True})), t, kind=kind) == [("fail", rule)]
+
+
+def test_probabilities_that_sum_more_than_a_half_from_1_fail_unless_fail_on_sum_is_off():
+    """sum_err is max |sum p - 1| in ulps of 1 (2**-10 in float16): 513 of them is 0.501 from 1, a stalled or
+    overflowed sum (every output 0 reads 1024), which no rounding gives; 512 is not past it. Only for probabilities."""
+    assert rules(Policy(), tally(sum_err=513.0)) == [("fail", "sum")]
+    assert rules(Policy(), tally(sum_err=512.0)) == []
+    assert rules(Policy(fail_on_sum=False), tally(sum_err=1024.0)) == []
+    assert rules(Policy(), tally(sum_err=1024.0), kind="softmax_grad") == []  # (its sum_err is another measure)
+    (reason,) = Policy().judge("softmax", F16, tally(sum_err=1024.0), 1.0, 0.5)
+    assert reason.text == "a row's probabilities sum 1 away from 1"
 
 
 def test_the_event_texts_count_what_happened():
@@ -472,3 +485,13 @@ def test_factor_and_defect_fraction_turn_an_approximate_exp_from_a_defect_into_a
         (changed,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian", policy).table.itertuples()
         assert (changed.verdict, changed.fail_above) == (verdict, pytest.approx(fail_above)), policy
         assert changed.max_cond_err == row.max_cond_err
+
+
+def test_zeros_that_best_practice_does_not_give_warn_within_the_conditioning():
+    """logsumexp of [0, -90] in float32: log(1 + e**-90) is 8e-40, which m + log s gives as 0, within the rounding
+    of s (the log kinds' scale holds it), while log1p keeps it: more zeros than best practice warn."""
+    judge = Policy().judge
+    t = tally(max_cond_err=1e-30, max_ulp=1.5e7, underflow=4)
+    assert judge("logsumexp", F32, t, 1.0, 4.0, best_cond=0.5, best_zeros=4) == []
+    (warn,) = judge("logsumexp", F32, t, 1.0, 4.0, best_cond=0.5, best_zeros=0)
+    assert warn.rule == "below_best" and warn.text.endswith("and 4 zeros where the result is not 0 (best practice: 0)")

@@ -223,6 +223,10 @@ def test_float16_probabilities_that_sum_to_3_5_fail(tmp_path):
 )
 def test_precision_trade_offs_warn_and_never_fail(fn, kind, dtypes):
     table = _audit(fn, kind, dtypes)
+    # (but where a float16 sum overflows, 65,536 equal logits: every output 0, the probabilities sum to 0, a defect)
+    overflowed = table.family == "equal_sum_overflow"
+    assert (table[overflowed].cause == "sum_overflow").all() and (table[overflowed].verdict == "fail").all()
+    table = table[~overflowed]
     assert not (table.verdict == "fail").any(), table[table.verdict == "fail"][["dtype", "family", "note"]].to_string()
     warned = table[table.verdict == "warn"]
     assert len(warned) and all(fix for fix in warned.fix)

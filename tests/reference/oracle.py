@@ -120,15 +120,20 @@ def near_boundary(value, dtype, prec) -> bool:
 
 
 def rounded(compute, dtype):
-    """Round compute(prec) to dtype: at twice dtype's precision, or at ten times that where twice cannot tell.
+    """Round compute(prec) to dtype: at twice dtype's precision, and at 10, 80 and 640 times that while a value is
+    too near a rounding boundary to tell (an exact midpoint stays there: it rounds to even).
 
     Twice the precision is not always enough: log_softmax of a dominant row is x - m (often a midpoint of the
-    dtype) minus a tiny log-sum, e.g. -211.8125 - 7e-23 in float16.
+    dtype) minus a tiny log-sum, e.g. -211.8125 - 7e-23 in float16; a float16 softmax gradient of [0, 0, -1000]
+    is a midpoint moved by about e**-1000 = 2**-1443, which only thousands of bits see.
     """
     prec = precision_for(dtype)
     values = compute(prec)
-    if any(near_boundary(v, dtype, prec) for v in values):
-        values = compute(10 * prec)
+    for times in (10, 80, 640):
+        if not any(near_boundary(v, dtype, prec) for v in values):
+            break
+        prec = precision_for(dtype) * times
+        values = compute(prec)
     return [round_to(v, dtype) for v in values]
 
 

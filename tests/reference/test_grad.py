@@ -497,3 +497,14 @@ def test_log_softmax_grad_at_minus_infinity_follows_the_calculus():
             dx = R.log_softmax_grad(x, g, dtype=dtype, method=method).astype(np.float64)
             np.testing.assert_array_equal(dx[0], [-2.0, 2.0])
             assert np.isnan(dx[1]).all()
+
+
+def test_a_midpoint_moved_by_e_to_the_minus_1000_rounds_away_from_it():
+    """softmax_grad in float16 of x = [0, 0, -1000], g = [0.7666, -0.607, 0.8257]: the second output is the float16
+    midpoint -0.3433837890625 moved by about -0.0148 e**-1000 (d r_1 / d eps for p_3 = eps), so it rounds away
+    from zero, to -0.34350586; an oracle at too few bits sees the tie and rounds to even (found by Hypothesis)."""
+    x = np.array([[0.0, 0.0, -1000.0]], np.float16)
+    g = np.array([[0.7666, -0.607, 0.8257]], np.float16)
+    got = call("softmax_grad", x, g, "float16")
+    assert got.astype(np.float64)[0, 1] == -0.343505859375  # (the midpoint less half a float16 spacing, 2**-13)
+    np.testing.assert_array_equal(bits(got), bits(rounded_grad_rows("softmax_grad", x, g, "float16")))
