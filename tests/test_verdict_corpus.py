@@ -231,7 +231,7 @@ def _checks():
             yield pytest.param(entry, dtype, id=ident, marks=marks)
 
 
-@pytest.mark.parametrize("entry, dtype", _checks())
+@pytest.mark.parametrize("entry, dtype", list(_checks()))
 def test_verdict(entry, dtype):
     table = _table(entry.kind)
     rows = table[(table.candidate == _name(entry.fn)) & (table.dtype == dtype)]

@@ -129,7 +129,7 @@ def lsg_float16_in_dtype(x, g, axis=-1):
 
 def lsg_missing_p(x, g, axis=-1):
     """Defect: g - sum(g) / n (the mean), p replaced by the uniform distribution."""
-    w, gw = f64(x, g)
+    (gw,) = f64(g)
     return (gw - gw.mean(axis=axis, keepdims=True)).astype(x.dtype)
 
 

@@ -4,7 +4,7 @@ import math
 
 import numpy as np
 
-from ._util import f64, up, wide
+from ._util import f64, up
 
 
 def _shift(x, axis):
@@ -181,6 +181,3 @@ def lse_missing_max(x, axis=-1):
     """Defect: log(sum(exp(x - m))) that forgets to add m back."""
     t = _shift(x, axis)
     return np.log(np.exp(t).sum(axis=axis)).astype(x.dtype)
-
-
-del wide
