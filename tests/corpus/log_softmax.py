@@ -12,11 +12,16 @@ def _shift(x, axis):
     return w - w.max(axis=axis, keepdims=True)
 
 
-def _others_sum(t, axis):
-    """The sum of exp(t) without the max's term (t is shifted: that term is exp(0) = 1), for log1p."""
+def _others_sum_terms(t, axis):
+    """exp(t) with the max's term (t is shifted: that term is exp(0) = 1) set to 0, for log1p."""
     e = np.exp(t)
     np.put_along_axis(e, np.argmax(t, axis=axis, keepdims=True), 0, axis=axis)
-    return e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def _others_sum(t, axis):
+    """The sum of exp(t) without the max's term, for log1p."""
+    return _others_sum_terms(t, axis).sum(axis=axis, keepdims=True)
 
 
 # -- log_softmax: sound -------------------------------------------------------------------------------------------
@@ -36,16 +41,18 @@ def ls_log1p_wide(x, axis=-1):
 
 
 def ls_fsum(x, axis=-1):
-    """Sound: x - m - log(s), s by math.fsum (exact, rounded once)."""
+    """Sound: x - m - log1p(sum of the others), that sum by math.fsum (exact, rounded once)."""
     t = np.moveaxis(_shift(x, axis), axis, -1)
-    s = np.array([math.fsum(r) for r in np.exp(t).reshape(-1, t.shape[-1]).tolist()], t.dtype)
-    return np.moveaxis(t - np.log(s.reshape(t.shape[:-1] + (1,))), -1, axis).astype(x.dtype)
+    e = np.moveaxis(_others_sum_terms(np.moveaxis(t, -1, axis), axis), axis, -1)
+    s = np.array([math.fsum(r) for r in e.reshape(-1, e.shape[-1]).tolist()], t.dtype).reshape(t.shape[:-1] + (1,))
+    return np.moveaxis(t - np.log1p(s), -1, axis).astype(x.dtype)
 
 
 def ls_blas_sum(x, axis=-1):
-    """Sound: x - m - log(s), s as a matrix-vector product with ones (BLAS)."""
+    """Sound: x - m - log1p(sum of the others), that sum as a matrix-vector product with ones (BLAS)."""
     t = np.moveaxis(_shift(x, axis), axis, -1)
-    return np.moveaxis(t - np.log(np.exp(t) @ np.ones((t.shape[-1], 1), t.dtype)), -1, axis).astype(x.dtype)
+    e = np.moveaxis(_others_sum_terms(np.moveaxis(t, -1, axis), axis), axis, -1)
+    return np.moveaxis(t - np.log1p(e @ np.ones((t.shape[-1], 1), t.dtype)), -1, axis).astype(x.dtype)
 
 
 # -- log_softmax: precision trade-offs ----------------------------------------------------------------------------
