@@ -22,6 +22,9 @@ LONG_ROW = 1024
 #: can cost (softaudit/budget.py: first order, every rounding at its worst; the margin is for what first order
 #: leaves out and for exp and log a few ulps off).
 BEYOND_ROUNDING = 4.0
+#: Below this share of an error common to the row (metrics._common_share), an error no pairwise sum explains is
+#: not called accumulation: a sum's error moves every output of its row alike.
+COMMON = 0.5
 #: The smallest tile of keys a blocked kernel uses (FlashAttention's are 16 to 128): a row whose first this many keys
 #: are masked and a later one kept meets a fully masked first block there.
 SMALLEST_TILE = 16
@@ -63,13 +66,15 @@ def classify(
     *,
     budget: tuple[float, float] | None = None,
     mask_row=None,
+    common: float | None = None,
 ) -> tuple[str, str]:
     """(cause, sentence) for the worst element: output y, exact value r, its correct rounding, its conditioning
     scale (floored at the smallest normal, as the error measure reads it), n the length of the reduction behind it
     (row length, or keys for attention), exp_sum the exact sum of its row's exponentials shifted by the row's max
     (`exp_sum`; None where the kind has none), budget the element's rounding budget T (softaudit/budget.py) with
     pairwise and with running sums (None: unknown; then only an error past the scale itself, the terms, is a wrong
-    term), and mask_row the element's row of the mask (keys for attention) or None.
+    term), mask_row the element's row of the mask (keys for attention) or None, and common the share of the error
+    one error common to its row explains (metrics._common_share; None or NaN: unknown): a sum's error is common.
 
     An error is a wrong term only past what rounding the inputs and every intermediate in the dtype can move the
     result by, u (scale + T), `BEYOND_ROUNDING` times over: a standard algorithm in the dtype never gets it."""
@@ -144,7 +149,8 @@ def classify(
             )
         beyond = _beyond(kind, fmt, err, scale, budget[1] if known else None, normal)
         return "wrong_terms", f"{off}, {beyond}; so a term is missing, extra or wrong"
-    if known and err > BEYOND_ROUNDING * pairwise:  # (only a running sum's n roundings explain it)
+    common = math.nan if common is None else common
+    if known and err > BEYOND_ROUNDING * pairwise and not common < COMMON:  # (only a running sum's roundings can)
         return "accumulation", (
             f"{off}, {_ratio(err, pairwise):.3g}x what rounding in {fmt.name} with pairwise sums can move it, within "
             f"what a running sum of {n} terms in {fmt.name} can: the sum's errors accumulated"
@@ -168,6 +174,13 @@ def classify(
                 f"u x {_g(scale + budget[0])} = {_g(pairwise)}, and the error is {_ratio(err, pairwise):.3g} of that"
             )
         return "cancellation", why
+    if known and err > BEYOND_ROUNDING * pairwise:
+        return "precision", (
+            f"{off}, {_ratio(err, pairwise):.3g}x what rounding in {fmt.name} with pairwise sums can move it, and "
+            f"the row's outputs are off each its own way (a sum's error would move them alike: {common:.2g} of it "
+            "is common): an approximate function (exp, log, a reciprocal) or more roundings than a standard "
+            "algorithm's"
+        )
     if n >= LONG_ROW and relative > 4:
         return "accumulation", f"{relative:.3g} u relative error in a reduction over {n} entries"
     if relative <= 2:

@@ -89,9 +89,8 @@ def unit(
         record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
         if record is not None:
             result.worst[record.key] = record
-        verdict, cause, text, fix = _verdict(
-            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], row["best_ulp"]
-        )
+        best = fam.best[index] if fam.best else None
+        verdict, cause, text, fix = _verdict(candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best)
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -197,18 +196,33 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
 
 
 def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) -> tuple[str, str, str, str]:
-    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix."""
-    reasons = policy.judge(kind, fmt, tally, plain, best)
+    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix. best: best
+    practice's Comparison on the family (None: none ran)."""
+    if best is None or best.error:
+        reasons = policy.judge(kind, fmt, tally, plain, None)
+    else:
+        reasons = policy.judge(kind, fmt, tally, plain, best.max_ulp, best_cond=best.max_cond, best_flushed=best.flushed)
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
         return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best") and record is not None else first.rule
+    if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
+        cause = record.cause  # (the zeros' cause: an overflowed sum or an absorbed log, not a flush)
     if first.rule == "below_best" and _flushes_only(tally, record):
         cause = "flushed"
+    absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
+    if absorbed:
+        cause = "absorbed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
     texts = [_explain(r, tally, record, why) for r in reasons]
+    if absorbed and tally.underflow:
+        zeros = tally.underflow
+        texts.append(
+            f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
+            "set the ULP error: a log of a sum that rounds to 1"
+        )
     return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
 
 
@@ -242,6 +256,15 @@ def _explain(reason: Reason, tally: Tally, record, why: str) -> str:
             "not a flush)"
         )
     return reason.text
+
+
+def _absorbed(kind: str, tally: Tally, record) -> bool:
+    """Whether a log kind's warning is its zeros: an output of x_i - m - log s (or m + log s) is 0 where the exact
+    result is not only where log s rounds to 0, a sum that rounds to 1, and each such 0 is far more ulps off than
+    any nonzero output, so it is what crossed best practice, whichever element is worst against the conditioning
+    (the rounding of s costs it about 1 u of its scale there)."""
+    zeros = tally.underflow + tally.flushed
+    return "absorbed" in kinds.get(kind).causes and zeros > 0 and (record is None or record.cause != "wrong_terms")
 
 
 def _flushes_only(tally: Tally, record) -> bool:
@@ -286,7 +309,7 @@ def _fa_ratio(parts: list[Tally], plain) -> float:
 def _worst_record(
     candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
 ) -> WorstInput:
-    cond, case, flat, value = tally.worst
+    cond, case, flat, value, common = tally.worst
     pc = pcs[case]
     b = pc.basis
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
@@ -313,6 +336,7 @@ def _worst_record(
         causes.exp_sum(inputs, mask),
         budget=budget,
         mask_row=row_mask,
+        common=common,
     )
     if cause == "wrong_terms":
         explanation = "; ".join(filter(None, [explanation, causes.unattending(output, pc.mask)]))

@@ -62,7 +62,9 @@ class Tally:
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
-    worst: tuple | None = None  # (cond error, case index, flat index, output there) of the worst element
+    #: (cond error, case index, flat index, output there, common) of the worst element; common: the share of its
+    #: error that one error common to its row explains (`_common_share`), None where the kind has no such measure
+    worst: tuple | None = None
     event_at: tuple | None = None  # (case index, flat index) of the first NaN or inf where the result is finite
 
     def merge(self, other: Tally) -> None:
@@ -292,9 +294,11 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
     if b.masked is not None:
         t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
     diff = _accuracy(t, b, y, compare, case_index)
+    if t.worst is not None and math.isfinite(t.worst[0]) and "argmax_flips" in kind.measures:
+        t.worst = (*t.worst[:4], _common_share(kind, b, y, t.worst[2]))
     if not t.elements and (t.nan or t.overflow):
         bad = np.flatnonzero(~finite_y & b.finite_ref)
-        t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]])) if len(bad) else None
+        t.worst = (math.inf, case_index, int(bad[0]), float(y.flat[bad[0]]), None) if len(bad) else None
     if "argmax_flips" in kind.measures and y.size and y.shape[-1]:  # (sum_err comes with it: the probability kinds)
         rows_ok = _rows_ok(b, finite_y)
         if "sum_err" in kind.measures:
@@ -325,6 +329,27 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
             den = np.sqrt((r**2 if compare is None else np.where(compare, r, 0) ** 2).sum(axis=-1))
             t.max_normwise = float(np.where(den > 0, num / np.where(den > 0, den, 1), 0).max(initial=0.0))
     return t
+
+
+def _common_share(kind, b: Basis, y: np.ndarray, flat: int) -> float:
+    """How much of the worst element's error one error common to its row explains, 0 to 1: a sum's error moves
+    every output of a softmax row by one factor (y_i / r_i - 1 the same) and of a log-softmax row by one shift
+    (y_i - r_i the same), while an approximate exp or a wrong term moves each output its own way. The common error
+    is the median over the row's compared entries (normal results only, for the factor)."""
+    n = y.shape[-1]
+    row = slice(flat - flat % n, flat - flat % n + n)
+    r = b.hi.reshape(-1)[row] + (0.0 if b.lo is None else b.lo.reshape(-1)[row])
+    out = y.reshape(-1)[row].astype(np.float64)
+    with np.errstate(all="ignore"):
+        if kind.logarithmic:
+            error, ok = out - r, np.isfinite(out) & b.finite_ref.reshape(-1)[row]
+        else:
+            error = out / r - 1
+            ok = np.isfinite(error) & (np.abs(r) >= smallest_normal(b.fmt)) & b.finite_ref.reshape(-1)[row]
+    own = float(error[flat % n]) if ok[flat % n] else math.nan
+    if not ok.any() or not own or math.isnan(own):
+        return math.nan
+    return max(0.0, 1.0 - abs(own - float(np.median(error[ok]))) / abs(own))
 
 
 def _rows_ok(b: Basis, finite_y) -> np.ndarray:
@@ -362,6 +387,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
         )
     }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
+    fine = _near(b.fine, flat)
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
     kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
@@ -377,8 +403,8 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             np.abs(diff, out=diff)
             if f["compare"] is not None:
                 diff[~f["compare"]] = 0.0
-            if b.fine is not None:  # measured from their scaled corrections after the loop
-                diff[_in_chunk(b.fine[0], start)] = 0.0
+            if fine is not None:  # measured from their scaled corrections after the loop
+                diff[_in_chunk(fine[0], start)] = 0.0
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
             cond = diff * f["inv_scale"]
             cond *= per_u
@@ -418,10 +444,22 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
                 relative = np.where(True if compare is None else flat["compare"][far], far_diff, 0.0) / size
             rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
-        if b.fine is not None:
-            worst = _fine_accuracy(t, b, flat, whole, worst)
-        t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]))
+        if fine is not None:
+            worst = _fine_accuracy(t, b, fine, flat, whole, worst)
+        t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]), None)
     return None if whole is None else whole.reshape(y.shape)
+
+
+def _near(fine, flat: dict):
+    """The elements of b.fine whose output lies within 2**-960 of hi (None: none): elsewhere |y - hi| is so much
+    larger than the correction (below 2**-1022) that the float64 difference measures it, and y - hi scaled by
+    2**1074 would overflow (a float16 output next to an exact result below float64's range)."""
+    if fine is None:
+        return None
+    at, correction = fine
+    with np.errstate(invalid="ignore"):
+        near = np.abs(flat["y"][at].astype(np.float64) - flat["hi"][at]) <= 2.0**-960
+    return (at[near], correction[near]) if near.any() else None
 
 
 def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
@@ -430,12 +468,12 @@ def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
     return at[lo:hi] - start
 
 
-def _fine_accuracy(t: Tally, b: Basis, flat: dict, whole: np.ndarray | None, worst: int) -> int:
+def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int) -> int:
     """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
     there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
     rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
     loop's)."""
-    at, correction = b.fine
+    at, correction = fine
     y = flat["y"][at].astype(np.float64)
     keep = np.isfinite(y) if flat["compare"] is None else flat["compare"][at]
     at, correction, y = at[keep], correction[keep], y[keep]

@@ -77,6 +77,14 @@ class Policy:
         """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), max_floor)."""
         return min(2.0 ** (self.defect_fraction * fmt.precision), self.max_floor)
 
+    def warn_cond_above(self, best_cond: float | None) -> float:
+        """The largest max_cond_err as good as best practice: max(factor x best practice's, min_ulp). Both warn
+        lines must be crossed: an ULP error far past best practice's that the conditioning explains (an output
+        that cancels, a subnormal one) is the problem's, not the algorithm's."""
+        if best_cond is None or not math.isfinite(best_cond):
+            return self.min_ulp
+        return max(self.factor * best_cond, self.min_ulp)
+
     def warn_above(self, best_ulp: float | None) -> float:
         """The largest max ULP error as good as best practice: max(factor x best practice's, min_ulp)."""
         if best_ulp is None or not math.isfinite(best_ulp):
@@ -84,9 +92,20 @@ class Policy:
         return max(self.factor * best_ulp, self.min_ulp)
 
     def judge(
-        self, kind: str, fmt: Format, tally: Tally, plain_cond: float | None, best_ulp: float | None
+        self,
+        kind: str,
+        fmt: Format,
+        tally: Tally,
+        plain_cond: float | None,
+        best_ulp: float | None,
+        *,
+        best_cond: float | None = None,
+        best_flushed: int | None = None,
     ) -> list[Reason]:
-        """The rules the row broke, fails first (an empty list: it passed)."""
+        """The rules the row broke, fails first (an empty list: it passed). best_cond and best_flushed: best
+        practice's max_cond_err and subnormal results given as 0 on the family (None: unknown); a warn needs the
+        row to be worse than best practice in the conditioning measure too, and a flush warning more flushed
+        results than best practice's (a 0 that best practice gives as well is cancellation, not a flush)."""
         fails, warns = [], []
         kind = kinds.get(kind)
         if self.fail_on_nan and tally.nan:
@@ -119,15 +138,14 @@ class Policy:
                 fails.append(
                     Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
                 )
-            elif tally.max_ulp > warn_at:
+            elif tally.max_ulp > warn_at and err > self.warn_cond_above(best_cond):
                 bound = f"max({_times(self.factor, 'best practice', best_ulp)}, {self.min_ulp:g})"
                 terms = f" ({_num(tally.max_ulp_vsum)} ulp of sum p|v|)" if "max_ulp_vsum" in kind.measures else ""
-                warns.append(
-                    Reason(
-                        "warn", "below_best", f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"
-                    )
-                )
-        if self.warn_on_flush and tally.flushed:
+                text = f"max error {_num(tally.max_ulp)} ulp{terms} > {_num(warn_at)} = {bound}"
+                if best_cond is not None:
+                    text += f", and {_num(err)} x the conditioning > {_times(self.factor, 'best practice', best_cond)}"
+                warns.append(Reason("warn", "below_best", text))
+        if self.warn_on_flush and tally.flushed > (best_flushed or 0):
             warns.append(Reason("warn", "flushed", _flushed(kind, tally)))
         return fails + warns
 

@@ -155,6 +155,7 @@ class Comparison:
     max_ulp: float | None  # its max ULP error: best practice's bounds a warn
     case_abs: list  # per case, its max |y - r| (NaN where nothing was compared)
     error: str = ""  # why it could not run, if it could not
+    flushed: int = 0  # its subnormal results that came out 0: best practice's bounds a flush warning
 
 
 @dataclasses.dataclass
@@ -321,6 +322,6 @@ def comparison(candidate: Candidate, prepared: list[Prepared], timeout, ex: Exec
         return [Comparison(candidate.name, None, None, [math.nan] * len(prepared), str(exc))] * outputs
     compared = [t.elements > 0 for t in tallies]
     return [
-        Comparison(candidate.name, t.max_cond_err if c else None, t.max_ulp if c else None, a)
+        Comparison(candidate.name, t.max_cond_err if c else None, t.max_ulp if c else None, a, flushed=t.flushed)
         for t, c, a in zip(tallies, compared, case_abs)
     ]

@@ -71,7 +71,7 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
     tally = measure(pc.basis, ys[index], case_index=pc.case_in_family)
     if tally.worst is None:
         return {"cond_err": 0.0, "ulp_err": 0.0, "element": None, "output": None, "reference": None}
-    cond, _, flat, value = tally.worst
+    cond, _, flat, value, _ = tally.worst
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
     return {
         "cond_err": cond,

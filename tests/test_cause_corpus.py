@@ -30,6 +30,14 @@ def one(target, kind, family, dtype, output="", cases=None):
     return table[table.output == output].iloc[0]
 
 
+def worst(target, kind, family, dtype):
+    """(verdict, the worst element's cause, its explanation): a row that passes has its worst element classified
+    too (it is in the report's worst inputs), so a cause is testable where the error is within the conditioning."""
+    result = softaudit.audit(target, kind=kind, dtypes=[dtype], families=[family], isolation="none", cache=False)
+    (record,) = result.worst.values()
+    return result.table.verdict.iloc[0], record.cause, record.explanation
+
+
 def _w(x, dtype):
     return np.asarray(x).astype(dtype)
 
@@ -79,9 +87,10 @@ def test_a_correct_bfloat16_softmax_backward_is_rounding_not_a_wrong_term():
     cancels, so one rounding of <g, p> is hundreds of times the element's conditioning scale. Rounding, not a term."""
     pytest.importorskip("torch")
     row = one(torch_bf16_softmax_grad, "softmax_grad", "mnist_logits", "bfloat16")
-    assert row.max_cond_err > 100, row.note  # (the element where one rounding of <g, p> dominates)
+    # (the scale holds one rounding of <g, p> now: 2.15x the conditioning, where it read 302x the line before)
+    assert row.verdict != "fail" and row.max_cond_err < row.fail_above / 2, row.note
     assert row.cause != "wrong_terms" and "missing, extra or wrong" not in row.note, row.note
-    assert "bfloat16" in row.note, row.note
+    assert row.cause == "cancellation" and "g - <g, p>" in row.note, row.note
 
 
 def _probabilities(x, how):
@@ -352,16 +361,21 @@ def log_softmax_log1p(x, axis=-1):
 
 
 def test_a_log_of_a_sum_that_rounds_to_1_is_absorbed_and_the_log1p_form_is_not():
+    # The zeros are worth 1 u of the scale (the rounding of s, which the scale holds), so the row's worst element
+    # against the conditioning is a cancellation beside them; the zeros set the ULP error that warns.
     row = one(log_softmax_shifted, "log_softmax", "dominant", "float32")
-    assert row.cause == "absorbed", row.note
-    assert one(log_softmax_log1p, "log_softmax", "dominant", "float32").cause != "absorbed"
+    assert row.cause == "absorbed" and "a sum that rounds to 1" in row.note, row.note
+    assert "log1p" in row.fix and "underflow" not in row.note, row.fix
+    sound = one(log_softmax_log1p, "log_softmax", "dominant", "float32")
+    assert sound.cause != "absorbed" and "rounds to 1" not in sound.note, sound.note
 
 
 def test_a_log_softmax_of_0_where_the_sum_rounds_to_1_is_absorbed_not_underflow():
     """float16, mnist_logits: the largest entry's log p is about -5e-4, above u, and the sum 1.0005 rounds to 1 in
     float16, so it comes out 0. Nothing underflowed: the log1p form is the fix."""
     row = one("softaudit.candidates.log_softmax:shifted", "log_softmax", "mnist_logits", "float16")
-    assert row.cause == "absorbed" and "underflow" not in row.note and "log1p" in row.fix, row.note
+    assert row.cause == "absorbed" and "a sum that rounds to 1" in row.note, row.note
+    assert "underflow" not in row.note and "log1p" in row.fix, row.note
 
 
 def softmax_flush(x, axis=-1):
@@ -478,8 +492,9 @@ def test_a_bfloat16_backward_where_g_minus_gbar_cancels_is_cancellation_and_floa
 
 def test_several_roundings_in_bfloat16_are_precision_and_float32_is_not():
     pytest.importorskip("torch")
-    row = one(torch_bf16_softmax_grad, "softmax_grad", "ties", "bfloat16")
-    assert row.cause == "precision" and "bfloat16" not in row.fix.split("best practice")[0], row.note
+    verdict, cause, why = worst(torch_bf16_softmax_grad, "softmax_grad", "ties", "bfloat16")
+    assert cause == "precision" and verdict != "fail", why
+    assert "bfloat16" not in causes.fix("below_best", "softmax_grad", cause).split("best practice")[0]
     assert one(softmax_grad_f32, "softmax_grad", "ties", "bfloat16").verdict == "pass"
 
 
@@ -499,16 +514,17 @@ def softmax_two_roundings(x, axis=-1):
 
 
 def test_two_roundings_too_many_are_rounding_and_a_correctly_rounded_softmax_passes():
-    row = one(softmax_two_roundings, "softmax", "ties", "bfloat16")
-    assert row.cause == "rounding" and "within a rounding or two" in row.note, row.note
+    # (about 1 ulp, within twice best practice's error against the conditioning: it passes, its cause is rounding)
+    verdict, cause, why = worst(softmax_two_roundings, "softmax", "ties", "bfloat16")
+    assert (verdict, cause) == ("pass", "rounding") and "within a rounding or two" in why, why
     assert one(softmax_f64, "softmax", "ties", "bfloat16").verdict == "pass"
 
 
 def test_a_subnormal_result_formed_in_the_dtype_is_subnormal_and_one_rounded_once_passes():
     """exp(x - max) below float32's normal range keeps only the bits above the smallest subnormal, and dividing it
     by the sum in float32 rounds those again."""
-    row = one(softmax_sum_in_dtype, "softmax", "subnormal", "float32")
-    assert row.cause == "subnormal" and "normal range" in row.note, row.note
+    verdict, cause, why = worst(softmax_sum_in_dtype, "softmax", "subnormal", "float32")
+    assert cause == "subnormal" and "normal range" in why and verdict != "fail", why
     assert one(softmax_f64, "softmax", "subnormal", "float32").verdict == "pass"
 
 

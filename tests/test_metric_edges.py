@@ -109,8 +109,22 @@ def _case(kind, row, dtype, steps):
         absolute = [abs(g - r) for g, r in zip(got, exact)]
         ulps = [a / _spacing(r, p, emin) for a, r in zip(absolute, exact)]
         relative = [a / abs(r) for a, r in zip(absolute, exact)]  # (1 for a y of 0 where r rounds to 0)
-        truth = (max(ulps), mpmath.fsum(ulps) / len(ulps), max(relative), max(absolute))
+        scales = _scales(kind, row, exact)
+        cond = [a / (mpmath.ldexp(1, -p) * max(s, mpmath.ldexp(1, emin))) for a, s in zip(absolute, scales)]
+        truth = (max(ulps), mpmath.fsum(ulps) / len(ulps), max(relative), max(absolute), max(cond))
     return metrics.measure(b, y, case_index=0), truth
+
+
+def _scales(kind, row, exact):
+    """The conditioning scales docs/metrics.md defines, in mpmath: softmax p_i (1 + (1 - p_i) |x_i| +
+    sum_{k != i} p_k |x_k|), log-sum-exp |r| + sum_k p_k |x_k| + 1 (the rounding of the sum)."""
+    x = [mpmath.mpf(float(v)) for v in row]
+    total = mpmath.fsum(mpmath.exp(v) for v in x)
+    p = [mpmath.exp(v) / total for v in x]
+    if kind == "logsumexp":
+        return [abs(exact[0]) + mpmath.fsum(pk * abs(xk) for pk, xk in zip(p, x)) + 1]
+    spread = mpmath.fsum(pk * abs(xk) for pk, xk in zip(p, x))
+    return [pi * (1 + (1 - pi) * abs(xi) + spread - pi * abs(xi)) for pi, xi in zip(p, x)]
 
 
 def _close(got, true, unit=1.0, grid=0.0):
@@ -125,7 +139,7 @@ def test_every_measure_matches_mpmath_at_the_edges(dtype):
             steps = steps[:1] if kind == "logsumexp" else steps
             if kind == "logsumexp" and steps[0] > 0:  # (above the largest finite there is nothing)
                 steps = (-steps[0],)
-            t, (max_ulp, mean_ulp, rel, absolute) = _case(kind, row, dtype, steps)
+            t, (max_ulp, mean_ulp, rel, absolute, cond) = _case(kind, row, dtype, steps)
             where = f"{dtype} {kind} {row} {steps}"
             p, emin, _ = _finfo(dtype)
             with mpmath.workprec(PREC):
@@ -134,6 +148,12 @@ def test_every_measure_matches_mpmath_at_the_edges(dtype):
             assert _close(t.mean_ulp, mean_ulp), (where, "mean_ulp", t.mean_ulp, mean_ulp)
             assert _close(t.max_rel_err, rel, 2.0 ** (1 - p)), (where, "max_rel_err", t.max_rel_err, rel)
             assert _close(t.max_abs_err, absolute, biggest, 2.0**-1074), (where, "max_abs_err", t.max_abs_err, absolute)
+            # (the scale is a float64 formula: its own rounding, a few u of float64, is all the tolerance adds; a
+            # scale past float64's largest value is taken as it, docs/metrics.md, so only an upper bound there)
+            if max(_scales(kind, row, _exact(kind, row))) < np.finfo(np.float64).max:
+                assert abs(t.max_cond_err - cond) <= 1e-9 * cond + TOL, (where, "max_cond_err", t.max_cond_err, cond)
+            else:
+                assert cond - TOL <= t.max_cond_err <= 2 * cond + TOL, (where, "max_cond_err", t.max_cond_err, cond)
 
 
 def test_an_exact_value_just_below_a_power_of_two_takes_the_ulp_of_its_own_binade():

@@ -219,7 +219,6 @@ def test_float16_probabilities_that_sum_to_3_5_fail(tmp_path):
         (shifted_in_dtype, "softmax", ["float16"]),
         (exp2_in_dtype, "softmax", ["float16"]),
         (log_softmax_in_float32, "log_softmax", ["float32"]),
-        (flash_p_in_dtype, "attention", ["float16", "bfloat16"]),
     ],
 )
 def test_precision_trade_offs_warn_and_never_fail(fn, kind, dtypes):
@@ -227,6 +226,16 @@ def test_precision_trade_offs_warn_and_never_fail(fn, kind, dtypes):
     assert not (table.verdict == "fail").any(), table[table.verdict == "fail"][["dtype", "family", "note"]].to_string()
     warned = table[table.verdict == "warn"]
     assert len(warned) and all(fix for fix in warned.fix)
+
+
+def test_p_rounded_to_the_dtype_before_p_v_is_within_the_conditioning():
+    """FlashAttention 2 rounds P to the input dtype before P V: hundreds of ulps past best practice in 16 bits, but
+    that costs u sum_j p_j |v_j|, what rounding v to the dtype costs too, so the error stays under one u of the
+    conditioning scale and the rows pass (a warning needs the error past best practice's in both measures)."""
+    table = _audit(flash_p_in_dtype, "attention", ["float16", "bfloat16"])
+    shown = table[["dtype", "family", "verdict", "max_ulp", "max_cond_err", "note"]].to_string()
+    assert (table.verdict == "pass").all() and (table.max_cond_err < 1).all(), shown
+    assert (table.max_ulp > 100).any(), shown
 
 
 @pytest.mark.parametrize("fn, kind", [(float64_rounded_once, "softmax"), (attention_in_float64, "attention")])

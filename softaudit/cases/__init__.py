@@ -5,7 +5,7 @@ Suites quick (seconds), default (minutes) and full hold the same families at gro
 """
 
 from ..settings import SUITES as SUITES
-from . import _attention, _grad, _reported, _rows  # noqa: F401  (they register their families)
+from . import _attention, _grad, _grid, _reported, _rows  # noqa: F401  (they register their families)
 from ._case import FAMILIES as FAMILIES
 from ._case import SIZES as SIZES
 from ._case import Case as Case

@@ -24,6 +24,9 @@ _ROW_FAMILIES = (
 _UNDEFINED = ("undefined",)
 _MASKED_FAMILIES = ("padding", "causal", "random_mask", "fully_masked", "masked_extremes", "below_fill")
 _ATTENTION_FAMILIES = ("attn_gaussian", "attn_shapes", "attn_long", "attn_large_activations", "attn_masks")
+#: The mask x score-regime x length grids (softaudit/cases/_grid.py), 144 cases each: the forward kinds only (the
+#: gradient kinds' time in the main job).
+_GRIDS = {"masked_softmax": ("mask_grid",), "attention": ("attn_grid",)}
 #: Families from reported bugs (softaudit/cases/_reported.py): the forward row kinds', and attention's. The row
 #: gradient kinds do not run them (the main job's time); attention_grad runs attention's but one (below).
 _REPORTED_ROWS = ("reported_vectors", "uniform_512", "equal_sum_overflow", "tile_edges", "mask_planes")
@@ -123,7 +126,7 @@ MASKED_SOFTMAX = Kind(
     standard=("masked_softmax.where_in_dtype",),
     best="masked_softmax.where",
     best_practice="where over the kept entries in {wide}, round once (masked_softmax.where)",
-    families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _REPORTED_ROWS,
+    families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _GRIDS["masked_softmax"] + _REPORTED_ROWS,
     reduces=False,
     logarithmic=False,
     invariants=("shift", "permutation", "monotonic", "masked_values", "masked_equals_kept"),
@@ -144,7 +147,7 @@ ATTENTION = Kind(
     standard=("attention.naive", "attention.tiled_b64"),
     best="attention.upcast",
     best_practice=_ATTENTION_BEST,
-    families=_ATTENTION_FAMILIES + _REPORTED_ATTENTION,
+    families=_ATTENTION_FAMILIES + _GRIDS["attention"] + _REPORTED_ATTENTION,
     reference="softaudit.kinds._attention:reference",
     conditioning="softaudit.kinds._attention:conditioning",
     element_inputs="softaudit.kinds._attention:element_inputs",

@@ -84,9 +84,10 @@ def test_a_quick_audit_of_the_row_gradients_judges_them_against_the_exact_vjp():
     ).table
     rows = {r.candidate: r for r in table.itertuples()}
     assert sorted(rows) == sorted(f"torch.{n}" for n in names) and table.verdict.isin(["pass", "warn"]).all()
-    # autograd's exp(x - lse), with lse rounded to float32, where best practice rounds p g once
+    # autograd's exp(x - lse), with lse rounded to float32, where best practice rounds p g once: far past best
+    # practice in ulps, but within 2 u of what rounding the logits costs (the conditioning), as best practice is
     lse = rows["torch.logsumexp_grad"]
-    assert lse.verdict == "warn" and lse.max_ulp > 100 * lse.best_ulp
+    assert lse.max_ulp > 100 * lse.best_ulp and lse.max_cond_err < 2 and lse.verdict == "pass", lse.note
 
 
 def test_a_dtype_torch_lacks_is_a_skip_row():
