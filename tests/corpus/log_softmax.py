@@ -89,7 +89,7 @@ def ls_unshifted(x, axis=-1):
 
 
 def ls_ln2_truncated(x, axis=-1):
-    """Defect: log(s) computed as log2(s) * 0.6931, ln(2) truncated to 4 digits (2.6e-5 relative)."""
+    """Defect: log(s) computed as log2(s) * 0.6931, ln(2) truncated to 4 digits (6.8e-5 relative)."""
     t = _shift(x, axis)
     return (t - np.log2(np.exp(t).sum(axis=axis, keepdims=True)) * t.dtype.type(0.6931)).astype(x.dtype)
 

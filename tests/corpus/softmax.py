@@ -124,14 +124,14 @@ def exp_rounded_to_dtype(x, axis=-1):
 
 
 def log2e_truncated(x, axis=-1):
-    """Defect: exp2((x - m) * 1.4427), log2(e) truncated to 5 digits (4.1e-5 relative)."""
+    """Defect: exp2((x - m) * 1.4427), log2(e) truncated to 5 digits (3.4e-6 relative, 57 u of float32)."""
     t = _shift(x, axis)
     e = np.exp2(t * t.dtype.type(1.4427))
     return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
 
 
 def ln2_truncated(x, axis=-1):
-    """Defect: exp(t) computed as exp2(t / 0.6931), ln(2) truncated to 4 digits (2.6e-5 relative)."""
+    """Defect: exp(t) computed as exp2(t / 0.6931), ln(2) truncated to 4 digits (6.8e-5 relative)."""
     t = _shift(x, axis)
     e = np.exp2(t / t.dtype.type(0.6931))
     return (e / e.sum(axis=axis, keepdims=True)).astype(x.dtype)
