@@ -177,3 +177,36 @@ def msg_dot_over_all(x, mask, g, axis=-1):
     with np.errstate(over="ignore", invalid="ignore"):
         everything = _p(np.where(np.isfinite(w), w, 0), axis)
     return np.where(mask, p * (gw - (gw * everything).sum(axis=axis, keepdims=True)), 0).astype(x.dtype)
+
+
+# -- logsumexp_grad (g has x's shape without the axis) ------------------------------------------------------------
+
+
+def lseg_float64_once(x, g, axis=-1):
+    """Sound: softmax(x) g in float64, rounded once."""
+    w, gw = f64(x, g)
+    return (_p(w, axis) * np.expand_dims(gw, axis)).astype(x.dtype)
+
+
+def lseg_exp_minus_lse(x, g, axis=-1):
+    """Sound: exp(x - lse) g, lse = m + log(s), in float32 for 16-bit inputs (the dtype otherwise): autograd's
+    form from a saved log-sum-exp."""
+    w, gw = up(x, g)
+    m = w.max(axis=axis, keepdims=True)
+    lse = m + np.log(np.exp(w - m).sum(axis=axis, keepdims=True))
+    return (np.exp(w - lse) * np.expand_dims(gw, axis)).astype(x.dtype)
+
+
+def lseg_unnormalised(x, g, axis=-1):
+    """Defect: exp(x - m) g, the division by the sum forgotten (the max's entry gets g, all others too much)."""
+    w, gw = f64(x, g)
+    return (np.exp(w - w.max(axis=axis, keepdims=True)) * np.expand_dims(gw, axis)).astype(x.dtype)
+
+
+def lseg_exp_x(x, g, axis=-1):
+    """Defect: exp(x) / sum(exp(x)) g with no max subtracted: overflows past log(max)."""
+    (w,) = up(x)
+    (gw,) = up(g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        e = np.exp(w)
+        return (e / e.sum(axis=axis, keepdims=True) * np.expand_dims(gw, axis)).astype(x.dtype)
