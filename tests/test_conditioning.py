@@ -214,7 +214,8 @@ GRADS = {
 
 def _intermediate(kind, x, g):
     """What rounding the standard algorithm's intermediate once costs, per output, in mpmath: <g, p> for softmax's
-    VJP (p_i sum_k p_k |g_k|), sum(g) for log-softmax's (p_i sum_k |g_k|); log-sum-exp's has none."""
+    VJP (p_i sum_k p_k |g_k|), sum(g) for log-softmax's (p_i sum_k |g_k|), lse for log-sum-exp's exp(x - lse) g
+    (p_i |g| |lse|)."""
     with mpmath.workdps(DPS):
         p = _softmax([mpmath.mpf(float(v)) for v in x])
         g = [mpmath.mpf(float(v)) for v in g]
@@ -222,7 +223,8 @@ def _intermediate(kind, x, g):
             return np.array([float(pi * mpmath.fsum(pk * abs(gk) for pk, gk in zip(p, g))) for pi in p])
         if kind == "log_softmax_grad":
             return np.array([float(pi * mpmath.fsum(abs(gk) for gk in g)) for pi in p])
-        return np.zeros(len(p))
+        lse = abs(mpmath.log(mpmath.fsum(mpmath.exp(mpmath.mpf(float(v))) for v in x)))
+        return np.array([float(pi * abs(g[0]) * lse) for pi in p])
 
 
 @pytest.mark.parametrize("kind", list(VJPS))
