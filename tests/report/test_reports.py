@@ -21,29 +21,32 @@ weird.__qualname__ = "weird<script>alert(1)</script>,name:x"
 
 def test_junit_is_xunit2_with_a_suite_per_candidate_and_a_case_per_dtype_and_family(tmp_path):
     result = softaudit.audit(
-        ["softaudit.candidates.softmax:naive", "softaudit.candidates.softmax:max_shifted_f32acc"],
+        ["softaudit.candidates.softmax:max_shifted", "softaudit.candidates.softmax:max_shifted_f32acc"],
         dtypes=["float16", "float32"],
         suite="quick",
     )
     write_reports(result, tmp_path, ["junit"])
     root = ET.parse(tmp_path / "junit.xml").getroot()
     suites = root.findall("testsuite")
-    assert [s.get("name") for s in suites] == ["softmax.naive", "softmax.max_shifted_f32acc"]
-    naive_cases = suites[0].findall("testcase")
-    assert len(naive_cases) == len(result.table) // 2
-    assert any(c.find("failure") is not None for c in naive_cases)
+    assert [s.get("name") for s in suites] == ["softmax.max_shifted", "softmax.max_shifted_f32acc"]
+    shifted_cases = suites[0].findall("testcase")
+    assert len(shifted_cases) == len(result.table) // 2
+    assert any(c.find("failure") is not None for c in shifted_cases)
     assert all(c.find("failure") is None for c in suites[1].findall("testcase"))
-    naive = result.table[result.table.candidate == "softmax.naive"]
-    assert int(suites[0].get("failures")) == int((naive.verdict == "fail").sum()) > 0
-    warned = [c for c in naive_cases if c.find("system-out") is not None]  # a warn passes and says why
-    assert len(warned) == int((naive.verdict == "warn").sum()) > 0
+    shifted = result.table[result.table.candidate == "softmax.max_shifted"]
+    assert int(suites[0].get("failures")) == int((shifted.verdict == "fail").sum()) > 0
+    warned = [c for c in shifted_cases if c.find("system-out") is not None]  # a warn passes and says why
+    assert len(warned) == int((shifted.verdict == "warn").sum()) > 0
     assert all(c.find("failure") is None and c.find("system-out").text.startswith("warn: ") for c in warned)
     strict = softaudit.audit(
-        "softaudit.candidates.softmax:naive", dtypes=["float16", "float32"], suite="quick", policy=Policy(strict=True)
+        "softaudit.candidates.softmax:max_shifted",
+        dtypes=["float16", "float32"],
+        suite="quick",
+        policy=Policy(strict=True),
     )
     write_reports(strict, tmp_path, ["junit"])
     suite = ET.parse(tmp_path / "junit.xml").getroot().find("testsuite")
-    assert int(suite.get("failures")) == int(naive.verdict.isin(["warn", "fail"]).sum())  # strict: a warn fails
+    assert int(suite.get("failures")) == int(shifted.verdict.isin(["warn", "fail"]).sum())  # strict: a warn fails
 
 
 def test_candidate_text_is_escaped_in_html_and_annotations(tmp_path):
