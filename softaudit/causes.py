@@ -422,6 +422,10 @@ _EVENT_FIX = {
     "safe softmax, FlashAttention); masked_fill(-inf) gives NaN and a finite fill a uniform row",
     "nan_propagation": "let a NaN input reach the output: no nan_to_num, no max or where that skips it",
     "underflow": "shift by the max and divide once at the end, so small results stay representable",
+    "nondeterministic": "fix the order of every reduction: no atomic adds, no split or thread count chosen at run "
+    "time (torch.use_deterministic_algorithms(True); a fixed number of splits)",
+    "batch_variant": "reduce each row or query in the same order whatever the batch: a split-KV size or block size "
+    "fixed, not chosen from the batch size (batch-invariant kernels; Thinking Machines 2025)",
     "flushed": "keep results below the normal range: gradual underflow (no FTZ/DAZ mode, no exp that flushes), and no "
     "intermediate that underflows before them: p and its products {in_range}, a small p multiplied last",
 }

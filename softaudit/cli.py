@@ -216,6 +216,13 @@ def _regression_lines(regressions) -> list[str]:
 )
 @click.option("--strict", is_flag=True, default=None, help="a warn fails the run too (exit 1)")
 @click.option(
+    "--require",
+    multiple=True,
+    type=click.Choice(settings.choices("require")),
+    help="a difference between runs of the same call (deterministic) or between batches (batch-invariant) fails "
+    "the row, rather than a note (repeatable)",
+)
+@click.option(
     "--tolerance",
     type=_Number("tolerance"),
     help=f"relative growth of max ULP error the gate accepts (default {_shown('tolerance')})",
@@ -248,6 +255,7 @@ def run(
     defect_fraction,
     fully_masked,
     strict,
+    require,
     tolerance,
     timeout,
     seed,
@@ -285,6 +293,7 @@ def run(
         "defect_fraction": defect_fraction,
         "fully_masked": fully_masked,
         "strict": strict,
+        "require": require,
     }
     # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:

@@ -20,6 +20,7 @@ from .execute import NOT_AGAIN, Called, TimedOut
 from .metrics import Tally, measure
 from .policy import Policy, Reason
 from .reference import Format, format_of
+from .reproducibility import Moved
 from .results import MEASURES, WorstInput
 from .worst import element_ulp, row_inputs
 
@@ -27,12 +28,14 @@ from .worst import element_ulp, row_inputs
 @dataclasses.dataclass
 class Measured:
     """One output's measures over a family: the tally, whether every output was NaN where something is defined
-    (None when nothing is), one record per case (for the plots) and each case's own tally."""
+    (None when nothing is), one record per case (for the plots), each case's own tally, and what moved between
+    runs and batches (softaudit/reproducibility.py)."""
 
     tally: Tally
     all_nan: bool | None
     per_case: list
     parts: list
+    moved: Moved = dataclasses.field(default_factory=Moved)
 
 
 @dataclasses.dataclass
@@ -91,7 +94,7 @@ def unit(
             result.worst[record.key] = record
         best = fam.best[index] if fam.best else None
         verdict, cause, text, fix = _verdict(
-            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best
+            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
         plain = fam.plain[index] if fam.plain else None
         judged = {
@@ -99,11 +102,11 @@ def unit(
             "verdict": verdict,
             "cause": cause,
             "fix": fix,
-            "note": "; ".join(filter(None, [note, *failed, text])),
+            "note": "; ".join(filter(None, [note, *failed, text, m.moved.note(policy.require)])),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }
-        result.rows.append(row | _row(tally) | judged)
+        result.rows.append(row | _row(tally) | m.moved.columns() | judged)
     return result
 
 
@@ -172,6 +175,8 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
                 m.all_nan = m.all_nan and y.size > 0 and bool(np.isnan(y).all())  # (ml_dtypes have isnan too)
             if index == 0 and pc.probes is not None:
                 part.invariants = invariants.check(kind_name, pc.probes, y, done.probed, part.max_ulp)
+            if done.reran:
+                m.moved.merge(pc.reruns.compare(index, y, done.reran))
             if index == 0 and done.moved is not None:
                 unaffected = pc.leak_probe[1]
                 a, b = y.astype(np.float64)[..., unaffected, :], done.moved.astype(np.float64)[..., unaffected, :]
@@ -197,11 +202,13 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
     return seconds, "; ".join(sorted(n for n in notes if n)), measured
 
 
-def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) -> tuple[str, str, str, str]:
+def _verdict(
+    kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved
+) -> tuple[str, str, str, str]:
     """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix. best: best
     practice's Comparison on the family (None: none ran)."""
     if best is None or best.error:
-        reasons = policy.judge(kind, fmt, tally, plain, None)
+        reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
         reasons = policy.judge(
             kind,
@@ -212,6 +219,7 @@ def _verdict(kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best) 
             best_cond=best.max_cond,
             best_flushed=best.flushed,
             best_zeros=best.underflow - best.flushed,
+            moved=moved,
         )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""

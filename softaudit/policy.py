@@ -14,7 +14,8 @@ import math
 from . import kinds
 from .metrics import Tally
 from .reference import Format
-from .settings import FULLY_MASKED_RULES, default
+from .reproducibility import RULES, Moved
+from .settings import FULLY_MASKED_RULES, REQUIREMENTS, default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -22,7 +23,9 @@ class Reason:
     """One rule a row broke: its verdict, the rule's name, what happened (with numbers)."""
 
     verdict: str  # "warn" or "fail"
-    rule: str  # nan, overflow, mask_leak, fully_masked, nan_propagation, underflow, defect, below_best, flushed
+    # nan, overflow, mask_leak, fully_masked, nan_propagation, underflow, defect, below_best, flushed, sum,
+    # nondeterministic, batch_variant
+    rule: str
     text: str
 
 
@@ -49,6 +52,8 @@ class Policy:
     warn_on_flush: bool = True  # subnormal results that came out 0
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
     strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
+    # what reproducibility must hold, or the row fails: deterministic, batch-invariant (else a note says what moved)
+    require: tuple = tuple(default("require"))
 
     def __post_init__(self):
         if self.fully_masked not in FULLY_MASKED_RULES:
@@ -61,6 +66,10 @@ class Policy:
             raise ValueError(f"defect_fraction must be between 0 and 1, got {self.defect_fraction!r}")
         if not 1 <= self.max_floor <= math.inf:
             raise ValueError(f"max_floor must be at least 1, got {self.max_floor!r}")
+        unknown = [r for r in self.require if r not in REQUIREMENTS]
+        if isinstance(self.require, str) or unknown:
+            raise ValueError(f"require must list some of {', '.join(REQUIREMENTS)}, got {self.require!r}")
+        object.__setattr__(self, "require", tuple(self.require))
 
     def fail_above(self, fmt: Format, plain_cond: float | None) -> float:
         """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
@@ -104,6 +113,7 @@ class Policy:
         best_cond: float | None = None,
         best_flushed: int | None = None,
         best_zeros: int | None = None,
+        moved: Moved | None = None,
     ) -> list[Reason]:
         """The rules the row broke, fails first (an empty list: it passed). best_cond and best_flushed: best
         practice's max_cond_err, subnormal results given as 0 and other zeros where the result is not 0 on the family
@@ -111,7 +121,7 @@ class Policy:
         more zeros where the result is not 0 than best practice gives (each 100% off: log s rounded to 0 next to
         a dominant entry is within the rounding of s the log kinds' scale holds, and log1p avoids it), and a
         flush warning more flushed results than best practice's (a 0 that best practice gives as well is
-        cancellation, not a flush)."""
+        cancellation, not a flush). moved: what moved between runs and batches, which fails what `require` asks."""
         fails, warns = [], []
         kind = kinds.get(kind)
         if self.fail_on_nan and tally.nan:
@@ -124,6 +134,9 @@ class Policy:
             fails.append(
                 Reason("fail", "nan_propagation", f"a NaN input did not give NaN in {tally.nan_not_propagated} rows")
             )
+        for name, text in (moved.broken() if moved is not None else {}).items():
+            if name in self.require:
+                fails.append(Reason("fail", RULES[name], text))
         behaviour = tally.fully_masked_behaviour
         if kind.masked and behaviour and self.fully_masked != "any" and behaviour != self.fully_masked:
             fails.append(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _store, invariants, kinds
+from . import _store, invariants, kinds, reproducibility
 from . import candidates as builtin
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .cases import Case
@@ -95,6 +95,13 @@ class Prepared:
         if not self.kind.invariants or x is None or x.size > invariants.MAX_ELEMENTS:
             return None
         return invariants.Probes(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
+
+    @functools.cached_property
+    def reruns(self) -> reproducibility.Reruns | None:
+        """The reproducibility calls (every kind; cases whose inputs hold up to reproducibility.MAX_ELEMENTS)."""
+        if sum(a.size for a in self.inputs.values()) > reproducibility.MAX_ELEMENTS:
+            return None
+        return reproducibility.Reruns(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
 
     @functools.cached_property
     def leak_probe(self) -> tuple[dict, np.ndarray] | None:

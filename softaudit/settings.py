@@ -15,7 +15,8 @@ SUITES = ("quick", "default", "full")
 FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
 ISOLATIONS = ("worker", "none")
 #: The settings that are softaudit.Policy's fields (the command line builds the policy from them).
-POLICY_KEYS = ("factor", "min_ulp", "defect_fraction", "fully_masked", "strict")
+POLICY_KEYS = ("factor", "min_ulp", "defect_fraction", "fully_masked", "strict", "require")
+REQUIREMENTS = ("deterministic", "batch-invariant")
 _SAME = object()  # (a default that is the command line's)
 
 
@@ -54,6 +55,7 @@ SETTINGS = {
     "defect_fraction": Setting(float, 0.25, bound=">="),
     "fully_masked": Setting(str, "zeros", FULLY_MASKED_RULES),
     "strict": Setting(bool, False),
+    "require": Setting(list, (), REQUIREMENTS),
     "timeout": Setting(float, 60.0, bound=">", commands=_BOTH, hunt_default=10.0, keyword="timeout"),
     "seed": Setting(int, 0, keyword="seed"),
     "tolerance": Setting(float, 0.1, bound=">="),

@@ -15,6 +15,7 @@ import softaudit
 from softaudit.metrics import Tally
 from softaudit.policy import Policy
 from softaudit.reference import format_of
+from softaudit.reproducibility import Moved
 
 F16, BF16, F32, F64 = (format_of(d) for d in ("float16", "bfloat16", "float32", "float64"))
 NAN, INF = math.nan, math.inf
@@ -34,6 +35,7 @@ NON_DEFAULT = {
     "fail_on_underflow": True,  # test_underflow_*
     "warn_on_flush": False,  # test_flushed_*
     "strict": True,  # test_strict_*, test_a_softmax_in_the_dtype_*
+    "require": ("deterministic", "batch-invariant"),  # test_require_*, tests/test_reproducibility.py
 }
 
 
@@ -68,6 +70,7 @@ def test_every_field_has_a_non_default_value_tested_and_the_defaults_are_the_doc
         "warn_on_flush": True,
         "nan_propagation": True,
         "strict": False,
+        "require": (),
     }
     assert all(NON_DEFAULT[name] != default for name, default in fields.items())
     assert Policy(**NON_DEFAULT) != Policy()  # every value is accepted together
@@ -366,6 +369,24 @@ def test_strict_makes_a_warning_fail_the_run():
     assert not default.failed(["pass", "warn", "skip"])
     assert strict.failed(["pass", "warn", "skip"]) and strict.failed(iter(["warn"]))
     assert strict.verdict(strict.judge("softmax", F16, tally(flushed=1), 1.0, 0.5)) == "warn"  # the row stays a warn
+
+
+def test_require_fails_what_moved_and_each_requirement_only_its_own_moves():
+    """Outputs that moved run to run fail `deterministic` only, between batches `batch-invariant` only; without a
+    requirement neither changes the verdict (the note says it)."""
+    run_to_run = Moved(repeat_checked=10, repeat_moved=3, repeat_ulp=1.0)
+    batches = Moved(repeat_checked=10, batch_checked=10, batch_moved=2, batch_ulp=2.0, batch_sizes=frozenset({1, 4}))
+    both = Policy(require=["deterministic", "batch-invariant"])
+
+    def judged(policy, moved):
+        return [(r.verdict, r.rule) for r in policy.judge("softmax", F32, tally(), 1.0, 0.5, moved=moved)]
+
+    assert judged(Policy(), run_to_run) == judged(Policy(), batches) == []
+    assert judged(both, run_to_run) == [("fail", "nondeterministic")]
+    assert judged(both, batches) == [("fail", "batch_variant")]
+    assert judged(Policy(require=["deterministic"]), batches) == []
+    assert judged(Policy(require=["batch-invariant"]), run_to_run) == []
+    assert judged(both, Moved(repeat_checked=10, batch_checked=10)) == []  # nothing moved
 
 
 # -- validation ---------------------------------------------------------------------------------------------------

@@ -71,29 +71,7 @@ def tiled_attention(block: int = 64):
         """FlashAttention-style: key blocks of {block}, running max and sum in float32, P rounded to the input dtype
         before the P V product (as FlashAttention 2 does), zeros for fully masked rows. Weakness: P in a 16-bit
         dtype adds about one ulp of the dtype per weight."""
-        w = work_dtype(q.dtype)
-        q32, k32, v32 = (a.astype(w) for a in (q, k, v))
-        lq, lk = q.shape[-2], k.shape[-2]
-        shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (lq,)
-        m = np.full(shape + (1,), -np.inf, w)
-        total = np.zeros(shape + (1,), w)
-        acc = np.zeros(shape + (v.shape[-1],), w)
-        keep_all = (
-            np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
-        )
-        with np.errstate(all="ignore"):
-            for start in range(0, lk, block):
-                kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
-                s = matmul(q32, np.swapaxes(kb, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
-                s = np.where(keep_all[..., start : start + block], s, -np.inf)
-                new_m = np.maximum(m, s.max(axis=-1, keepdims=True))
-                safe_m = np.where(np.isfinite(new_m), new_m, 0)
-                p = exp(s - safe_m)
-                correction = exp(np.where(np.isfinite(m), m, safe_m) - safe_m)
-                total = total * correction + dtype_sum(p)
-                acc = acc * correction + matmul(p.astype(q.dtype), vb, w)
-                m = new_m
-            return np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)
+        return _online(q, k, v, mask, block)
 
     tiled.__doc__ = tiled.__doc__.format(block=block)
     tiled.__name__ = tiled.__qualname__ = f"tiled_b{block}"
@@ -101,3 +79,39 @@ def tiled_attention(block: int = 64):
 
 
 tiled_b64 = tiled_attention(64)
+
+
+@candidate(kind="attention", name="attention.split_kv")
+def split_kv(q, k, v, mask=None):
+    """tiled_b64's arithmetic with each query's keys cut into 16 // (batch x heads) blocks (at least one), as
+    split-KV (flash-decoding) heuristics choose them to fill the machine. Weakness: not batch-invariant: in another
+    batch a query's keys are reduced in other blocks, and its output moves by an ulp or so (FlashAttention #1897);
+    accurate otherwise."""
+    items = int(np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])))
+    splits = max(1, 16 // max(items, 1))
+    return _online(q, k, v, mask, max(1, -(-k.shape[-2] // splits)))
+
+
+def _online(q, k, v, mask, block: int):
+    """Attention over key blocks of `block` with an online softmax (tiled_attention's kernel)."""
+    w = work_dtype(q.dtype)
+    q32, k32, v32 = (a.astype(w) for a in (q, k, v))
+    lq, lk = q.shape[-2], k.shape[-2]
+    shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (lq,)
+    m = np.full(shape + (1,), -np.inf, w)
+    total = np.zeros(shape + (1,), w)
+    acc = np.zeros(shape + (v.shape[-1],), w)
+    keep_all = np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+    with np.errstate(all="ignore"):
+        for start in range(0, lk, block):
+            kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
+            s = matmul(q32, np.swapaxes(kb, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
+            s = np.where(keep_all[..., start : start + block], s, -np.inf)
+            new_m = np.maximum(m, s.max(axis=-1, keepdims=True))
+            safe_m = np.where(np.isfinite(new_m), new_m, 0)
+            p = exp(s - safe_m)
+            correction = exp(np.where(np.isfinite(m), m, safe_m) - safe_m)
+            total = total * correction + dtype_sum(p)
+            acc = acc * correction + matmul(p.astype(q.dtype), vb, w)
+            m = new_m
+        return np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)

@@ -16,7 +16,8 @@ from ._executor import Executor
 @dataclasses.dataclass
 class Called:
     """One case's calls: the candidate's outputs (one per output of its kind), its note, the seconds its own call
-    took, its outputs on the invariants' probes (`invariants.Probes.calls`, in order) and on the leak probe."""
+    took, its outputs on the invariants' probes (`invariants.Probes.calls`, in order), on the leak probe, and on the
+    reproducibility calls (`reproducibility.Reruns.calls`, in order: a tuple of outputs each)."""
 
     pc: object  # the prepared case (softaudit.prepare.Prepared)
     outputs: tuple
@@ -24,6 +25,7 @@ class Called:
     seconds: float
     probed: list
     moved: np.ndarray | None
+    reran: list = dataclasses.field(default_factory=list)
 
 
 def calls(
@@ -48,4 +50,10 @@ def calls(
             ]
         if probes and pc.leak_probe is not None:  # (forward attention: one output)
             moved, _ = ex.call(candidate, pc.leak_probe[0], pc.mask, pc.output_shape, dtype, timeout)
-        yield Called(pc, ys, note, seconds, probed, moved)
+        reran = []
+        if probes and pc.reruns is not None:
+            reran = [
+                ex.call_all(candidate, arrays, mask, shapes, dtype, timeout)[0]
+                for arrays, mask, shapes in pc.reruns.calls(pc.output_shapes)
+            ]
+        yield Called(pc, ys, note, seconds, probed, moved, reran)

@@ -1,0 +1,245 @@
+"""Reproducibility, measured beside accuracy: whether a candidate gives the same bits when the same call is made
+again (run to run), and whatever batch an input is part of (batch invariance). docs/metrics.md defines the columns.
+
+A case's batch items are the rows of a row kind (x's leading axes, flattened) and the (batch, head) entries of
+attention (the axes before the last two of q, k, v, g and the mask, flattened; a 2-D case is one item; where k and
+v are shared by query heads or batch entries, their gradients sum over them and nothing is rerun). After the
+candidate's own call come: the same call again; the first and the last item alone (batch size 1); every item moved
+to a new place in a batch of 2 R + 2 (R items), among random batch-mates drawn like the case's values and padding
+(zeros, with nothing kept where the case has a mask); and, for the attention forward, the last query alone (a
+decode step after a prefill). An output of these calls has moved where it differs from the candidate's own call
+by more than the two runs of that call differ anywhere on the case (in ulps): a candidate whose outputs wobble by
+an ulp from run to run is nondeterministic, and batch-variant only past that wobble.
+
+Outputs are compared as values (0 and -0 are equal, as are two NaNs); a move is measured in ulps of the dtype at
+the larger of the two values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from . import kinds
+from .reference import round_to
+
+#: Cases whose inputs hold more elements than this are not rerun (each rerun is another call, the embedding batch
+#: twice the case): rows of 4,096 and the attention families' sizes already show a batch heuristic.
+MAX_ELEMENTS = 1 << 16
+
+#: What `--require` can ask for (softaudit.settings.REQUIREMENTS), and the rule each turns a difference into.
+RULES = {"deterministic": "nondeterministic", "batch-invariant": "batch_variant"}
+
+
+@dataclasses.dataclass
+class Moved:
+    """One output's differences over a family: outputs compared and moved run to run and between batches, the
+    largest move in ulps, and the batch sizes compared (the item counts of the calls)."""
+
+    repeat_checked: int = 0
+    repeat_moved: int = 0
+    repeat_ulp: float = 0.0
+    batch_checked: int = 0
+    batch_moved: int = 0
+    batch_ulp: float = 0.0
+    batch_sizes: frozenset = frozenset()
+    last_query: bool = False  # the attention forward's last query was rerun alone too
+
+    def merge(self, other: Moved) -> None:
+        for field in ("repeat_checked", "repeat_moved", "batch_checked", "batch_moved"):
+            setattr(self, field, getattr(self, field) + getattr(other, field))
+        self.repeat_ulp = max(self.repeat_ulp, other.repeat_ulp)
+        self.batch_ulp = max(self.batch_ulp, other.batch_ulp)
+        self.batch_sizes = self.batch_sizes | other.batch_sizes
+        self.last_query = self.last_query or other.last_query
+
+    def columns(self) -> dict:
+        """The table's columns: the share of outputs that moved and the largest move (NaN where nothing was rerun)."""
+        nan = float("nan")
+        repeat = self.repeat_checked > 0
+        batch = self.batch_checked > 0
+        return {
+            "repeat_differ": self.repeat_moved / self.repeat_checked if repeat else nan,
+            "repeat_ulp": self.repeat_ulp if repeat else nan,
+            "batch_differ": self.batch_moved / self.batch_checked if batch else nan,
+            "batch_ulp": self.batch_ulp if batch else nan,
+        }
+
+    def broken(self) -> dict[str, str]:
+        """requirement -> what broke it, in words, for each requirement (`RULES`) the outputs broke: "not
+        batch-invariant: 11% of outputs move by up to 2 ulps between batch sizes 1, 8 and 18"."""
+        texts = {}
+        if self.repeat_moved:
+            texts["deterministic"] = (
+                f"not deterministic: {_share(self.repeat_moved, self.repeat_checked)} of outputs move by up to "
+                f"{_ulps(self.repeat_ulp)} between two runs of the same call"
+            )
+        if self.batch_moved:
+            sizes = sorted(self.batch_sizes)
+            listed = ", ".join(map(str, sizes[:-1])) + f" and {sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
+            if len(sizes) > 4:
+                listed = f"from {sizes[0]} to {sizes[-1]}"
+            query = " (and the last query alone)" if self.last_query else ""
+            texts["batch-invariant"] = (
+                f"not batch-invariant: {_share(self.batch_moved, self.batch_checked)} of outputs move by up to "
+                f"{_ulps(self.batch_ulp)} between batch sizes {listed}{query}"
+            )
+        return texts
+
+    def note(self, required: tuple = ()) -> str:
+        """What moved, in words, but for the requirements in `required` (their rules say it)."""
+        return "; ".join(text for name, text in self.broken().items() if name not in required)
+
+
+class Reruns:
+    """One case's reproducibility calls, made once and shared by every candidate (`calls`), and their comparison
+    with the candidate's own outputs (`compare`)."""
+
+    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
+        self.kind = kinds.get(kind)
+        self.inputs, self.mask, self.dtype = inputs, mask, dtype
+        first = inputs[self.kind.inputs[0]]
+        self.lead = first.shape[:-1] if self.kind.row_wise else first.shape[:-2]
+        self.items = int(np.prod(self.lead))
+        self.plans: list[np.ndarray] = []  # per batch call: where each of the case's items sits (-1: not in it)
+        self.batches: list[tuple[dict, object]] = []  # per call after the repeat: (inputs, mask)
+        self.last_query = False
+        items = self._items()
+        if items is None or self.items == 0:
+            return
+        arrays, mask = items
+        rng = np.random.default_rng(seed)
+        alone = [0] if self.items == 1 else [0, self.items - 1]
+        for item in alone:
+            self.plans.append(np.where(np.arange(self.items) == item, 0, -1))
+            self.batches.append(({n: a[item : item + 1] for n, a in arrays.items()}, _pick(mask, [item])))
+        size = 2 * self.items + 2
+        places = rng.permutation(size)
+        self.plans.append(places[: self.items])
+        self.batches.append(self._embedded(arrays, mask, places, size, rng))
+        queries = arrays["q"].shape[-2] if "q" in arrays else 0
+        self.last_query = not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1
+        if self.last_query:  # (its output is a query's only: the gradients' dk and dv sum over the queries)
+            alone = {n: a[:, -1:] if n == "q" else a for n, a in arrays.items()}
+            self.batches.append((alone, None if mask is None else mask[:, -1:]))
+
+    def _items(self):
+        """The case's arrays and mask with the batch items along axis 0, or None where an input does not have
+        them (k and v shared by every batch entry: their gradients sum over the batch)."""
+        lead, count = self.lead, self.items
+        if any(a.shape[: len(lead)] != lead for a in self.inputs.values()):
+            return None
+        arrays = {n: a.reshape((count,) + a.shape[len(lead) :]) for n, a in self.inputs.items()}
+        if self.mask is None:
+            return arrays, None
+        first = self.inputs[self.kind.inputs[0]]
+        full = first.shape if self.kind.row_wise else first.shape[:-1] + (self.inputs["k"].shape[-2],)
+        try:
+            mask = np.broadcast_to(self.mask, full)
+        except ValueError:
+            return None
+        return arrays, np.ascontiguousarray(mask).reshape((count,) + full[len(lead) :])
+
+    def _embedded(self, arrays, mask, places, size, rng):
+        """The items at `places[:R]` of a batch of `size`; the other places hold random batch-mates (the input's
+        finite values drawn at random) and, the last of them, padding (zeros, nothing kept)."""
+        padding = places[self.items + (size - self.items) // 2 :]
+        batch = {}
+        for name, a in arrays.items():
+            values = a.astype(np.float64)
+            finite = values[np.isfinite(values)]
+            shape = (size,) + a.shape[1:]
+            mates = rng.choice(finite, shape) if finite.size else rng.standard_normal(shape)
+            mates[padding] = 0.0
+            mates[places[: self.items]] = values
+            batch[name] = round_to(mates, self.dtype)
+        if mask is None:
+            return batch, None
+        together = rng.random((size,) + mask.shape[1:]) < 0.75
+        together[padding] = False
+        together[places[: self.items]] = mask
+        return batch, together
+
+    def calls(self, shapes: tuple) -> list[tuple]:
+        """The candidate's calls, (inputs, mask, output shapes) each, in the order `compare` reads their outputs:
+        the same call again, then the batches."""
+        found = [(self.inputs, self.mask, shapes)]
+        for arrays, mask in self.batches:
+            size = len(next(iter(arrays.values())))
+            outputs = tuple((size,) + s[len(self.lead) :] for s in shapes)
+            if arrays is self.batches[-1][0] and self.last_query:
+                outputs = tuple(s[:-2] + (1, s[-1]) for s in outputs)
+            found.append((arrays, mask, outputs))
+        return found
+
+    @np.errstate(all="ignore")
+    def compare(self, index: int, y, outputs: list) -> Moved:
+        """Output `index`'s moves: y the candidate's own output, outputs its outputs on `calls` (in that order),
+        each a tuple with one array per output."""
+        y = np.asarray(y).astype(np.float64)
+        again = np.asarray(outputs[0][index]).astype(np.float64)
+        moved = Moved(repeat_checked=y.size)
+        differ = _differ(y, again)
+        moved.repeat_moved = int(differ.sum())
+        moved.repeat_ulp = _max_ulps(y[differ], again[differ], self.dtype)
+        if not self.plans:
+            return moved
+        y = y.reshape((self.items,) + y.shape[len(self.lead) :])
+        ever = np.zeros(y.shape, bool)
+        checked = np.zeros(self.items, bool)
+        taken = [(plan >= 0, plan[plan >= 0], ...) for plan in self.plans]
+        if self.last_query:  # (every item, its last query)
+            taken.append((np.ones(self.items, bool), np.arange(self.items), np.s_[..., -1:, :]))
+        for (here, places, query), out in zip(taken, outputs[1:]):
+            got = np.asarray(out[index]).astype(np.float64)[places]
+            mine = y[here][query]
+            apart = _differ(got, mine)
+            if moved.repeat_moved:  # (past the run-to-run wobble only)
+                apart &= _gaps(got, mine, self.dtype) > moved.repeat_ulp
+            checked |= here
+            ever[here] |= apart if query is ... else _at_last(apart, y[here].shape)
+            moved.batch_sizes = moved.batch_sizes | {len(np.asarray(out[index])), self.items}
+            if apart.any():
+                moved.batch_ulp = max(moved.batch_ulp, _max_ulps(got[apart], mine[apart], self.dtype))
+        moved.last_query = self.last_query
+        moved.batch_checked = int(ever[checked].size)
+        moved.batch_moved = int(ever[checked].sum())
+        return moved
+
+
+def _at_last(apart: np.ndarray, shape: tuple) -> np.ndarray:
+    """The last query's differences placed in a case's (items, Lq, dv) output."""
+    full = np.zeros(shape, bool)
+    full[..., -1:, :] = apart
+    return full
+
+
+def _pick(mask, items):
+    return None if mask is None else mask[items]
+
+
+def _differ(a, b) -> np.ndarray:
+    return ~((a == b) | (np.isnan(a) & np.isnan(b)))
+
+
+def _gaps(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
+    """|a - b| in ulps of the dtype at the larger magnitude (inf where one is not finite, 0 where both are NaN)."""
+    top = np.maximum(np.abs(a), np.abs(b))
+    spacing = np.abs(np.spacing(np.where(np.isfinite(top), top, 0.0).astype(dtype)).astype(np.float64))
+    gaps = np.where(np.isfinite(a) & np.isfinite(b), np.abs(a - b) / spacing, np.inf)
+    return np.where(_differ(a, b), gaps, 0.0)
+
+
+def _max_ulps(a: np.ndarray, b: np.ndarray, dtype) -> float:
+    """The largest of `_gaps` (0 for nothing)."""
+    return float(_gaps(a, b, dtype).max(initial=0.0))
+
+
+def _share(part: int, whole: int) -> str:
+    share = 100 * part / whole
+    return f"{share:.2g}%" if share < 10 else f"{share:.0f}%"
+
+
+def _ulps(value: float) -> str:
+    return "inf ulps" if value == np.inf else f"{value:.3g} ulp" + ("" if value == 1 else "s")
