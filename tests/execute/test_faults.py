@@ -100,7 +100,8 @@ def test_a_worker_that_keeps_what_it_loaded_is_not_restarted():
     # imported and their kernels compiled again and again.
     pytest.importorskip("psutil", reason="loky checks memory only with psutil")
     with Isolated() as executor:
-        pids = {call(executor, "grows", dtype=np.float64)[0][0, 0] for _ in range(3)}
+        # (a generous limit: each call sleeps 1.1 s, the first writes 400 MB in a new worker, and CI machines are busy)
+        pids = {call(executor, "grows", dtype=np.float64, timeout=30)[0][0, 0] for _ in range(3)}
     assert len(pids) == 1
 
 
