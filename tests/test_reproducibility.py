@@ -51,19 +51,19 @@ def _audit(target, families, policy=None, dtype="float32"):
 
 
 def test_the_reruns_count_exactly_the_outputs_that_move_and_by_how_many_ulps():
-    """Three rows of 4: the first and the last are rerun alone (one ulp up there), all three in a batch of 8. The
-    two rows alone move, the middle one never: 8 of 12 outputs, by 1 ulp; nothing moves run to run."""
+    """Three rows of 4: the first is rerun alone (one ulp up there), all three in a batch of 8. The row alone
+    moves, the others never: 4 of 12 outputs, by 1 ulp; nothing moves run to run."""
     x = round_to(np.random.default_rng(1).standard_normal((3, 4)), np.float32)
     reruns = Reruns("softmax", {"x": x}, None, np.float32, seed=0)
     calls = reruns.calls(((3, 4),))
-    assert [a["x"].shape for a, _, _ in calls] == [(3, 4), (1, 4), (1, 4), (8, 4)]
+    assert [a["x"].shape for a, _, _ in calls] == [(3, 4), (1, 4), (8, 4)]
     outputs = [(alone_differs(a["x"]),) for a, _, _ in calls]
     moved = reruns.compare(0, alone_differs(x), outputs)
     assert (moved.repeat_checked, moved.repeat_moved) == (12, 0)
-    assert (moved.batch_checked, moved.batch_moved, moved.batch_ulp) == (12, 8, 1.0)
+    assert (moved.batch_checked, moved.batch_moved, moved.batch_ulp) == (12, 4, 1.0)
     assert moved.batch_sizes == {1, 3, 8}
-    assert moved.columns() == {"repeat_differ": 0.0, "repeat_ulp": 0.0, "batch_differ": 8 / 12, "batch_ulp": 1.0}
-    assert moved.note() == "not batch-invariant: 67% of outputs move by up to 1 ulp between batch sizes 1, 3 and 8"
+    assert moved.columns() == {"repeat_differ": 0.0, "repeat_ulp": 0.0, "batch_differ": 4 / 12, "batch_ulp": 1.0}
+    assert moved.note() == "not batch-invariant: 33% of outputs move by up to 1 ulp between batch sizes 1, 3 and 8"
 
 
 def test_the_batch_is_rebuilt_around_the_items_with_mates_and_padding_that_keeps_nothing():
