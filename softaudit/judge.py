@@ -127,7 +127,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "cases": len(fam.prepared),
                 "plain_cond_err": plain,
                 "best_ulp": best,
-                "fail_above": policy.fail_above(fmt, plain),
+                "fail_above": policy.fail_above(fmt, plain, candidate.kind),
                 "warn_above": policy.warn_above(best),
             }
         )

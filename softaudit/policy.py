@@ -71,22 +71,27 @@ class Policy:
             raise ValueError(f"require must list some of {', '.join(REQUIREMENTS)}, got {self.require!r}")
         object.__setattr__(self, "require", tuple(self.require))
 
-    def fail_above(self, fmt: Format, plain_cond: float | None) -> float:
+    def fail_above(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> float:
         """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
-        algorithm's, the floor), floor = min(2**(fraction x p), max_floor).
+        algorithm's, the floor), floor = min(2**(fraction x p), max_floor, the kind's own cap where it has one).
 
         Where they computed nothing (they overflowed, say), only the floor remains. The cap: the measure is in units
         of u, so how many u a sound algorithm costs does not grow with p; 2**(p/4) is 64 in float32 and 9.7e3 in
         float64, far past what sound code reads (at most 9.8 there), and a wrong constant hid under it.
         """
-        floor = self.floor(fmt)
+        floor = self.floor(fmt, kind)
         if plain_cond is None or not math.isfinite(plain_cond):
             return floor
         return max(self.factor * plain_cond, floor)
 
-    def floor(self, fmt: Format) -> float:
-        """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), max_floor)."""
-        return min(2.0 ** (self.defect_fraction * fmt.precision), self.max_floor)
+    def floor(self, fmt: Format, kind: str | None = None) -> float:
+        """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), the cap),
+        the cap `max_floor`, or the kind's own where it is lower (`Kind.max_floor`: attention's)."""
+        return min(2.0 ** (self.defect_fraction * fmt.precision), self._cap(kind))
+
+    def _cap(self, kind: str | None) -> float:
+        own = None if kind is None else kinds.get(kind).max_floor
+        return self.max_floor if own is None else min(own, self.max_floor)
 
     def warn_cond_above(self, best_cond: float | None) -> float:
         """The largest max_cond_err as good as best practice: max(factor x best practice's, min_ulp). Both warn
@@ -150,13 +155,15 @@ class Policy:
         if self.fail_on_sum and "sum_err" in kind.measures and off > 0.5:
             fails.append(Reason("fail", "sum", f"a row's probabilities sum {_num(off)} away from 1"))
         if tally.elements:
-            err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond)
+            err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond, kind.name)
             warn_at = self.warn_above(best_ulp)
             zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
             if err > fail_at:
                 worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
                 power = self.defect_fraction * fmt.precision
-                floor = f"2**{power:g}" if 2.0**power <= self.max_floor else f"max_floor {self.max_floor:g}"
+                cap = self._cap(kind.name)
+                name = "max_floor" if cap == self.max_floor else f"{kind.name}'s floor cap"
+                floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
                 bound = f"max({worst}, {floor})"
                 fails.append(
                     Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")

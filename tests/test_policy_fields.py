@@ -98,6 +98,11 @@ def test_fail_above_is_the_floor_where_the_plain_error_is_small_or_missing(fmt, 
 def test_fail_above_is_factor_times_the_plain_error_past_the_floor():
     """2 x plain_cond once that passes the floor, in each dtype."""
     assert Policy().fail_above(F16, 10.0) == 20.0  # 20 > 6.73
+    # attention's own cap: 6 (docs/policy.md), under a policy's higher max_floor, over a lower one
+    assert [Policy().fail_above(f, 1.0, "attention") for f in (F16, BF16, F32, F64)] == [6.0, 4.0, 6.0, 6.0]
+    assert Policy(max_floor=64.0).fail_above(F32, 1.0, "attention") == 6.0
+    assert Policy(max_floor=5.0).fail_above(F32, 1.0, "attention") == 5.0
+    assert Policy().fail_above(F32, 1.0, "attention_grad") == 16.0
     assert Policy().fail_above(BF16, 2.5) == 5.0  # 5 > 4
     assert Policy().fail_above(F32, 100.0) == 200.0  # 200 > 16
     assert Policy().fail_above(F64, 9.0) == 18.0  # 18 > 16

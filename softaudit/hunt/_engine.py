@@ -69,7 +69,7 @@ def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
     seen = []  # (the outputs stay valid: reuse=False)
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
     result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE)
-    floors = policy.fail_above(fmt, None), policy.min_ulp
+    floors = policy.fail_above(fmt, None, kind), policy.min_ulp
     if any(t.elements and (t.max_cond_err > floors[0] or t.max_ulp > floors[1]) for t in result.tallies):
         compare(fam, kind, timeout, ex)
         result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE)

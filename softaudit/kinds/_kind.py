@@ -77,6 +77,10 @@ class Kind:
     #: intermediate of a standard algorithm in the dtype can cost, in units of u (softaudit/budget.py; the causes
     #: read it).
     budget: str | None = None
+    #: The fail line's floor cap for this kind where it is lower than the policy's `max_floor` (None: the policy's):
+    #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
+    #: 3x the conditioning in float32 and float64, and a wrong constant 2-12x (docs/policy.md, "The floor").
+    max_floor: float | None = None
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -163,6 +163,7 @@ ATTENTION = Kind(
     causes=("subnormal",),
     scale_terms="sum p|v| and the scores' share",
     leak="outputs move when masked keys change",
+    max_floor=6.0,
     fixes={
         "nan": "subtract each query's largest score before exp and form the scores in {wide}",
         "mask_leak": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",
