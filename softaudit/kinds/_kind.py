@@ -79,7 +79,7 @@ class Kind:
     budget: str | None = None
     #: The fail line's floor cap for this kind where it is lower than the policy's `max_floor` (None: the policy's):
     #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
-    #: 3x the conditioning in float32 and float64, and a wrong constant 2-12x (docs/policy.md, "The floor").
+    #: 3.5x the conditioning in float32 and float64, and a wrong constant 3-14x (docs/policy.md, "The floor").
     max_floor: float | None = None
 
     @property
