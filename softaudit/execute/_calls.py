@@ -42,18 +42,17 @@ def calls(
         start = time.perf_counter()
         ys, note = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, dtype, timeout, reuse)
         seconds = time.perf_counter() - start
-        probed, moved = [], None
-        if probes and pc.probes is not None:  # (forward row kinds: one output)
-            probed = [
-                ex.call(candidate, arrays, mask, shape, dtype, timeout)[0]
-                for arrays, mask, shape in pc.probes.calls(pc.output_shape)
-            ]
-        if probes and pc.leak_probe is not None:  # (forward attention: one output)
-            moved, _ = ex.call(candidate, pc.leak_probe[0], pc.mask, pc.output_shape, dtype, timeout)
-        reran = []
+        # The checks' calls, in one round trip to a worker: the invariants' probes (forward row kinds: one output),
+        # the leak probe (forward attention), the reruns.
+        checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
+        probing = len(checks)
+        if probes and pc.leak_probe is not None:
+            checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
+        checks = [(arrays, mask, (shape,)) for arrays, mask, shape in checks]
         if probes and pc.reruns is not None:
-            reran = [
-                ex.call_all(candidate, arrays, mask, shapes, dtype, timeout)[0]
-                for arrays, mask, shapes in pc.reruns.calls(pc.output_shapes)
-            ]
-        yield Called(pc, ys, note, seconds, probed, moved, reran)
+            checks += pc.reruns.calls(pc.output_shapes)
+        outs = ex.call_many(candidate, checks, dtype, timeout) if checks else []
+        probed = [out[0] for out in outs[:probing]]
+        leak = probes and pc.leak_probe is not None
+        moved = outs[probing][0] if leak else None
+        yield Called(pc, ys, note, seconds, probed, moved, outs[probing + leak :])

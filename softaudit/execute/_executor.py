@@ -44,6 +44,19 @@ class Executor:
             self._past_limit.add(key)
             raise
 
+    def call_many(self, candidate, calls: list, dtype, timeout: float | None) -> list[tuple]:
+        """Several calls of one candidate, (arrays, mask, shapes) each, each limited to `timeout`: their outputs, a
+        tuple each, in order, or the first call's CandidateError or CandidateSkip that stopped them. A worker makes
+        them in one round trip (`Isolated`: the checks' many small calls cost a round trip each otherwise)."""
+        key = _unit(candidate, dtype)
+        if key in self._past_limit:
+            raise CandidateError(NOT_AGAIN)
+        try:
+            return self._call_many(candidate, calls, dtype, timeout)
+        except TimedOut:
+            self._past_limit.add(key)
+            raise
+
     def call(self, candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
         """A one-output kind's call_all: (output cast to dtype, note or "")."""
         (out,), note = self.call_all(candidate, arrays, mask, (shape,), dtype, timeout, reuse)
@@ -60,6 +73,9 @@ class Executor:
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         raise NotImplementedError
+
+    def _call_many(self, candidate, calls, dtype, timeout) -> list[tuple]:
+        return [self._call(candidate, arrays, mask, shapes, dtype, timeout, False)[0] for arrays, mask, shapes in calls]
 
     def close(self) -> None:
         """Release what the executor holds (worker processes); calling it twice is harmless."""
@@ -120,6 +136,9 @@ class Scoped(Executor):
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
         return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+
+    def _call_many(self, candidate, calls, dtype, timeout):
+        return self._shared._call_many(candidate, calls, dtype, timeout)
 
     def frameworks(self) -> dict:
         return self._shared.frameworks()  # (one process: what it had loaded, whichever task's call loaded it)

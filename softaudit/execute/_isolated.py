@@ -63,29 +63,47 @@ class Isolated(Executor):
         if unsendable:
             outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
             return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
+        ((outs, answer),) = self._run(candidate, key, pickled, [(arrays, mask, shapes)], dtype, timeout)
+        return outs, answer[1]
+
+    def _call_many(self, candidate, calls, dtype, timeout):
+        key, pickled, unsendable = self._ticket(candidate)
+        if unsendable or len(calls) < 2:
+            return super()._call_many(candidate, calls, dtype, timeout)
+        return [outs for outs, _ in self._run(candidate, key, pickled, calls, dtype, timeout)]
+
+    def _run(self, candidate, key, pickled, calls, dtype, timeout) -> list[tuple]:
+        """The calls, (arrays, mask, shapes) each, in one round trip to the worker: (outputs, answer) of each, or the
+        first call's CandidateSkip or CandidateError. Each call has `timeout`; the round trip, their sum."""
         ticket = dataclasses.replace(candidate, call=None)
         timeout = timeout or None  # (0 is no limit, as adapters.call has it)
         if self._arena is None:
             self._arena = Arena()
-        specs, outs = self._arena.put([*arrays.values(), mask], shapes, dtype)
-        arena = (self._arena.path, self._arena.size, specs, outs)
+        inputs = [a for arrays, mask, _ in calls for a in (*arrays.values(), mask)]
+        specs, outs = self._arena.put(inputs, [s for _, _, shapes in calls for s in shapes], dtype)
+        jobs = []
+        for arrays, _, shapes in calls:  # (each call's share of the specs, in order)
+            jobs.append((list(arrays), specs[: len(arrays) + 1], outs[: len(shapes)]))
+            specs, outs = specs[len(arrays) + 1 :], outs[len(shapes) :]
+        limit = None if timeout is None else timeout * len(calls)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)
             self._load(key, candidate, pickled)
-            answer, loaded = self._wait(
+            answers, loaded = self._wait(
                 _worker.run,
-                (key, ticket, list(arrays), arena),
-                timeout,
-                f"no answer in {timeout:g} s: killed" if timeout else "",
+                (key, ticket, jobs, self._arena.path, self._arena.size),
+                limit,
+                f"no answer in {limit:g} s: killed" if limit else "",
             )
             self._frameworks |= loaded  # (a worker replaced later ran this run's candidates all the same)
-            if answer[0] != "unloaded":
+            if answers[0][0] != "unloaded":
                 break
             self._ready.discard(key)
-        if answer[0] == "skip":
-            raise CandidateSkip(answer[1])
-        if answer[0] == "error":
-            raise CandidateError(answer[1])
-        return tuple(self._arena.take(out) for out in outs), answer[1]
+        for answer in answers:
+            if answer[0] == "skip":
+                raise CandidateSkip(answer[1])
+            if answer[0] == "error":
+                raise CandidateError(answer[1])
+        return [(tuple(self._arena.take(out) for out in job[2]), answer) for job, answer in zip(jobs, answers)]
 
     def frameworks(self) -> dict:
         return super().frameworks() | self._here.frameworks()  # (the workers', and this process's where it called)

@@ -91,13 +91,18 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
     return ("ok",)
 
 
-def run(key: str, ticket, names: list, arena: tuple) -> tuple:
-    """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), its inputs and
-    outputs in the arena (path, size, the inputs' specs and the mask's, the outputs' specs): (answer, frameworks),
-    the answer ("ok", note), ("skip", reason), ("error", message) or ("unloaded",), and the frameworks this worker
-    has loaded since (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in the
-    parent)."""
-    return _call(key, ticket, names, arena), _platform.frameworks()
+def run(key: str, ticket, jobs: list, path: str, size: int) -> tuple:
+    """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), once per job (the
+    inputs' names, their specs and the mask's, the outputs' specs), inputs and outputs in the arena at path:
+    (answers, frameworks), an answer per job up to the first that is not ("ok", note): ("skip", reason), ("error",
+    message) or ("unloaded",); and the frameworks this worker has loaded since (softaudit._platform.frameworks: the
+    candidate imports torch or JAX here, never in the parent)."""
+    answers = []
+    for names, specs, out_specs in jobs:
+        answers.append(_call(key, ticket, names, (path, size, specs, out_specs)))
+        if answers[-1][0] != "ok":
+            break
+    return answers, _platform.frameworks()
 
 
 def _call(key: str, ticket, names: list, arena: tuple) -> tuple:

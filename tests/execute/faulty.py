@@ -105,3 +105,18 @@ def grows(x, axis=-1):
         _kept.append(np.ones(50_000_000))  # (written, so resident)
     time.sleep(1.1)
     return np.full(x.shape, float(os.getpid()), x.dtype)
+
+
+_calls = []
+
+
+@candidate(kind="softmax")
+def counts(x, axis=-1):
+    """Each output the number of calls this process has made of it (and the pid, in the second column), so a test
+    sees the order and the process of a batch of calls; raises on rows whose first entry is 99."""
+    _calls.append(1)
+    if x.size and x.reshape(-1)[0] == 99:
+        raise ValueError("a 99")
+    out = np.full(x.shape, float(len(_calls)), x.dtype)
+    out[..., 1] = os.getpid()
+    return out

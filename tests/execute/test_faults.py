@@ -151,3 +151,29 @@ def test_in_process_too_a_candidate_past_its_limit_is_not_called_again():
         with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
             call(executor, "hangs_on_float32", timeout=0.2)
         assert np.allclose(call(executor, "hangs_on_float32", dtype=np.float64)[0], expected(X.astype(np.float64)))
+
+
+def test_many_calls_go_in_one_round_trip_in_order_and_the_first_failure_stops_them():
+    """call_many: the outputs of each call in order, each of its own shape, all made by one worker in one task; a
+    call that raises is the error and the calls after it are not made."""
+    rows = [np.zeros((n, 4), np.float64) for n in (1, 3, 2)]
+    with Isolated() as executor:
+        outs = executor.call_many(faulty("counts"), [({"x": x}, None, (x.shape,)) for x in rows], np.float64, LIMIT)
+        assert [o[0].shape for o in outs] == [(1, 4), (3, 4), (2, 4)]
+        assert [o[0][0, 0] for o in outs] == [1.0, 2.0, 3.0]
+        assert len({o[0][0, 1] for o in outs}) == 1 and outs[0][0][0, 1] != os.getpid()
+        bad = np.full((1, 4), 99.0)
+        calls = [({"x": rows[0]}, None, ((1, 4),)), ({"x": bad}, None, ((1, 4),)), ({"x": rows[0]}, None, ((1, 4),))]
+        with pytest.raises(CandidateError, match="raised ValueError: a 99"):
+            executor.call_many(faulty("counts"), calls, np.float64, LIMIT)
+        (after,) = executor.call_many(faulty("counts"), calls[:1], np.float64, LIMIT)
+        assert after[0][0, 0] == 6.0  # (4 and 5 were the batch's first two calls; its third was never made)
+
+
+def test_many_calls_past_their_limit_are_killed_and_not_made_again(callers_timer):
+    calls = [({"x": X}, None, (X.shape,))] * 2
+    with Isolated() as executor:
+        with pytest.raises(CandidateError, match=r"^no answer in 4 s: killed$"):  # (two calls' limits)
+            executor.call_many(faulty("spins"), calls, np.float32, LIMIT)
+        with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
+            executor.call_many(faulty("spins"), calls, np.float32, LIMIT)
