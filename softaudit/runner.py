@@ -12,6 +12,7 @@ is the same, row for row and bit for bit, whatever runs the units.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import queue
 from collections.abc import Callable, Iterable
@@ -87,13 +88,18 @@ def audit(
     folder = _store.folder(cache_dir) if cache else None
     stopped = _Stop(stop)
     # (a bad isolation, memory limit, workers or scheduler: ValueError before anything runs)
-    with execute.pool(workers, scheduler, isolation, memory_limit_mib, folder) as where:
+    with contextlib.ExitStack() as held:
+        where = held.enter_context(execute.pool(workers, scheduler, isolation, memory_limit_mib, folder))
         found = candidates_for(targets, kind, device, check_devices=scheduler is None)
         where.check(found)
         its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
         from_files = load_case_files(files, its_kinds, warn=True)  # (a bad file: here)
         planned = plan.groups(found, formats, from_files, only, corpus)
         plan.check_planned(planned, only)
+        if where.parallel and scheduler is None and sum(len(g.candidates) * len(g.sources) for g in planned) < 2:
+            # One unit: a worker process's start (an interpreter, softaudit's imports, its own isolation worker)
+            # would only add to it; the pool's workers start on its first task, so none started.
+            where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
         results = _run(planned, where, job, stopped, progress)
     rows, worst, case_rows, frameworks = [], {}, [], {}

@@ -313,3 +313,32 @@ def test_each_family_is_prepared_once_per_dtype_for_all_the_units_on_workers(mon
     result = softaudit.audit(five, workers=2, **(OPTIONS | {"timeout": 30}))
     assert sorted(submitted) == sorted({(f, d) for f in OPTIONS["families"] for d in OPTIONS["dtypes"]})
     assert len(result.table) == 5 * len(submitted)  # every unit audited, each against a family prepared once
+
+
+def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
+    """A worker's start (an interpreter, softaudit's imports) would only add to a single unit: `--workers 2` runs it
+    here, as a serial run does; two units go to the workers."""
+    seen = tmp_path / "pids"
+
+    def softmax(x, axis=-1):
+        with open(seen, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    def pids(families):
+        seen.write_text("")
+        softaudit.audit(
+            softmax,
+            kind="softmax",
+            dtypes=["float32"],
+            suite="quick",
+            families=families,
+            workers=2,
+            isolation="none",
+            cache_dir="off",
+        )
+        return set(map(int, seen.read_text().split()))
+
+    assert pids(["textbook"]) == {os.getpid()}
+    assert os.getpid() not in pids(["textbook", "gaussian"])
