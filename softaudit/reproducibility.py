@@ -18,10 +18,12 @@ the larger of the two values.
 from __future__ import annotations
 
 import dataclasses
+from typing import NamedTuple
 
 import numpy as np
 
 from . import kinds
+from .invariants import _differ
 from .reference import round_to
 
 #: Cases whose inputs hold more elements than this are not rerun (each rerun is another call, the embedding batch
@@ -95,6 +97,17 @@ class Moved:
         return "; ".join(text for name, text in self.broken().items() if name not in required)
 
 
+class _Rerun(NamedTuple):
+    """One call after the repeat: its inputs and mask, and where the case's items sit in it (items[i] at
+    places[i]); last_query: each item's last query alone, its output compared with the case's last query."""
+
+    arrays: dict
+    mask: np.ndarray | None
+    items: np.ndarray
+    places: np.ndarray
+    last_query: bool = False
+
+
 class Reruns:
     """One case's reproducibility calls, made once and shared by every candidate (`calls`), and their comparison
     with the candidate's own outputs (`compare`)."""
@@ -105,25 +118,24 @@ class Reruns:
         first = inputs[self.kind.inputs[0]]
         self.lead = first.shape[:-1] if self.kind.row_wise else first.shape[:-2]
         self.items = int(np.prod(self.lead))
-        self.plans: list[np.ndarray] = []  # per batch call: where each of the case's items sits (-1: not in it)
-        self.batches: list[tuple[dict, object]] = []  # per call after the repeat: (inputs, mask)
-        self.last_query = False
+        self.reruns: list[_Rerun] = []
         items = self._items()
         if items is None or self.items == 0:
             return
         arrays, mask = items
         rng = np.random.default_rng(seed)
-        self.plans.append(np.where(np.arange(self.items) == 0, 0, -1))
-        self.batches.append(({n: a[:1] for n, a in arrays.items()}, None if mask is None else mask[:1]))
+        first_item = np.zeros(1, int)
+        alone = {n: a[:1] for n, a in arrays.items()}
+        self.reruns.append(_Rerun(alone, None if mask is None else mask[:1], first_item, first_item))
         size = 2 * self.items + 2
         places = rng.permutation(size)
-        self.plans.append(places[: self.items])
-        self.batches.append(self._embedded(arrays, mask, places, size, rng))
+        every = np.arange(self.items)
+        self.reruns.append(_Rerun(*self._embedded(arrays, mask, places, size, rng), every, places[: self.items]))
         queries = arrays["q"].shape[-2] if "q" in arrays else 0
-        self.last_query = not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1
-        if self.last_query:  # (its output is a query's only: the gradients' dk and dv sum over the queries)
-            alone = {n: a[:, -1:] if n == "q" else a for n, a in arrays.items()}
-            self.batches.append((alone, None if mask is None else mask[:, -1:]))
+        if not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1:
+            # (a query's output is its own only in the forward: the gradients' dk and dv sum over the queries)
+            last = {n: a[:, -1:] if n == "q" else a for n, a in arrays.items()}
+            self.reruns.append(_Rerun(last, None if mask is None else mask[:, -1:], every, every, last_query=True))
 
     def _items(self):
         """The case's arrays and mask with the batch items along axis 0, or None where an input does not have
@@ -164,14 +176,14 @@ class Reruns:
 
     def calls(self, shapes: tuple) -> list[tuple]:
         """The candidate's calls, (inputs, mask, output shapes) each, in the order `compare` reads their outputs:
-        the same call again, then the batches."""
+        the same call again, then the reruns."""
         found = [(self.inputs, self.mask, shapes)]
-        for arrays, mask in self.batches:
-            size = len(next(iter(arrays.values())))
+        for rerun in self.reruns:
+            size = len(next(iter(rerun.arrays.values())))
             outputs = tuple((size,) + s[len(self.lead) :] for s in shapes)
-            if arrays is self.batches[-1][0] and self.last_query:
+            if rerun.last_query:
                 outputs = tuple(s[:-2] + (1, s[-1]) for s in outputs)
-            found.append((arrays, mask, outputs))
+            found.append((rerun.arrays, rerun.mask, outputs))
         return found
 
     @np.errstate(all="ignore")
@@ -184,40 +196,27 @@ class Reruns:
         differ = _differ(y, again)
         moved.repeat_moved = int(differ.sum())
         moved.repeat_ulp = _max_ulps(y[differ], again[differ], self.dtype)
-        if not self.plans:
+        if not self.reruns:
             return moved
         y = y.reshape((self.items,) + y.shape[len(self.lead) :])
         ever = np.zeros(y.shape, bool)
         checked = np.zeros(self.items, bool)
-        taken = [(plan >= 0, plan[plan >= 0], ...) for plan in self.plans]
-        if self.last_query:  # (every item, its last query)
-            taken.append((np.ones(self.items, bool), np.arange(self.items), np.s_[..., -1:, :]))
-        for (here, places, query), out in zip(taken, outputs[1:]):
-            got = np.asarray(out[index]).astype(np.float64)[places]
-            mine = y[here][query]
+        for rerun, out in zip(self.reruns, outputs[1:]):
+            out = np.asarray(out[index]).astype(np.float64)
+            where = (rerun.items, Ellipsis, slice(-1, None), slice(None)) if rerun.last_query else (rerun.items,)
+            got, mine = out[rerun.places], y[where]
             apart = _differ(got, mine)
             if moved.repeat_moved:  # (past the run-to-run wobble only)
                 apart &= _gaps(got, mine, self.dtype) > moved.repeat_ulp
-            checked |= here
-            ever[here] |= apart if query is ... else _at_last(apart, y[here].shape)
-            moved.batch_sizes = moved.batch_sizes | {len(np.asarray(out[index])), self.items}
+            checked[rerun.items] = True
+            ever[where] |= apart
+            moved.batch_sizes = moved.batch_sizes | {len(out), self.items}
+            moved.last_query = moved.last_query or rerun.last_query
             if apart.any():
                 moved.batch_ulp = max(moved.batch_ulp, _max_ulps(got[apart], mine[apart], self.dtype))
-        moved.last_query = self.last_query
         moved.batch_checked = int(ever[checked].size)
         moved.batch_moved = int(ever[checked].sum())
         return moved
-
-
-def _at_last(apart: np.ndarray, shape: tuple) -> np.ndarray:
-    """The last query's differences placed in a case's (items, Lq, dv) output."""
-    full = np.zeros(shape, bool)
-    full[..., -1:, :] = apart
-    return full
-
-
-def _differ(a, b) -> np.ndarray:
-    return ~((a == b) | (np.isnan(a) & np.isnan(b)))
 
 
 def _gaps(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:

@@ -70,8 +70,7 @@ def test_the_batch_is_rebuilt_around_the_items_with_mates_and_padding_that_keeps
     x = round_to(np.random.default_rng(2).standard_normal((2, 3, 5)), np.float32)
     mask = np.random.default_rng(3).random((2, 3, 5)) < 0.7
     reruns = Reruns("masked_softmax", {"x": x}, mask, np.float32, seed=4)
-    ((arrays, together),) = reruns.batches[-1:]
-    places = reruns.plans[-1]
+    arrays, together, _, places, _ = reruns.reruns[-1]
     assert arrays["x"].shape == (14, 5) and together.shape == (14, 5)
     np.testing.assert_array_equal(arrays["x"][places], x.reshape(6, 5))
     np.testing.assert_array_equal(together[places], mask.reshape(6, 5))

@@ -46,13 +46,13 @@ def calls(
         # the leak probe (forward attention), the reruns.
         checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
         probing = len(checks)
-        if probes and pc.leak_probe is not None:
+        leak = probes and pc.leak_probe is not None
+        if leak:
             checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
         checks = [(arrays, mask, (shape,)) for arrays, mask, shape in checks]
         if probes and pc.reruns is not None:
             checks += pc.reruns.calls(pc.output_shapes)
         outs = ex.call_many(candidate, checks, dtype, timeout) if checks else []
         probed = [out[0] for out in outs[:probing]]
-        leak = probes and pc.leak_probe is not None
         moved = outs[probing][0] if leak else None
         yield Called(pc, ys, note, seconds, probed, moved, outs[probing + leak :])
