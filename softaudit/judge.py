@@ -125,6 +125,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "family": family,
                 "output": name,
                 "cases": len(fam.prepared),
+                "sampled": "",
                 "plain_cond_err": plain,
                 "best_ulp": best,
                 "fail_above": policy.fail_above(fmt, plain, candidate.kind),
