@@ -219,8 +219,8 @@ def _regression_lines(regressions) -> list[str]:
     "--require",
     multiple=True,
     type=click.Choice(settings.choices("require")),
-    help="a difference between runs of the same call (deterministic) or between batches (batch-invariant) fails "
-    "the row, rather than a note (repeatable)",
+    help="a difference between runs of the same call (deterministic), between batches (batch-invariant) or between "
+    "key splits (split-invariant) fails the row, rather than a note (repeatable)",
 )
 @click.option(
     "--tolerance",

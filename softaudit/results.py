@@ -56,6 +56,8 @@ COLUMNS = {
     "repeat_ulp": float,
     "batch_differ": float,
     "batch_ulp": float,
+    "split_differ": float,
+    "split_ulp": float,
     "sampled": str,
     "ub_ge2_ulp": float,
     "ub_past_warn": float,

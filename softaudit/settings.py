@@ -16,7 +16,7 @@ FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
 ISOLATIONS = ("worker", "none")
 #: The settings that are softaudit.Policy's fields (the command line builds the policy from them).
 POLICY_KEYS = ("factor", "min_ulp", "defect_fraction", "fully_masked", "strict", "require")
-REQUIREMENTS = ("deterministic", "batch-invariant")
+REQUIREMENTS = ("deterministic", "batch-invariant", "split-invariant")
 _SAME = object()  # (a default that is the command line's)
 
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..reproducibility import split_keyword
 from ._executor import Executor
 
 
@@ -26,6 +27,7 @@ class Called:
     probed: list
     moved: np.ndarray | None
     reran: list = dataclasses.field(default_factory=list)
+    split: list = dataclasses.field(default_factory=list)  # (options, outputs) of each `Reruns.split_calls` call
 
 
 def calls(
@@ -37,6 +39,7 @@ def calls(
     reuse: the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large inputs
     copied without page faults), so an output that is its input is valid only until the next reusing call (the
     next case's); the checks' calls get copies of their own. False: every output stays valid."""
+    keyword = split_keyword(candidate) if probes else None
     for pc in prepared:
         dtype = pc.fmt.dtype
         start = time.perf_counter()
@@ -50,9 +53,13 @@ def calls(
         if leak:
             checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
         checks = [(arrays, mask, (shape,)) for arrays, mask, shape in checks]
+        reran = splits = []
         if probes and pc.reruns is not None:
-            checks += pc.reruns.calls(pc.output_shapes)
-        outs = ex.call_many(candidate, checks, dtype, timeout) if checks else []
+            reran = pc.reruns.calls(pc.output_shapes)
+            splits = pc.reruns.split_calls(pc.output_shapes, keyword) if keyword else []
+        outs = ex.call_many(candidate, checks + reran + splits, dtype, timeout) if checks or reran else []
         probed = [out[0] for out in outs[:probing]]
         moved = outs[probing][0] if leak else None
-        yield Called(pc, ys, note, seconds, probed, moved, outs[probing + leak :])
+        rerun_outs = outs[probing + leak : probing + leak + len(reran)]
+        split = [(call[3], out) for call, out in zip(splits, outs[probing + leak + len(reran) :])]
+        yield Called(pc, ys, note, seconds, probed, moved, rerun_outs, split)

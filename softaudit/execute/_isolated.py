@@ -58,12 +58,12 @@ class Isolated(Executor):
         self._arena = None
         self._oom_kills = None
 
-    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         key, pickled, unsendable = self._ticket(candidate)
         if unsendable:
-            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
             return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
-        ((outs, answer),) = self._run(candidate, key, pickled, [(arrays, mask, shapes)], dtype, timeout)
+        ((outs, answer),) = self._run(candidate, key, pickled, [(arrays, mask, shapes, options)], dtype, timeout)
         return outs, answer[1]
 
     def _call_many(self, candidate, calls, dtype, timeout):
@@ -73,17 +73,18 @@ class Isolated(Executor):
         return [outs for outs, _ in self._run(candidate, key, pickled, calls, dtype, timeout)]
 
     def _run(self, candidate, key, pickled, calls, dtype, timeout) -> list[tuple]:
-        """The calls, (arrays, mask, shapes) each, in one round trip to the worker: (outputs, answer) of each, or the
-        first call's CandidateSkip or CandidateError. Each call has `timeout`; the round trip, their sum."""
+        """The calls, (arrays, mask, shapes, options) each, in one round trip to the worker: (outputs, answer) of
+        each, or the first call's CandidateSkip or CandidateError. Each call has `timeout`; the round trip, their
+        sum."""
         ticket = dataclasses.replace(candidate, call=None)
         timeout = timeout or None  # (0 is no limit, as adapters.call has it)
         if self._arena is None:
             self._arena = Arena()
-        inputs = [a for arrays, mask, _ in calls for a in (*arrays.values(), mask)]
-        specs, outs = self._arena.put(inputs, [s for _, _, shapes in calls for s in shapes], dtype)
+        inputs = [a for arrays, mask, *_ in calls for a in (*arrays.values(), mask)]
+        specs, outs = self._arena.put(inputs, [s for _, _, shapes, _ in calls for s in shapes], dtype)
         jobs = []
-        for arrays, _, shapes in calls:  # (each call's share of the specs, in order)
-            jobs.append((list(arrays), specs[: len(arrays) + 1], outs[: len(shapes)]))
+        for arrays, _, shapes, options in calls:  # (each call's share of the specs, in order)
+            jobs.append((list(arrays), specs[: len(arrays) + 1], outs[: len(shapes)], options))
             specs, outs = specs[len(arrays) + 1 :], outs[len(shapes) :]
         limit = None if timeout is None else timeout * len(calls)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)

@@ -93,19 +93,19 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
 
 def run(key: str, ticket, jobs: list, path: str, size: int) -> tuple:
     """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), once per job (the
-    inputs' names, their specs and the mask's, the outputs' specs), inputs and outputs in the arena at path:
-    (answers, frameworks), an answer per job up to the first that is not ("ok", note): ("skip", reason), ("error",
-    message) or ("unloaded",); and the frameworks this worker has loaded since (softaudit._platform.frameworks: the
-    candidate imports torch or JAX here, never in the parent)."""
+    inputs' names, their specs and the mask's, the outputs' specs, keywords beyond the convention or None), inputs
+    and outputs in the arena at path: (answers, frameworks), an answer per job up to the first that is not ("ok",
+    note): ("skip", reason), ("error", message) or ("unloaded",); and the frameworks this worker has loaded since
+    (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in the parent)."""
     answers = []
-    for names, specs, out_specs in jobs:
-        answers.append(_call(key, ticket, names, (path, size, specs, out_specs)))
+    for names, specs, out_specs, options in jobs:
+        answers.append(_call(key, ticket, names, (path, size, specs, out_specs), options))
         if answers[-1][0] != "ok":
             break
     return answers, _platform.frameworks()
 
 
-def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
+def _call(key: str, ticket, names: list, arena: tuple, options: dict | None) -> tuple:
     fn = _loaded.get(key)
     if fn is None:
         return ("unloaded",)
@@ -114,7 +114,7 @@ def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
     try:
         views, buffer = worker_views(path, size, specs)
         shapes, dtype = tuple(shape for _, shape, _ in out_specs), out_specs[0][2]
-        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, reuse=True)
+        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, True, options)
         for out, spec in zip(outs, out_specs):
             view(buffer, spec)[...] = out
     except CandidateSkip as exc:
