@@ -16,7 +16,6 @@ makes every difference exact in structure: a constant g gives exactly 0 with a z
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 from mpmath import libmp
@@ -27,6 +26,7 @@ from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_tar
 from ._exact import _fraction
 from ._formats import Format, decide_arrays, exact_mpf, round_mpf
 from ._grad_exact import Form
+from ._rational import Fraction
 from ._rows import Approx
 
 KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
@@ -202,7 +202,7 @@ def _fractions(values) -> list[Fraction]:
     return [_fraction(exact_mpf(v)) for v in values]
 
 
-def exact_row(kind: str, x, g, want: list[int], fmt: Format, g_rest=Fraction(0)) -> list[_grad_exact.Entry]:
+def exact_row(kind: str, x, g, want: list[int], fmt: Format, g_rest=0) -> list[_grad_exact.Entry]:
     """Tier C for the kept entries of one row, at the positions `want` of the kept entries; g_rest: for
     log_softmax_grad, the sum of g over the row's -inf logits (it enters every entry's sum g)."""
     xs = _fractions(x)
