@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -26,6 +27,9 @@ class Executor:
     `frameworks` says what the process its calls ran in had loaded.
     """
 
+    #: Calls cost a round trip (a worker process): `calls` sends a unit's calls a batch at a time.
+    batches = False
+
     def __init__(self):
         self._past_limit: set[tuple] = set()
         self._frameworks: dict = {}  # what the calls' process had loaded, as of each call (softaudit._platform)
@@ -46,9 +50,10 @@ class Executor:
 
     def call_many(self, candidate, calls: list, dtype, timeout: float | None) -> list[tuple]:
         """Several calls of one candidate, (arrays, mask, shapes) or (arrays, mask, shapes, options) each (options:
-        keywords beyond the kind's convention, or None), each limited to `timeout`: their outputs, a tuple each, in
-        order, or the first call's CandidateError or CandidateSkip that stopped them. A worker makes them in one
-        round trip (`Isolated`: the checks' many small calls cost a round trip each otherwise)."""
+        keywords beyond the kind's convention, or None), each limited to `timeout`: (outputs, note, seconds) of
+        each, in order (the outputs a tuple, seconds the time inside the candidate), or the first call's
+        CandidateError or CandidateSkip that stopped them. A worker makes them in one round trip (`Isolated`: a
+        unit's many calls cost a round trip each otherwise)."""
         key = _unit(candidate, dtype)
         if key in self._past_limit:
             raise CandidateError(NOT_AGAIN)
@@ -78,7 +83,12 @@ class Executor:
 
     def _call_many(self, candidate, calls, dtype, timeout) -> list[tuple]:
         """calls: (arrays, mask, shapes, options) each."""
-        return [self._call(candidate, *call[:3], dtype, timeout, False, call[3])[0] for call in calls]
+        answers = []
+        for call in calls:
+            start = time.perf_counter()
+            outs, note = self._call(candidate, *call[:3], dtype, timeout, False, call[3])
+            answers.append((outs, note, time.perf_counter() - start))
+        return answers
 
     def close(self) -> None:
         """Release what the executor holds (worker processes); calling it twice is harmless."""
@@ -136,6 +146,7 @@ class Scoped(Executor):
     def __init__(self, shared: Executor):
         super().__init__()
         self._shared = shared
+        self.batches = shared.batches
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
