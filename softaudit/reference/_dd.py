@@ -51,22 +51,45 @@ def pow2_pair(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ((half + 1023) << 52).view(np.float64), ((k - half + 1023) << 52).view(np.float64)
 
 
+# On arrays the error-free transformations below reuse their temporaries (the same operations in the same order,
+# so the same bits): an allocation costs as much as the arithmetic on arrays of a fast tier's block.
+
+
+def _array(a) -> bool:
+    return isinstance(a, np.ndarray) and a.ndim > 0
+
+
 def two_sum(a, b):
     s = a + b
     bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
+    if not _array(s):
+        return s, (a - (s - bb)) + (b - bb)
+    e = s - bb
+    np.subtract(a, e, out=e)
+    np.subtract(b, bb, out=bb)
+    e += bb
+    return s, e
 
 
 def fast_two_sum(a, b):
     """Exact a + b as (s, e) when |a| >= |b| or a == 0."""
     s = a + b
-    return s, b - (s - a)
+    if not _array(s):
+        return s, b - (s - a)
+    e = s - a
+    np.subtract(b, e, out=e)
+    return s, e
 
 
 def _split(a):
     c = _SPLITTER * a
-    hi = c - (c - a)
-    return hi, a - hi
+    if not _array(c):
+        hi = c - (c - a)
+        return hi, a - hi
+    lo = c - a
+    c -= lo
+    np.subtract(a, c, out=lo)
+    return c, lo
 
 
 def two_square(a):
@@ -81,7 +104,17 @@ def two_prod(a, b):
     p = a * b
     ah, al = _split(a)
     bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if not _array(p):
+        return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    e = ah * bh
+    e -= p
+    t = ah * bl
+    e += t
+    np.multiply(al, bh, out=t)
+    e += t
+    np.multiply(al, bl, out=t)
+    e += t
+    return p, e
 
 
 def add(ah, al, bh, bl):
@@ -105,7 +138,14 @@ def add_d(ah, al, b):
 
 def mul(ah, al, bh, bl):
     p, e = two_prod(ah, bh)
-    return fast_two_sum(p, e + (ah * bl + al * bh))
+    if not _array(e):
+        return fast_two_sum(p, e + (ah * bl + al * bh))
+    cross = ah * bl
+    cross += al * bh
+    if cross.shape != e.shape:
+        return fast_two_sum(p, e + cross)
+    e += cross
+    return fast_two_sum(p, e)
 
 
 def mul_d(ah, al, b):
