@@ -142,7 +142,7 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
     rows_total, n = x.shape
     shape = (rows_total,) if kind == "logsumexp" else (rows_total, n)
     out = _Collector(shape, fmt, detail)
-    empty = (~removed).sum(axis=1) == 0
+    empty = removed.all(axis=1)
     if kind == "logsumexp":
         has_pos_inf = (~removed & (x == np.inf)).any(axis=1)
         out.fill(undefined, np.nan)
@@ -160,7 +160,7 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
-                    approx = run(kind, x[index].astype(np.float64), removed[index])
+                    approx = run(kind, _float64(x[index]), removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
@@ -181,6 +181,11 @@ def row_blocks(rows: np.ndarray, width: int, block: int = BLOCK):
         chunk = rows[start : start + size]
         contiguous = chunk[-1] - chunk[0] + 1 == len(chunk)
         yield slice(int(chunk[0]), int(chunk[-1]) + 1) if contiguous else chunk
+
+
+def _float64(x: np.ndarray) -> np.ndarray:
+    """x as float64, without a copy where it is one already (the tiers never write into their input)."""
+    return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
 def _pending(kind, todo, removed):

@@ -44,7 +44,8 @@ def _row_max(x, removed):
     xk = np.where(removed, -np.inf, x) if removed.any() else x
     top = xk.argmax(axis=1)
     rows = np.arange(len(x))
-    return xk, xk[rows, top], top, rows, x.shape[1] - removed.sum(axis=1)
+    kept = x.shape[1] - np.count_nonzero(removed, axis=1) if xk is not x else np.full(len(x), x.shape[1])
+    return xk, xk[rows, top], top, rows, kept
 
 
 def _with_log(kind, m, kept, th, tl, log_h, log_l, log_err) -> Approx:
