@@ -155,7 +155,8 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
         out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
     pending = _pending(kind, todo, removed)
     if method == "auto" and fast_target(fmt) and fast_input(x):
-        tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if tier_a_target(fmt) else ((2, _rows.tier_b),)
+        fast_b = ((2, _rows.tier_b_fast), (2, _rows.tier_b))
+        tiers = ((1, _rows.tier_a), *fast_b) if tier_a_target(fmt) else fast_b
         for tier, run in tiers:
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):
