@@ -214,7 +214,7 @@ def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray
         if fmt.dtype == np.float32 and lo is None:  # a double-double keeps the general route: it needs lo
             rounded, ok = _decide_by_cast(h, err, sign)
         elif fmt.dtype == np.float64:
-            mag = np.abs(h)
+            mag = h if h.min(initial=0.0) >= 0 else np.abs(h)  # |h| is h for the softmax's results
             ok = _decide_float64(h, mag, lo, err)
             rounded = h  # copied before any change below: h is the caller's
             smallest = mag.min(initial=np.inf)  # NaN where h has one: then the masks below say it
@@ -277,10 +277,10 @@ _EXPONENT_BITS = 0x7FF0000000000000
 def _decide_float64(h, mag, lo, err):
     """float64: h (rounded to nearest from h + lo) is the answer if lo +- err stays within half a spacing of h.
 
-    Returns where it is (h itself is the rounded value). Half the spacing above h is its binade's power of two
-    (h's exponent bits) times 2**-53, below h that of the float before it (half as wide at a power of two);
-    below 2**-969 (where it would be subnormal) nothing is decided here, and the general route takes those.
-    In place where it can be: allocations cost as much as the arithmetic.
+    Returns where it is (h itself is the rounded value); mag = |h|. Half the spacing above h is its binade's
+    power of two (h's exponent bits) times 2**-53, below h that of the float before it (half as wide at a power
+    of two); below 2**-969 (where it would be subnormal) nothing is decided here, and the general route takes
+    those. In place where it can be: allocations cost as much as the arithmetic.
     """
     bits = mag.view(np.int64)
     power = bits & _EXPONENT_BITS
@@ -289,7 +289,7 @@ def _decide_float64(h, mag, lo, err):
     power &= _EXPONENT_BITS
     half_below = power.view(np.float64)
     half_below *= 2.0**-53
-    lo_mag = 0.0 if lo is None else lo if h.min(initial=0.0) >= 0 else np.where(h < 0, -lo, lo)
+    lo_mag = 0.0 if lo is None else lo if mag is h else np.where(h < 0, -lo, lo)
     bound = lo_mag + err
     ok = bound < half_above
     np.subtract(err, lo_mag, out=bound)
