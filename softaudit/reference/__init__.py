@@ -201,11 +201,12 @@ def _as_rows(x, mask, axis):
 
 
 def _undefined(kind, x2, removed2):
-    with np.errstate(invalid="ignore"):
-        nan = (np.isnan(x2) & ~removed2).any(axis=1)
+    none = np.zeros(len(x2), dtype=bool)
+    with np.errstate(invalid="ignore"):  # the masks only where a NaN or +inf is there at all (rarely)
+        nan = (np.isnan(x2) & ~removed2).any(axis=1) if np.isnan(x2).any() else none
         if kind == "logsumexp":
             return nan
-        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1)
+        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1) if (x2 == np.inf).any() else none
     return nan | pos_inf | (removed2.all(axis=1) & (x2.shape[1] > 0))
 
 
