@@ -119,8 +119,9 @@ _GRAD_KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_sof
 
 
 def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
-    """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN) when a kept x
-    is NaN or +inf, or a kept g is not finite."""
+    """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN at its kept
+    entries, 0 at its masked and -inf ones as in any row; NaN throughout for log_softmax_grad, which reads g there)
+    when a kept x is NaN or +inf, or a kept g is not finite."""
     if kind not in _GRAD_KINDS:
         raise ValueError(f"kind must be one of {', '.join(_GRAD_KINDS)}, got {kind!r}")
     fmt = target(dtype, prec)

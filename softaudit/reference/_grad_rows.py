@@ -154,7 +154,10 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
     """Correctly rounded `kind` of each 2-D row (g: (rows,) for logsumexp_grad, else x's shape)."""
     rows_total, n = x.shape
     out = _Collector((rows_total, n), fmt, detail)
-    out.fill(np.broadcast_to(undefined[:, None], x.shape), np.nan)
+    # An undefined row is NaN where it is kept; nothing depends on a removed (masked or -inf) entry, so its
+    # gradient is 0 in every row (but log-softmax's, which reads g there: its undefined rows are NaN throughout).
+    nan_at = undefined[:, None] if kind == "log_softmax_grad" else undefined[:, None] & ~removed
+    out.fill(np.broadcast_to(nan_at, x.shape), np.nan)
     if kind == "log_softmax_grad":  # dx_i = g_i at a -inf logit: g rounded, no arithmetic
         for r, c in zip(*np.nonzero(~undefined[:, None] & removed)):
             value = exact_mpf(g[r, c])
@@ -162,7 +165,7 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
             if detail:
                 out.tier[r, c] = 0  # no arithmetic
     else:
-        out.fill(~undefined[:, None] & removed, 0.0)
+        out.fill(removed, 0.0)
     pending = ~undefined[:, None] & ~removed
     if method == "auto" and fast_target(fmt) and fast_input(x) and fast_input(g):
         tiers = ((1, tier_a), (2, tier_b)) if tier_a_target(fmt) else ((2, tier_b),)
