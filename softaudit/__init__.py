@@ -1,6 +1,7 @@
 """softaudit: how wrong is a softmax or attention implementation, where, and did a change make it worse?
 
 `audit` runs implementations against the exact reference on case families and returns a results table;
+`audit_shapes` runs them on production shapes, measured on sampled rows (`Shape` names one);
 `candidate` marks a callable as an implementation to audit; a candidate raises `CandidateSkip` for an input it
 does not support; `assert_accurate` fails a test with a table of what failed; `softaudit.reference` holds the
 ground truth. The errors a user catches: `TargetError` (a target that does not load), `CaseFileError` (a case
@@ -27,6 +28,8 @@ _PUBLIC = {
     "Policy": ".policy",
     "AuditResult": ".results",
     "audit": ".runner",
+    "audit_shapes": ".sampled",
+    "Shape": ".sampled",
     "assert_accurate": "._assertions",
     "reference": ".reference",
 }
@@ -44,6 +47,8 @@ if TYPE_CHECKING:
     from .policy import Policy as Policy
     from .results import AuditResult as AuditResult
     from .runner import audit as audit
+    from .sampled import Shape as Shape
+    from .sampled import audit_shapes as audit_shapes
 
 
 def __getattr__(name: str):
@@ -63,10 +68,12 @@ __all__ = [
     "CandidateSkip",
     "CaseFileError",
     "Policy",
+    "Shape",
     "TargetError",
     "__version__",
     "assert_accurate",
     "audit",
+    "audit_shapes",
     "candidate",
     "reference",
 ]

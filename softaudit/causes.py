@@ -426,6 +426,9 @@ _EVENT_FIX = {
     "time (torch.use_deterministic_algorithms(True); a fixed number of splits)",
     "batch_variant": "reduce each row or query in the same order whatever the batch: a split-KV size or block size "
     "fixed, not chosen from the batch size (batch-invariant kernels; Thinking Machines 2025)",
+    "split_variant": "pin how the keys are split (num_splits, the block size) rather than letting a heuristic "
+    "choose it from the batch or the machine: each split reduces the keys in another order (FlashAttention #1897, "
+    "sgl-flash-attn #43)",
     "flushed": "keep results below the normal range: gradual underflow (no FTZ/DAZ mode, no exp that flushes), and no "
     "intermediate that underflows before them: p and its products {in_range}, a small p multiplied last",
 }

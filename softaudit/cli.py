@@ -219,8 +219,8 @@ def _regression_lines(regressions) -> list[str]:
     "--require",
     multiple=True,
     type=click.Choice(settings.choices("require")),
-    help="a difference between runs of the same call (deterministic) or between batches (batch-invariant) fails "
-    "the row, rather than a note (repeatable)",
+    help="a difference between runs of the same call (deterministic), between batches (batch-invariant) or between "
+    "key splits (split-invariant) fails the row, rather than a note (repeatable)",
 )
 @click.option(
     "--tolerance",
@@ -229,6 +229,14 @@ def _regression_lines(regressions) -> list[str]:
 )
 @click.option("--timeout", type=_Number("timeout"), help=f"seconds per candidate call (default {_shown('timeout')})")
 @click.option("--seed", type=int, help=f"varies the random families (default {_shown('seed')})")
+@click.option(
+    "--shape",
+    "shapes",
+    multiple=True,
+    help="audit this production shape by sampled rows instead of the families, e.g. "
+    "attention:1x32x32768x128,kv_heads=8 or softmax:8x131072 (repeatable; options kv_heads=N, lq=N, causal, scale=S)",
+)
+@click.option("--samples", type=int, help=f"rows (queries) sampled per shape (default {_shown('samples')})")
 @click.option("--corpus", help=f"folder of hunt findings replayed as the family `corpus` (default {_shown('corpus')})")
 @_device_option
 @click.option(
@@ -259,6 +267,8 @@ def run(
     tolerance,
     timeout,
     seed,
+    shapes,
+    samples,
     corpus,
     device,
     cache_dir,
@@ -276,6 +286,7 @@ def run(
     from .policy import Policy
     from .report import FILE_FORMATS, annotations
     from .runner import audit
+    from .sampled import Shape
 
     config = read_config(Path.cwd())
     folder = _store.folder(_pick(cache_dir, config, "cache_dir"))
@@ -295,10 +306,14 @@ def run(
         "strict": strict,
         "require": require,
     }
+    shapes = _pick(shapes, config, "shapes")
     # Everything a user can get wrong is checked here, before the audit: found after it, it would cost minutes.
     try:
         policy = Policy(**{key: _pick(given[key], config, key) for key in settings.POLICY_KEYS})
         known = gate.read_baseline(baseline) if baseline and not update_baseline else None
+        if shapes and (families or cases):
+            raise ValueError("--shape audits the shapes in place of the families: --family and --cases do not apply")
+        shapes = [Shape.parse(text) for text in shapes or ()]
     except (TargetError, CaseFileError, gate.BaselineError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     made = _check_folders(out if any(fmt in FILE_FORMATS for fmt in formats) else None, corpus, new_baseline)
@@ -306,7 +321,7 @@ def run(
         try:
             bar, progress = _progress(quiet)
             with bar or contextlib.nullcontext():
-                result = audit(
+                result = (_audit_shapes if shapes else audit)(
                     targets,
                     kind=kind,
                     dtypes=_pick(dtypes, config, "dtypes"),
@@ -328,6 +343,7 @@ def run(
                     workers=_pick(workers, config, "workers"),
                     scheduler=_pick(scheduler, config, "scheduler"),
                     stop=interruption.stop,
+                    **({"shapes": shapes, "samples": _pick(samples, config, "samples")} if shapes else {}),
                 )
         except (TargetError, CaseFileError, ValueError) as exc:
             _unmake(made)  # a usage error leaves no empty folder behind
@@ -359,6 +375,15 @@ def run(
         _print_summary(result, comparison, saved.written, verbose, quiet, failed, "github" in formats)
         saved.raise_if_lost()
         sys.exit(130 if interrupted else 1 if failed and not update_baseline else 0)
+
+
+def _audit_shapes(targets, *, shapes, samples, **given):
+    """softaudit.audit_shapes with run's keywords: the families' (suite, cases, families, corpus), the cache's and
+    the pool's are not a shape's (each shape's candidates run in this process's executor, in turn)."""
+    from .sampled import audit_shapes
+
+    unused = ("suite", "cases", "families", "corpus", "cache", "cache_dir", "workers", "scheduler")
+    return audit_shapes(targets, shapes, samples=samples, **{k: v for k, v in given.items() if k not in unused})
 
 
 @contextlib.contextmanager

@@ -125,6 +125,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "family": family,
                 "output": name,
                 "cases": len(fam.prepared),
+                "sampled": "",
                 "plain_cond_err": plain,
                 "best_ulp": best,
                 "fail_above": policy.fail_above(fmt, plain, candidate.kind),
@@ -176,7 +177,10 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
             if index == 0 and pc.probes is not None:
                 part.invariants = invariants.check(kind_name, pc.probes, y, done.probed, part.max_ulp)
             if done.reran:
-                m.moved.merge(pc.reruns.compare(index, y, done.reran))
+                rerun = pc.reruns.compare(index, y, done.reran)
+                m.moved.merge(rerun)
+                if done.split:
+                    m.moved.merge(pc.reruns.compare_splits(index, y, done.split, rerun.repeat_ulp))
             if index == 0 and done.moved is not None:
                 unaffected = pc.leak_probe[1]
                 a, b = y.astype(np.float64)[..., unaffected, :], done.moved.astype(np.float64)[..., unaffected, :]

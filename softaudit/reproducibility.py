@@ -18,6 +18,8 @@ the larger of the two values.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 from typing import NamedTuple
 
 import numpy as np
@@ -34,7 +36,10 @@ MAX_ELEMENTS = 1 << 16
 CASES = 2
 
 #: What `--require` can ask for (softaudit.settings.REQUIREMENTS), and the rule each turns a difference into.
-RULES = {"deterministic": "nondeterministic", "batch-invariant": "batch_variant"}
+RULES = {"deterministic": "nondeterministic", "batch-invariant": "batch_variant", "split-invariant": "split_variant"}
+#: The keywords by which an attention candidate says how it splits the keys, and the values it is called with
+#: beside its own choice (those that split the case's keys at all: num_splits up to the keys, blocks below them).
+SPLITS = {"num_splits": (1, 2, 3, 4, 8), "block_size": (16, 32, 64, 128)}
 
 
 @dataclasses.dataclass
@@ -50,13 +55,19 @@ class Moved:
     batch_ulp: float = 0.0
     batch_sizes: frozenset = frozenset()
     last_query: bool = False  # the attention forward's last query was rerun alone too
+    split_checked: int = 0  # outputs compared between the key splits (a candidate that takes one of SPLITS)
+    split_moved: int = 0
+    split_ulp: float = 0.0
+    splits: frozenset = frozenset()  # (keyword, value) of the splits compared with the candidate's own choice
 
     def merge(self, other: Moved) -> None:
-        for field in ("repeat_checked", "repeat_moved", "batch_checked", "batch_moved"):
+        for field in ("repeat_checked", "repeat_moved", "batch_checked", "batch_moved", "split_checked", "split_moved"):
             setattr(self, field, getattr(self, field) + getattr(other, field))
         self.repeat_ulp = max(self.repeat_ulp, other.repeat_ulp)
         self.batch_ulp = max(self.batch_ulp, other.batch_ulp)
+        self.split_ulp = max(self.split_ulp, other.split_ulp)
         self.batch_sizes = self.batch_sizes | other.batch_sizes
+        self.splits = self.splits | other.splits
         self.last_query = self.last_query or other.last_query
 
     def columns(self) -> dict:
@@ -64,11 +75,14 @@ class Moved:
         nan = float("nan")
         repeat = self.repeat_checked > 0
         batch = self.batch_checked > 0
+        split = self.split_checked > 0
         return {
             "repeat_differ": self.repeat_moved / self.repeat_checked if repeat else nan,
             "repeat_ulp": self.repeat_ulp if repeat else nan,
             "batch_differ": self.batch_moved / self.batch_checked if batch else nan,
             "batch_ulp": self.batch_ulp if batch else nan,
+            "split_differ": self.split_moved / self.split_checked if split else nan,
+            "split_ulp": self.split_ulp if split else nan,
         }
 
     def broken(self) -> dict[str, str]:
@@ -90,11 +104,32 @@ class Moved:
                 f"not batch-invariant: {_share(self.batch_moved, self.batch_checked)} of outputs move by up to "
                 f"{_ulps(self.batch_ulp)} between batch sizes {listed}{query}"
             )
+        if self.split_moved:
+            (keyword,) = {name for name, _ in self.splits}
+            values = sorted(value for _, value in self.splits)
+            listed = ", ".join(map(str, values[:-1])) + f" and {values[-1]}" if len(values) > 1 else str(values[0])
+            texts["split-invariant"] = (
+                f"not split-invariant: {_share(self.split_moved, self.split_checked)} of outputs move by up to "
+                f"{_ulps(self.split_ulp)} between its own split and {keyword} {listed}"
+            )
         return texts
 
     def note(self, required: tuple = ()) -> str:
         """What moved, in words, but for the requirements in `required` (their rules say it)."""
         return "; ".join(text for name, text in self.broken().items() if name not in required)
+
+
+def split_keyword(candidate) -> str | None:
+    """The keyword of SPLITS an attention candidate takes (num_splits, block_size), None where it takes neither (or
+    is of a row kind: a row's split is the candidate's business, reported by batch invariance)."""
+    if kinds.get(candidate.kind).row_wise or candidate.call is None:
+        return None
+    call = candidate.call.func if isinstance(candidate.call, functools.partial) else candidate.call
+    try:
+        parameters = inspect.signature(call).parameters
+    except (TypeError, ValueError):  # (a builtin or extension function without a signature)
+        return None
+    return next((name for name in SPLITS if name in parameters), None)
 
 
 class _Rerun(NamedTuple):
@@ -185,6 +220,32 @@ class Reruns:
                 outputs = tuple(s[:-2] + (1, s[-1]) for s in outputs)
             found.append((rerun.arrays, rerun.mask, outputs))
         return found
+
+    def split_calls(self, shapes: tuple, keyword: str) -> list[tuple]:
+        """The calls with the keys split otherwise, (inputs, mask, output shapes, {keyword: value}) each, for a
+        candidate that takes `keyword` (`split_keyword`): each value of SPLITS that splits the case's keys."""
+        keys = self.inputs["k"].shape[-2]
+        values = [v for v in SPLITS[keyword] if (v <= keys if keyword == "num_splits" else v < keys)]
+        return [(self.inputs, self.mask, shapes, {keyword: value}) for value in values]
+
+    @np.errstate(all="ignore")
+    def compare_splits(self, index: int, y, split: list, wobble: float) -> Moved:
+        """Output `index`'s moves between the candidate's own call (y) and its `split_calls`, (options, outputs)
+        each, past the run-to-run wobble (in ulps; 0 where none)."""
+        y = np.asarray(y).astype(np.float64)
+        moved = Moved(split_checked=y.size)
+        ever = np.zeros(y.shape, bool)
+        for options, out in split:
+            got = np.asarray(out[index]).astype(np.float64)
+            apart = _differ(got, y)
+            if wobble:
+                apart &= _gaps(got, y, self.dtype) > wobble
+            ever |= apart
+            moved.splits = moved.splits | set(options.items())
+            if apart.any():
+                moved.split_ulp = max(moved.split_ulp, _max_ulps(got[apart], y[apart], self.dtype))
+        moved.split_moved = int(ever.sum())
+        return moved
 
     @np.errstate(all="ignore")
     def compare(self, index: int, y, outputs: list) -> Moved:

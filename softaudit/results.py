@@ -56,6 +56,12 @@ COLUMNS = {
     "repeat_ulp": float,
     "batch_differ": float,
     "batch_ulp": float,
+    "split_differ": float,
+    "split_ulp": float,
+    "sampled": str,
+    "ub_ge2_ulp": float,
+    "ub_past_warn": float,
+    "ub_past_fail": float,
     "plain_cond_err": float,
     "best_ulp": float,
     "fail_above": float,
@@ -199,6 +205,10 @@ class WorstInput:
         """The command that audits this row again (same candidate, dtype, family and cases)."""
         if self.target is None:
             return ""
+        if "shape" in self.recipe:  # a production shape's sampled rows (softaudit/sampled.py)
+            words = ["softaudit", "run", self.target, "--dtype", self.dtype, "--shape", self.recipe["shape"]]
+            words += ["--samples", str(self.recipe["samples"]), "--seed", str(self.recipe["seed"]), "--out", out]
+            return shlex.join(words + (["--device", self.device] if self.device else []))
         words = [
             "softaudit",
             "run",

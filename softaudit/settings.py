@@ -16,7 +16,7 @@ FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
 ISOLATIONS = ("worker", "none")
 #: The settings that are softaudit.Policy's fields (the command line builds the policy from them).
 POLICY_KEYS = ("factor", "min_ulp", "defect_fraction", "fully_masked", "strict", "require")
-REQUIREMENTS = ("deterministic", "batch-invariant")
+REQUIREMENTS = ("deterministic", "batch-invariant", "split-invariant")
 _SAME = object()  # (a default that is the command line's)
 
 
@@ -58,6 +58,9 @@ SETTINGS = {
     "require": Setting(list, (), REQUIREMENTS),
     "timeout": Setting(float, 60.0, bound=">", commands=_BOTH, hunt_default=10.0, keyword="timeout"),
     "seed": Setting(int, 0, keyword="seed"),
+    # Production shapes audited by sampled rows (softaudit/sampled.py) in place of the families.
+    "shapes": Setting(list),
+    "samples": Setting(int, 256, bound=">"),
     "tolerance": Setting(float, 0.1, bound=">="),
     # The library reads no folder it was not given: audit() replays a corpus only when asked.
     "corpus": Setting(str, "reports/corpus", commands=_BOTH, keyword="corpus", audit_default=None),

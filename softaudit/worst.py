@@ -31,6 +31,11 @@ def case_of(record: dict):
         mask = arrays.pop("mask", None)
         arrays = {name: a.astype(np.float64) for name, a in arrays.items()}
         return Case(kind, record["family"], arrays, mask, None, record["case"])
+    if "shape" in recipe:
+        raise ValueError(
+            f"{record['family']} was audited by sampled rows of a whole problem: its command runs it again "
+            f"(softaudit run --shape {recipe['shape']} --samples {recipe['samples']} --seed {recipe['seed']})"
+        )
     if "case_file" in recipe:
         found = load_case_file(recipe["case_file"], kind)
     elif "corpus" in recipe:

@@ -8,8 +8,9 @@ from click.testing import CliRunner
 
 import softaudit
 from softaudit import Policy
+from softaudit.cases import FAMILIES
 from softaudit.cli import main
-from softaudit.reference import round_to
+from softaudit.reference import format_of, round_to
 from softaudit.reproducibility import Reruns
 
 
@@ -62,7 +63,14 @@ def test_the_reruns_count_exactly_the_outputs_that_move_and_by_how_many_ulps():
     assert (moved.repeat_checked, moved.repeat_moved) == (12, 0)
     assert (moved.batch_checked, moved.batch_moved, moved.batch_ulp) == (12, 4, 1.0)
     assert moved.batch_sizes == {1, 3, 8}
-    assert moved.columns() == {"repeat_differ": 0.0, "repeat_ulp": 0.0, "batch_differ": 4 / 12, "batch_ulp": 1.0}
+    columns = moved.columns()
+    assert {name: columns.pop(name) for name in ("repeat_differ", "repeat_ulp", "batch_differ", "batch_ulp")} == {
+        "repeat_differ": 0.0,
+        "repeat_ulp": 0.0,
+        "batch_differ": 4 / 12,
+        "batch_ulp": 1.0,
+    }
+    assert np.isnan(list(columns.values())).all()  # (split_differ, split_ulp: a softmax has no key split)
     assert moved.note() == "not batch-invariant: 33% of outputs move by up to 1 ulp between batch sizes 1, 3 and 8"
 
 
@@ -137,3 +145,57 @@ def test_a_policy_rejects_an_unknown_requirement():
         Policy(require=["bitwise"])
     with pytest.raises(ValueError, match="require must list"):
         Policy(require="deterministic")
+
+
+def _float64_attention(q, k, v, mask):
+    s = np.asarray(q, np.float64) @ np.swapaxes(np.asarray(k, np.float64), -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return ((e / e.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)).astype(q.dtype)
+
+
+@softaudit.candidate(kind="attention", name="first_output_moves_with_the_split")
+def first_output_moves(q, k, v, mask=None, *, num_splits=None):
+    """float64 attention rounded once; its very first output one ulp up when asked for more than one split."""
+    o = _float64_attention(q, k, v, mask)
+    if num_splits is not None and num_splits > 1:
+        o.flat[0] = np.nextafter(o.flat[0], np.float32(np.inf))
+    return o
+
+
+@softaudit.candidate(kind="attention", name="ignores_its_block_size")
+def ignores_its_block_size(q, k, v, mask=None, block_size=64):
+    """float64 attention rounded once, whatever block_size says: split-invariant."""
+    return _float64_attention(q, k, v, mask)
+
+
+def test_the_split_calls_count_exactly_the_outputs_that_move():
+    """One output of a case moves with num_splits 2, 3, 4 and 8 (not 1): of the first two cases' outputs, exactly
+    one each, by one ulp; the calls go through the worker process with their keyword."""
+    t = softaudit.audit(first_output_moves, dtypes=["float32"], suite="quick", families=["attn_gaussian"]).table
+    (row,) = t.to_dict("records")
+    cases = FAMILIES["attn_gaussian"].cases("attention", format_of("float32"), "quick", 0)
+    outputs = 0
+    for case in cases[:2]:  # (the reruns' cases)
+        q, k, v = (case.arrays[n] for n in ("q", "k", "v"))
+        outputs += np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])) * q.shape[-2] * v.shape[-1]
+    assert row["split_ulp"] == 1.0
+    assert row["split_differ"] == pytest.approx(2 / outputs, rel=1e-12)
+    assert "between its own split and num_splits 1, 2, 3, 4 and 8" in row["note"]
+
+
+def test_a_candidate_that_ignores_its_split_is_split_invariant_and_one_without_has_no_measure():
+    t = _audit([ignores_its_block_size, decode_differs], ["attn_gaussian"]).table.set_index("candidate")
+    assert t.loc["ignores_its_block_size", "split_differ"] == 0.0
+    assert t.loc["ignores_its_block_size", "split_ulp"] == 0.0
+    assert np.isnan(t.loc["decode_differs", "split_differ"])
+
+
+def test_split_kv_moves_between_key_splits_and_fails_where_split_invariance_is_required():
+    split = _audit("softaudit.candidates.attention:split_kv", ["attn_gaussian"]).table
+    assert split.split_differ.iloc[0] > 0.1 and split.verdict.iloc[0] == "pass"
+    required = _audit("softaudit.candidates.attention:split_kv", ["attn_gaussian"], Policy(require=["split-invariant"]))
+    row = required.table.iloc[0]
+    assert (row.verdict, row.cause) == ("fail", "split_variant")
+    assert "pin how the keys are split" in row.fix

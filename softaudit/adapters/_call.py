@@ -94,17 +94,26 @@ def call(candidate: Candidate, arrays: dict, mask, shape: tuple, dtype, timeout:
 
 
 def call_all(
-    candidate: Candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False
+    candidate: Candidate,
+    arrays: dict,
+    mask,
+    shapes: tuple,
+    dtype,
+    timeout: float | None,
+    reuse: bool = False,
+    options: dict | None = None,
 ):
     """Call the candidate on arrays of the audited dtype; return (its outputs cast to dtype, note or "").
 
-    The kind's calling convention gives the arguments. Each output must be an array (or array-like) of its shape in
+    The kind's calling convention gives the arguments; options: keywords beyond it, for a candidate that takes them
+    (num_splits=2: softaudit/reproducibility.py). Each output must be an array (or array-like) of its shape in
     `shapes`, one per output of the kind (a kind with several returns a tuple of them); another floating dtype is
     cast and noted. reuse: copy the inputs into buffers kept for the next reusing call, which overwrites them: an
     output that is the input, written in place, is then valid only until that call.
     """
     kind = kinds.get(candidate.kind)
     args, kwargs = _arguments(kind, arrays, mask, reuse)
+    kwargs |= options or {}
     framework = candidate.framework
     try:
         # The audit counts NaN, overflow and underflow itself; numpy's warnings about them would only be noise.

@@ -93,7 +93,9 @@ def matmul(a, b, dtype, *, chunk: int = MATMUL_CHUNK) -> np.ndarray:
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     count = math.prod(batch)
     rows = np.broadcast_to(a2, batch + (m, k)).reshape(count * m, k)
-    bs = np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n)  # a view where b is not broadcast
+    # Contiguous along the columns: the products' inner loop then reads b in order (attention's k^T, a transposed
+    # view, read with a stride of d took 10x as long: 2.6 s against 0.28 s for 8 heads of 32 x 128 x 8192).
+    bs = np.ascontiguousarray(np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n))
     out = np.empty((rows.shape[0], n), w)
     step_n = max(1, min(n, chunk // max(k, 1)))
     step_r = max(1, chunk // (max(k, 1) * step_n))

@@ -82,13 +82,13 @@ tiled_b64 = tiled_attention(64)
 
 
 @candidate(kind="attention", name="attention.split_kv")
-def split_kv(q, k, v, mask=None):
-    """tiled_b64's arithmetic with each query's keys cut into 16 // (batch x heads) blocks (at least one), as
-    split-KV (flash-decoding) heuristics choose them to fill the machine. Weakness: not batch-invariant: in another
-    batch a query's keys are reduced in other blocks, and its output moves by an ulp or so (FlashAttention #1897);
-    accurate otherwise."""
+def split_kv(q, k, v, mask=None, *, num_splits=None):
+    """tiled_b64's arithmetic with each query's keys cut into num_splits blocks, by default 16 // (batch x heads)
+    (at least one), as split-KV (flash-decoding) heuristics choose them to fill the machine. Weakness: not
+    batch-invariant, nor split-invariant: in another batch, or with another num_splits, a query's keys are reduced
+    in other blocks, and its output moves by an ulp or so (FlashAttention #1897); accurate otherwise."""
     items = int(np.prod(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])))
-    splits = max(1, 16 // max(items, 1))
+    splits = num_splits or max(1, 16 // max(items, 1))
     return _online(q, k, v, mask, max(1, -(-k.shape[-2] // splits)))
 
 

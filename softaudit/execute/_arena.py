@@ -20,6 +20,9 @@ import weakref
 import numpy as np
 
 _ALIGN = 64
+#: The first bytes of the file: which call of a round trip the worker is in (-1: none started) and since when
+#: (time.monotonic(), one clock for every process), so that the parent gives each call its own time limit.
+HEADER = _ALIGN
 
 
 def _aligned(n: int) -> int:
@@ -37,7 +40,7 @@ class Arena:
 
     def put(self, arrays: list, out_shapes: tuple, out_dtype) -> tuple[list, list]:
         """Write the arrays (None stays None); their specs (offset, shape, dtype), and the outputs', one per shape."""
-        specs, offset = [], 0
+        specs, offset = [], HEADER
         for a in arrays:
             specs.append(None if a is None else (offset, a.shape, a.dtype))
             offset = offset if a is None else _aligned(offset + a.nbytes)
@@ -47,10 +50,16 @@ class Arena:
             outs.append((offset, tuple(shape), out_dtype))
             offset = _aligned(offset + math.prod(shape) * out_dtype.itemsize)
         self._reserve(offset)
+        progress(self._map)[...] = (-1.0, 0.0)
         for a, spec in zip(arrays, specs):
             if a is not None:
                 view(self._map, spec)[...] = a
         return specs, outs
+
+    def progress(self) -> tuple[int, float]:
+        """(the call the worker is in, since when); (-1, 0.0) before it starts the first."""
+        index, since = progress(self._map)
+        return int(index), float(since)
 
     def take(self, spec: tuple) -> np.ndarray:
         """A copy of what the worker wrote at spec."""
@@ -77,6 +86,12 @@ class Arena:
     def close(self) -> None:
         self._release()
         self._cleanup()
+
+
+def progress(buffer) -> np.ndarray:
+    """The header's (call index, monotonic start) as a float64 view: the worker writes the time, then the index
+    (x86 keeps stores in order; the parent reads twice before it acts on a deadline anyway)."""
+    return np.ndarray((2,), np.float64, buffer=buffer, offset=0)
 
 
 def view(buffer, spec: tuple) -> np.ndarray:

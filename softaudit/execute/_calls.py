@@ -5,11 +5,13 @@ nothing itself."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Iterator
 
 import numpy as np
 
+from ..reproducibility import split_keyword
 from ._executor import Executor
 
 
@@ -26,33 +28,93 @@ class Called:
     probed: list
     moved: np.ndarray | None
     reran: list = dataclasses.field(default_factory=list)
+    split: list = dataclasses.field(default_factory=list)  # (options, outputs) of each `Reruns.split_calls` call
+
+
+#: An isolated unit's calls go to the worker in round trips holding at most about this many bytes of inputs and
+#: outputs (a case whose calls hold more goes alone): a round trip per unit, not two per case. The main job made
+#: 26,600 round trips at about 2.5 ms each (the worker's wake-up, the pipe, the arena) when warm.
+BATCH_BYTES = 64 << 20
+
+
+@dataclasses.dataclass
+class _Plan:
+    """One case's calls in order: the candidate's own, the invariants' probes, the leak probe, the reruns and the
+    key splits (as Executor.call_many takes them), and where each group starts."""
+
+    pc: object
+    calls: list
+    probing: int  # probes' calls, after the own call
+    leak: bool
+    reran: int
+    splits: list  # the options of each split call
+
+    @classmethod
+    def of(cls, pc, probes: bool, keyword: str | None) -> _Plan:
+        own = [(pc.inputs, pc.mask, pc.output_shapes, None)]
+        checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
+        leak = probes and pc.leak_probe is not None
+        if leak:
+            checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
+        checks = [(arrays, mask, (shape,), None) for arrays, mask, shape in checks]
+        reran = splits = []
+        if probes and pc.reruns is not None:
+            reran = [(*call, None) for call in pc.reruns.calls(pc.output_shapes)]
+            splits = pc.reruns.split_calls(pc.output_shapes, keyword) if keyword else []
+        return cls(pc, own + checks + reran + splits, len(checks) - leak, leak, len(reran), [c[3] for c in splits])
+
+    @property
+    def nbytes(self) -> int:
+        itemsize = np.dtype(self.pc.fmt.dtype).itemsize
+        inputs = sum(a.nbytes for arrays, mask, _, _ in self.calls for a in (*arrays.values(), mask) if a is not None)
+        return inputs + sum(math.prod(shape) * itemsize for _, _, shapes, _ in self.calls for shape in shapes)
+
+    def called(self, answers: list) -> Called:
+        """The case's Called from its calls' answers, (outputs, note, seconds) each, in `calls`' order."""
+        (ys, note, seconds), outs = answers[0], [outputs for outputs, _, _ in answers[1:]]
+        probed = [out[0] for out in outs[: self.probing]]
+        moved = outs[self.probing][0] if self.leak else None
+        rest = outs[self.probing + self.leak :]
+        split = list(zip(self.splits, rest[self.reran :]))
+        return Called(self.pc, ys, note, seconds, probed, moved, rest[: self.reran], split)
 
 
 def calls(
     candidate, prepared: list, timeout, ex: Executor, probes: bool = True, reuse: bool = True
 ) -> Iterator[Called]:
     """The candidate called on each prepared case in turn, a Called for each; CandidateError or CandidateSkip from
-    the first call that fails. probes: make the checks' calls too (the comparisons need none).
+    the first call that fails. probes: make the checks' calls too (the comparisons need none). An executor with
+    round trips (`Executor.batches`: a worker) gets a unit's calls a batch at a time (BATCH_BYTES), each call with
+    its own time limit; the others, one case at a time.
 
-    reuse: the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large inputs
-    copied without page faults), so an output that is its input is valid only until the next reusing call (the
-    next case's); the checks' calls get copies of their own. False: every output stays valid."""
-    for pc in prepared:
-        dtype = pc.fmt.dtype
+    reuse (in process): the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large
+    inputs copied without page faults), so an output that is its input is valid only until the next reusing call
+    (the next case's); the checks' calls get copies of their own. False: every output stays valid."""
+    keyword = split_keyword(candidate) if probes else None
+    plans = (_Plan.of(pc, probes, keyword) for pc in prepared)
+    if ex.batches:
+        yield from _batched(candidate, plans, timeout, ex)
+        return
+    for plan in plans:
+        dtype = plan.pc.fmt.dtype
         start = time.perf_counter()
-        ys, note = ex.call_all(candidate, pc.inputs, pc.mask, pc.output_shapes, dtype, timeout, reuse)
-        seconds = time.perf_counter() - start
-        # The checks' calls, in one round trip to a worker: the invariants' probes (forward row kinds: one output),
-        # the leak probe (forward attention), the reruns.
-        checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
-        probing = len(checks)
-        leak = probes and pc.leak_probe is not None
-        if leak:
-            checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
-        checks = [(arrays, mask, (shape,)) for arrays, mask, shape in checks]
-        if probes and pc.reruns is not None:
-            checks += pc.reruns.calls(pc.output_shapes)
-        outs = ex.call_many(candidate, checks, dtype, timeout) if checks else []
-        probed = [out[0] for out in outs[:probing]]
-        moved = outs[probing][0] if leak else None
-        yield Called(pc, ys, note, seconds, probed, moved, outs[probing + leak :])
+        ys, note = ex.call_all(candidate, *plan.calls[0][:3], dtype, timeout, reuse)
+        own = (ys, note, time.perf_counter() - start)
+        checks = ex.call_many(candidate, plan.calls[1:], dtype, timeout) if len(plan.calls) > 1 else []
+        yield plan.called([own, *checks])
+
+
+def _batched(candidate, plans, timeout, ex: Executor) -> Iterator[Called]:
+    """The plans' calls in round trips of at most about BATCH_BYTES (a plan whole in one)."""
+    batch, held = [], 0
+    for plan in [*plans, None]:
+        size = 0 if plan is None else plan.nbytes
+        if batch and (plan is None or held + size > BATCH_BYTES):
+            answers = ex.call_many(candidate, [c for p in batch for c in p.calls], batch[0].pc.fmt.dtype, timeout)
+            for p in batch:
+                yield p.called(answers[: len(p.calls)])
+                answers = answers[len(p.calls) :]
+            batch, held = [], 0
+        if plan is not None:
+            batch.append(plan)
+            held += size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 
@@ -26,6 +27,9 @@ class Executor:
     `frameworks` says what the process its calls ran in had loaded.
     """
 
+    #: Calls cost a round trip (a worker process): `calls` sends a unit's calls a batch at a time.
+    batches = False
+
     def __init__(self):
         self._past_limit: set[tuple] = set()
         self._frameworks: dict = {}  # what the calls' process had loaded, as of each call (softaudit._platform)
@@ -45,12 +49,15 @@ class Executor:
             raise
 
     def call_many(self, candidate, calls: list, dtype, timeout: float | None) -> list[tuple]:
-        """Several calls of one candidate, (arrays, mask, shapes) each, each limited to `timeout`: their outputs, a
-        tuple each, in order, or the first call's CandidateError or CandidateSkip that stopped them. A worker makes
-        them in one round trip (`Isolated`: the checks' many small calls cost a round trip each otherwise)."""
+        """Several calls of one candidate, (arrays, mask, shapes) or (arrays, mask, shapes, options) each (options:
+        keywords beyond the kind's convention, or None), each limited to `timeout`: (outputs, note, seconds) of
+        each, in order (the outputs a tuple, seconds the time inside the candidate), or the first call's
+        CandidateError or CandidateSkip that stopped them. A worker makes them in one round trip (`Isolated`: a
+        unit's many calls cost a round trip each otherwise)."""
         key = _unit(candidate, dtype)
         if key in self._past_limit:
             raise CandidateError(NOT_AGAIN)
+        calls = [call if len(call) == 4 else (*call, None) for call in calls]
         try:
             return self._call_many(candidate, calls, dtype, timeout)
         except TimedOut:
@@ -71,11 +78,17 @@ class Executor:
         seen after each call (softaudit._platform.frameworks); empty before any call. Part of the platform key."""
         return dict(self._frameworks)
 
-    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         raise NotImplementedError
 
     def _call_many(self, candidate, calls, dtype, timeout) -> list[tuple]:
-        return [self._call(candidate, arrays, mask, shapes, dtype, timeout, False)[0] for arrays, mask, shapes in calls]
+        """calls: (arrays, mask, shapes, options) each."""
+        answers = []
+        for call in calls:
+            start = time.perf_counter()
+            outs, note = self._call(candidate, *call[:3], dtype, timeout, False, call[3])
+            answers.append((outs, note, time.perf_counter() - start))
+        return answers
 
     def close(self) -> None:
         """Release what the executor holds (worker processes); calling it twice is harmless."""
@@ -111,12 +124,12 @@ class InProcess(Executor):
     """Candidates called in softaudit's own process, limited by SIGALRM (the main thread only): a crash, an exit or
     a hang that ignores the alarm takes the run with it. For `--isolation none`: debugging, profiling, prints."""
 
-    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         if candidate.call is None:  # (sent to this process by its source: softaudit.execute.sendable)
             candidate = loaded(candidate)
         try:
             with one_thread():
-                return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+                return call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
         except CandidateError as exc:
             # (adapters.call_all says a timeout only in its message; wired in, it can raise TimedOut itself)
             if str(exc).startswith("ran past the time limit"):
@@ -133,9 +146,10 @@ class Scoped(Executor):
     def __init__(self, shared: Executor):
         super().__init__()
         self._shared = shared
+        self.batches = shared.batches
 
-    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
-        return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
+        return self._shared._call(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
 
     def _call_many(self, candidate, calls, dtype, timeout):
         return self._shared._call_many(candidate, calls, dtype, timeout)

@@ -25,6 +25,7 @@ import dataclasses
 import multiprocessing
 import re
 import signal
+import time
 from concurrent.futures import BrokenExecutor
 
 from ..adapters import CandidateError, CandidateSkip
@@ -46,6 +47,8 @@ class Isolated(Executor):
     cloudpickle cannot send runs in this process, as InProcess would, and its note says so.
     """
 
+    batches = True
+
     def __init__(self, memory_mib: int | None = None, load_timeout: float = 120.0):
         super().__init__()
         self.memory_mib = memory_mib
@@ -58,41 +61,44 @@ class Isolated(Executor):
         self._arena = None
         self._oom_kills = None
 
-    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse):
+    def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         key, pickled, unsendable = self._ticket(candidate)
         if unsendable:
-            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse)
+            outs, note = self._here._call(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
             return outs, "; ".join(n for n in (note, f"ran in process: {unsendable}") if n)
-        ((outs, answer),) = self._run(candidate, key, pickled, [(arrays, mask, shapes)], dtype, timeout)
+        ((outs, answer),) = self._run(candidate, key, pickled, [(arrays, mask, shapes, options)], dtype, timeout)
         return outs, answer[1]
 
     def _call_many(self, candidate, calls, dtype, timeout):
         key, pickled, unsendable = self._ticket(candidate)
-        if unsendable or len(calls) < 2:
+        if unsendable:
             return super()._call_many(candidate, calls, dtype, timeout)
-        return [outs for outs, _ in self._run(candidate, key, pickled, calls, dtype, timeout)]
+        return [
+            (outs, answer[1], answer[2]) for outs, answer in self._run(candidate, key, pickled, calls, dtype, timeout)
+        ]
 
     def _run(self, candidate, key, pickled, calls, dtype, timeout) -> list[tuple]:
-        """The calls, (arrays, mask, shapes) each, in one round trip to the worker: (outputs, answer) of each, or the
-        first call's CandidateSkip or CandidateError. Each call has `timeout`; the round trip, their sum."""
+        """The calls, (arrays, mask, shapes, options) each, in one round trip to the worker: (outputs, answer) of
+        each, or the first call's CandidateSkip or CandidateError. Each call has `timeout` of its own (the worker
+        marks in the arena which call it is in, and since when)."""
         ticket = dataclasses.replace(candidate, call=None)
         timeout = timeout or None  # (0 is no limit, as adapters.call has it)
         if self._arena is None:
             self._arena = Arena()
-        inputs = [a for arrays, mask, _ in calls for a in (*arrays.values(), mask)]
-        specs, outs = self._arena.put(inputs, [s for _, _, shapes in calls for s in shapes], dtype)
+        inputs = [a for arrays, mask, *_ in calls for a in (*arrays.values(), mask)]
+        specs, outs = self._arena.put(inputs, [s for _, _, shapes, _ in calls for s in shapes], dtype)
         jobs = []
-        for arrays, _, shapes in calls:  # (each call's share of the specs, in order)
-            jobs.append((list(arrays), specs[: len(arrays) + 1], outs[: len(shapes)]))
+        for arrays, _, shapes, options in calls:  # (each call's share of the specs, in order)
+            jobs.append((list(arrays), specs[: len(arrays) + 1], outs[: len(shapes)], options))
             specs, outs = specs[len(arrays) + 1 :], outs[len(shapes) :]
-        limit = None if timeout is None else timeout * len(calls)
         for _ in range(2):  # (a second time only if the worker had lost the candidate)
             self._load(key, candidate, pickled)
             answers, loaded = self._wait(
                 _worker.run,
                 (key, ticket, jobs, self._arena.path, self._arena.size),
-                limit,
-                f"no answer in {limit:g} s: killed" if limit else "",
+                timeout,
+                f"no answer in {timeout:g} s: killed" if timeout else "",
+                watched=len(calls) > 1,
             )
             self._frameworks |= loaded  # (a worker replaced later ran this run's candidates all the same)
             if answers[0][0] != "unloaded":
@@ -136,8 +142,10 @@ class Isolated(Executor):
             raise CandidateError(answer[1])
         self._ready.add(key)
 
-    def _wait(self, fn, args: tuple, timeout: float | None, late: str):
-        """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises."""
+    def _wait(self, fn, args: tuple, timeout: float | None, late: str, watched: bool = False):
+        """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises.
+        watched: fn makes several calls, each marked in the arena as it starts; each gets `timeout` from its own
+        start (the round trip as long as they take)."""
         if self._pool is None:
             from loky import ProcessPoolExecutor
 
@@ -148,7 +156,7 @@ class Isolated(Executor):
         with _may_start_processes():  # (loky starts its worker in submit, on this thread)
             future = self._pool.submit(fn, *args)
         try:
-            return future.result(timeout)
+            return self._watch(future, timeout) if watched and timeout else future.result(timeout)
         except TimeoutError:
             self._replace()
             raise TimedOut(late) from None
@@ -156,6 +164,19 @@ class Isolated(Executor):
             cause = _death(exc, self._oom_kills)
             self._replace()
             raise CandidateError(cause) from None
+
+    def _watch(self, future, timeout: float):
+        """future's result, with each call it makes given `timeout` from its start (TimeoutError otherwise): the
+        deadline is read again before it is enforced, as a call that started meanwhile has its own."""
+        submitted = time.monotonic()
+        while True:
+            index, since = self._arena.progress()
+            deadline = (since if index >= 0 else submitted) + timeout
+            try:
+                return future.result(max(0.0, deadline - time.monotonic()) + 0.005)
+            except TimeoutError:
+                if self._arena.progress() == (index, since) and time.monotonic() >= deadline:
+                    raise
 
     def _replace(self) -> None:
         """Kill the worker (SIGKILL); the next call starts a fresh one."""

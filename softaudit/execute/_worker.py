@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _platform
 from ..adapters import CandidateError, CandidateSkip, call_all, load_target
-from ._arena import view, worker_views
+from ._arena import progress, view, worker_views
 from ._threads import ONE_THREAD
 
 _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
@@ -93,19 +93,22 @@ def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tupl
 
 def run(key: str, ticket, jobs: list, path: str, size: int) -> tuple:
     """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), once per job (the
-    inputs' names, their specs and the mask's, the outputs' specs), inputs and outputs in the arena at path:
-    (answers, frameworks), an answer per job up to the first that is not ("ok", note): ("skip", reason), ("error",
-    message) or ("unloaded",); and the frameworks this worker has loaded since (softaudit._platform.frameworks: the
-    candidate imports torch or JAX here, never in the parent)."""
+    inputs' names, their specs and the mask's, the outputs' specs, keywords beyond the convention or None), inputs
+    and outputs in the arena at path: (answers, frameworks), an answer per job up to the first that is not ("ok",
+    note): ("skip", reason), ("error", message) or ("unloaded",); and the frameworks this worker has loaded since
+    (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in the parent)."""
     answers = []
-    for names, specs, out_specs in jobs:
-        answers.append(_call(key, ticket, names, (path, size, specs, out_specs)))
+    for index, (names, specs, out_specs, options) in enumerate(jobs):
+        marks = progress(worker_views(path, size, [])[1])
+        marks[1] = time.monotonic()  # (the time first: the parent reads the index, then the time)
+        marks[0] = index
+        answers.append(_call(key, ticket, names, (path, size, specs, out_specs), options))
         if answers[-1][0] != "ok":
             break
     return answers, _platform.frameworks()
 
 
-def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
+def _call(key: str, ticket, names: list, arena: tuple, options: dict | None) -> tuple:
     fn = _loaded.get(key)
     if fn is None:
         return ("unloaded",)
@@ -114,7 +117,9 @@ def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
     try:
         views, buffer = worker_views(path, size, specs)
         shapes, dtype = tuple(shape for _, shape, _ in out_specs), out_specs[0][2]
-        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, reuse=True)
+        start = time.perf_counter()
+        outs, note = call_all(candidate, dict(zip(names, views)), views[-1], shapes, dtype, None, True, options)
+        seconds = time.perf_counter() - start
         for out, spec in zip(outs, out_specs):
             view(buffer, spec)[...] = out
     except CandidateSkip as exc:
@@ -129,7 +134,7 @@ def _call(key: str, ticket, names: list, arena: tuple) -> tuple:
         return ("error", f"called sys.exit({exc.code!r})")
     except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a user's BaseException
         return ("error", f"raised {type(exc).__name__}: {exc}")
-    return ("ok", note)
+    return ("ok", note, seconds)
 
 
 def _out_of_memory(exc: MemoryError) -> str:

@@ -119,8 +119,9 @@ _GRAD_KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_sof
 
 
 def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
-    """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN) when a kept x
-    is NaN or +inf, or a kept g is not finite."""
+    """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN at its kept
+    entries, 0 at its masked and -inf ones as in any row; NaN throughout for log_softmax_grad, which reads g there)
+    when a kept x is NaN or +inf, or a kept g is not finite."""
     if kind not in _GRAD_KINDS:
         raise ValueError(f"kind must be one of {', '.join(_GRAD_KINDS)}, got {kind!r}")
     fmt = target(dtype, prec)
@@ -201,11 +202,12 @@ def _as_rows(x, mask, axis):
 
 
 def _undefined(kind, x2, removed2):
-    with np.errstate(invalid="ignore"):
-        nan = (np.isnan(x2) & ~removed2).any(axis=1)
+    none = np.zeros(len(x2), dtype=bool)
+    with np.errstate(invalid="ignore"):  # the masks only where a NaN or +inf is there at all (rarely)
+        nan = (np.isnan(x2) & ~removed2).any(axis=1) if np.isnan(x2).any() else none
         if kind == "logsumexp":
             return nan
-        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1)
+        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1) if (x2 == np.inf).any() else none
     return nan | pos_inf | (removed2.all(axis=1) & (x2.shape[1] > 0))
 
 

@@ -51,22 +51,45 @@ def pow2_pair(k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ((half + 1023) << 52).view(np.float64), ((k - half + 1023) << 52).view(np.float64)
 
 
+# On arrays the error-free transformations below reuse their temporaries (the same operations in the same order,
+# so the same bits): an allocation costs as much as the arithmetic on arrays of a fast tier's block.
+
+
+def _array(a) -> bool:
+    return isinstance(a, np.ndarray) and a.ndim > 0
+
+
 def two_sum(a, b):
     s = a + b
     bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
+    if not _array(s):
+        return s, (a - (s - bb)) + (b - bb)
+    e = s - bb
+    np.subtract(a, e, out=e)
+    np.subtract(b, bb, out=bb)
+    e += bb
+    return s, e
 
 
 def fast_two_sum(a, b):
     """Exact a + b as (s, e) when |a| >= |b| or a == 0."""
     s = a + b
-    return s, b - (s - a)
+    if not _array(s):
+        return s, b - (s - a)
+    e = s - a
+    np.subtract(b, e, out=e)
+    return s, e
 
 
 def _split(a):
     c = _SPLITTER * a
-    hi = c - (c - a)
-    return hi, a - hi
+    if not _array(c):
+        hi = c - (c - a)
+        return hi, a - hi
+    lo = c - a
+    c -= lo
+    np.subtract(a, c, out=lo)
+    return c, lo
 
 
 def two_square(a):
@@ -81,7 +104,17 @@ def two_prod(a, b):
     p = a * b
     ah, al = _split(a)
     bh, bl = _split(b)
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    if not _array(p):
+        return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+    e = ah * bh
+    e -= p
+    t = ah * bl
+    e += t
+    np.multiply(al, bh, out=t)
+    e += t
+    np.multiply(al, bl, out=t)
+    e += t
+    return p, e
 
 
 def add(ah, al, bh, bl):
@@ -105,7 +138,43 @@ def add_d(ah, al, b):
 
 def mul(ah, al, bh, bl):
     p, e = two_prod(ah, bh)
-    return fast_two_sum(p, e + (ah * bl + al * bh))
+    if not _array(e):
+        return fast_two_sum(p, e + (ah * bl + al * bh))
+    cross = ah * bl
+    cross += al * bh
+    if cross.shape != e.shape:
+        return fast_two_sum(p, e + cross)
+    e += cross
+    return fast_two_sum(p, e)
+
+
+#: Relative error bound of mul_short (docs/reference.md derives 2**-76.4).
+MUL_SHORT_REL = 2.0**-75
+
+
+def short_factor(bh, bl):
+    """A double-double b as b26 + delta, the form mul_short takes: b26 = bh's leading 26 bits (Dekker's split),
+    delta = fl((bh - b26) + bl), |delta| <= 2**-26 |b|, within 2**-79 |b|."""
+    b26, rest = _split(bh)
+    return b26, rest + bl
+
+
+def mul_short(ah, al, b26, delta, out=None):
+    """(ah + al) (b26 + delta) as a double-double, within MUL_SHORT_REL relative (plus 3 * 2**-1074 where
+    products underflow): a 26-bit b26 makes both halves of Dekker's split of ah exact products with it, so
+    only ah delta (below 2**-26 of the product) is rounded. About 12 operations per element against mul's 20;
+    `out` (two arrays) takes the result."""
+    a1, a2 = _split(ah)
+    a1 *= b26  # exact
+    a2 *= b26  # exact
+    small = ah * delta
+    small += al * b26
+    a2 += small
+    hi, lo = (np.empty_like(a1), np.empty_like(a1)) if out is None else out
+    np.add(a1, a2, out=hi)  # fast_two_sum(a1, a2)
+    np.subtract(hi, a1, out=a1)
+    np.subtract(a2, a1, out=lo)
+    return hi, lo
 
 
 def mul_d(ah, al, b):
@@ -146,6 +215,39 @@ def pairwise_sum(h, lo=None, *, one_sign=False):
         h = np.zeros(h.shape[:-1] + (1,))
         lo = None if lo is None else np.zeros_like(h)
     return h[..., 0].copy(), None if lo is None else lo[..., 0].copy()
+
+
+def extract_sum(h, lo):
+    """Sums along the last axis of double-doubles h + lo with 0 <= h <= 1 and |lo| <= 2**-53 h + 2**-1074:
+    (hi, lo, err) per row, hi + lo within err of the exact sum (about 2**-94 of it for rows of 4096).
+
+    Error-free extraction (Rump, Ogita & Oishi, *Accurate floating-point summation*, SIAM J. Sci. Comput.
+    31(1), 2008): with 2**e1 >= n, fl(fl(h + 1.5 2**e1) - 1.5 2**e1) rounds each h to the grid 2**(e1 - 52)
+    exactly; every partial sum of n such values is a multiple of that grid below 2**(e1 + 1), so numpy sums them
+    exactly in whatever order it adds. The remainders (|r| <= 2**(e1 - 53), exact) are split once more on the
+    grid 2**(e2 - 52), e2 = 2 e1 - 52, likewise exact; what is left (|r| <= 2**(e2 - 53)) and the low parts are
+    summed plainly, within gamma_(n-1) of their sums of magnitudes whatever the order. Four sums of n terms,
+    against about eleven operations per term for a double-double sum.
+    """
+    n = h.shape[-1]
+    e1 = max(1, (n - 1).bit_length())
+    e2 = 2 * e1 - 52
+    sigma1, sigma2 = 1.5 * 2.0**e1, 1.5 * 2.0**e2
+    q = h + sigma1
+    q -= sigma1
+    r = h - q
+    s1 = q.sum(axis=-1)
+    np.add(r, sigma2, out=q)
+    q -= sigma2
+    r -= q
+    s2 = q.sum(axis=-1)
+    s3 = r.sum(axis=-1)
+    s4 = lo.sum(axis=-1)
+    hi, e = two_sum(s1, s2)
+    hi, low = two_sum(hi, e + (s3 + s4))
+    left = n * 2.0 ** (e2 - 53)  # bounds the sum of |r| left after the second split
+    magnitude = left + 2.0**-53 * (s1 + np.abs(s2) + left) + n * TINY  # ... plus the sum of |lo|
+    return hi, low, (gamma(max(n - 1, 1)) + 3 * U) * magnitude + 2 * U * U * np.abs(hi)
 
 
 def scale_dd(scale, d) -> tuple[float, float, float]:
@@ -221,11 +323,12 @@ def times_pow2(k, *arrays) -> tuple[np.ndarray, ...]:
         return tuple(a * scale1 * scale2 for a in arrays)
 
 
-def _parts(value: tuple, bits: int, count: int) -> list[float]:
-    """value as count floats: the first count - 1 of `bits` bits each, then the rest rounded."""
+def _parts(value: tuple, bits, count: int) -> list[float]:
+    """value as count floats: the first count - 1 of `bits` bits each (or of bits[i] bits), then the rest
+    rounded."""
     out = []
-    for _ in range(count - 1):
-        out.append(_leading(value, bits))
+    for i in range(count - 1):
+        out.append(_leading(value, bits if isinstance(bits, int) else bits[i]))
         value = libmp.mpf_sub(value, libmp.from_float(out[-1]), 200)
     return out + [libmp.to_float(value)]
 
@@ -267,6 +370,101 @@ def _exp_reduced(rh, rest):
     table_h, table_l = _table()
     index = j.astype(np.int64) + _REACH
     return mul(table_h[index], table_l[index], ph, pl)
+
+
+#: Relative error bound of exp_fast (docs/reference.md derives 2**-76.6; measured 2**-78).
+EXP_FAST_REL = 2.0**-75
+#: exp_fast clamps arguments below this (e**-1000 < 2**-1442 is 0 after scaling, as it should be) so that n
+#: below stays within 2**23.
+FAST_ARG_MIN = -1000.0
+_FAST_STEPS = 4096  # 2**(j/4096) per table entry: |r| <= ln2/8192 < 2**-13.5
+_FAST_K = _FAST_STEPS / math.log(2.0)
+# ln2/4096 in three parts: 30 bits (a multiple of 2**-42), 20 bits (a multiple of 2**-62) and the rest (below
+# 2**-62): n times each of the first two is exact for |n| < 2**23, and so is th - n * _STEP_1 - n * _STEP_2.
+_STEP_1, _STEP_2, _STEP_3 = _parts(libmp.mpf_div(_LN2, libmp.from_int(_FAST_STEPS), 200), (30, 20), 3)
+_SIGMA = 1.5 * 2.0**13  # fl(fl(r + _SIGMA) - _SIGMA) rounds |r| < 2**-13 to a multiple of 2**-39: 26 bits
+_FAST_TABLE: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _fast_table() -> tuple[np.ndarray, np.ndarray]:
+    """2**(j/4096) for 0 <= j < 4096 as high + low: high rounded to 27 bits (so high times a 26-bit number is
+    exact), low the rest rounded to a double (|low| <= 2**-27, within 2**-81). Computed once at 200 bits."""
+    global _FAST_TABLE
+    if _FAST_TABLE is None:
+        step = libmp.mpf_div(_LN2, libmp.from_int(_FAST_STEPS), 220)
+        high, low = np.empty(_FAST_STEPS), np.empty(_FAST_STEPS)
+        for j in range(_FAST_STEPS):
+            value = libmp.mpf_exp(libmp.mpf_mul(step, libmp.from_int(j), 220), 200)
+            high[j] = libmp.to_float(libmp.mpf_pos(value, 27, libmp.round_nearest))
+            low[j] = libmp.to_float(libmp.mpf_sub(value, libmp.from_float(high[j]), 200))
+        _FAST_TABLE = (high, low)
+    return _FAST_TABLE
+
+
+def exp_fast(th, tl):
+    """e**(th + tl) as a double-double (hi = fl(hi + lo)) within EXP_FAST_REL relative for th in
+    [FAST_ARG_MIN, 709] and |tl| <= 2**-53 |th|; below 2**-969 the absolute error may be 2 * 2**-1074 more.
+
+    A third of exp_dd's operations, for a bound 2**13 times as wide (the softmax tier's first pass; what it
+    cannot decide goes to exp_dd). t = n ln2/4096 + r, |r| < 2**-13.5, e**t = 2**k T_j e**r (n = 4096 k + j,
+    T_j = 2**(j/4096)). r = rh + rl with rh exact and |rl| < 2**-39.6; rh = r1 + (rh - r1) with r1 on a grid of
+    2**-39 (26 bits), so that with the table's 27-bit high part, high * r1 is exact; e**r - 1 - r1 = rho + r**2
+    (1/2 + r/6 + r**2/24 + r**3/120), rho = r - r1, is below 2**-27.9 and is evaluated in double. Written with
+    in-place operations: an allocation costs as much as the arithmetic here. docs/reference.md has the bound.
+    """
+    smallest = th.min(initial=0.0)
+    if smallest < FAST_ARG_MIN:  # -inf too (an overflowed x - m): e**t is 0 to any precision there
+        low = th < FAST_ARG_MIN
+        th, tl = np.where(low, FAST_ARG_MIN, th), np.where(low, 0.0, tl)
+    n = th * _FAST_K
+    np.rint(n, out=n)
+    index = n.astype(np.int64)
+    rh = n * _STEP_1
+    np.subtract(th, rh, out=rh)  # exact (Sterbenz)
+    t = n * _STEP_2
+    rh -= t  # exact: a multiple of 2**-66 below 2**-13
+    np.multiply(n, _STEP_3, out=n)
+    rl = np.subtract(tl, n, out=n)
+    r1 = rh + _SIGMA
+    r1 -= _SIGMA
+    rho = np.subtract(rh, r1, out=t)  # exact
+    rho += rl
+    r = np.add(r1, rho, out=rh)
+    big = np.multiply(r, 1 / 120, out=rl)
+    big += 1 / 24
+    big *= r
+    big += 1 / 6
+    big *= r
+    big += 0.5
+    big *= r
+    big *= r
+    big += rho  # e**r - 1 - r1
+    k = index >> 12
+    np.bitwise_and(index, _FAST_STEPS - 1, out=index)
+    table_h, table_l = _fast_table()
+    high, low = table_h[index], table_l[index]
+    # T e**r = high + high r1 (exactly s + e) + high big + low (1 + r1 + big).
+    product = np.multiply(high, r1, out=rho)  # exact
+    s = high + product
+    e = np.subtract(s, high, out=r)
+    np.subtract(product, e, out=e)
+    r1 += big
+    r1 *= low
+    r1 += low
+    big *= high
+    big += r1
+    big += e
+    hi = np.add(s, big, out=r1)  # fast_two_sum(s, big)
+    np.subtract(hi, s, out=s)
+    lo = np.subtract(big, s, out=big)
+    if not smallest >= -708.0:  # n >= -708 * 4096 / ln2 gives k >= -1022: 2**k is a normal float
+        return times_pow2(k, hi, lo)
+    k += 1023
+    k <<= 52
+    scale = k.view(np.float64)
+    hi *= scale
+    lo *= scale  # underflows (to within 2**-1075) only for results below 2**-969
+    return hi, lo
 
 
 def log1p_dd(sh, sl):

@@ -142,7 +142,7 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
     rows_total, n = x.shape
     shape = (rows_total,) if kind == "logsumexp" else (rows_total, n)
     out = _Collector(shape, fmt, detail)
-    empty = (~removed).sum(axis=1) == 0
+    empty = removed.all(axis=1)
     if kind == "logsumexp":
         has_pos_inf = (~removed & (x == np.inf)).any(axis=1)
         out.fill(undefined, np.nan)
@@ -155,12 +155,13 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
         out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
     pending = _pending(kind, todo, removed)
     if method == "auto" and fast_target(fmt) and fast_input(x):
-        tiers = ((1, _rows.tier_a), (2, _rows.tier_b)) if tier_a_target(fmt) else ((2, _rows.tier_b),)
+        fast_b = ((2, _rows.tier_b_fast), (2, _rows.tier_b))
+        tiers = ((1, _rows.tier_a), *fast_b) if tier_a_target(fmt) else fast_b
         for tier, run in tiers:
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
-                    approx = run(kind, x[index].astype(np.float64), removed[index])
+                    approx = run(kind, _float64(x[index]), removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
@@ -181,6 +182,11 @@ def row_blocks(rows: np.ndarray, width: int, block: int = BLOCK):
         chunk = rows[start : start + size]
         contiguous = chunk[-1] - chunk[0] + 1 == len(chunk)
         yield slice(int(chunk[0]), int(chunk[-1]) + 1) if contiguous else chunk
+
+
+def _float64(x: np.ndarray) -> np.ndarray:
+    """x as float64, without a copy where it is one already (the tiers never write into their input)."""
+    return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
 def _pending(kind, todo, removed):

@@ -10,11 +10,10 @@ groups all have the same mean value is that mean (Lindemann-Weierstrass: otherwi
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from mpmath import libmp
 
 from ._formats import Format, round_fraction, round_mpf
+from ._rational import Fraction
 
 _ROUND_UP = libmp.round_up
 _MAX_PREC = 1 << 17

@@ -214,13 +214,19 @@ def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray
         if fmt.dtype == np.float32 and lo is None:  # a double-double keeps the general route: it needs lo
             rounded, ok = _decide_by_cast(h, err, sign)
         elif fmt.dtype == np.float64:
-            rounded, ok = _decide_float64(h, lo, err)
-            tiny = ~ok & (np.abs(h) < 2.0**-968)
-            if tiny.any():  # results near or below the subnormal range: the general route
+            mag = h if h.min(initial=0.0) >= 0 else np.abs(h)  # |h| is h for the softmax's results
+            ok = _decide_float64(h, mag, lo, err)
+            rounded = h  # copied before any change below: h is the caller's
+            smallest = mag.min(initial=np.inf)  # NaN where h has one: then the masks below say it
+            tiny = None if smallest >= 2.0**-968 else ~ok & (mag < 2.0**-968)
+            if tiny is not None and tiny.any():  # results near or below the subnormal range: the general route
+                rounded = h.copy()
                 rounded[tiny], ok[tiny] = _decide_general(h[tiny], None if lo is None else lo[tiny], err[tiny], fmt)
         else:
             rounded, ok = _decide_general(h, lo, err, fmt)
     if not ok.all():  # exact zeros, and results known to round to a signed zero: rare, so only where undecided
+        if rounded is h:
+            rounded = h.copy()
         rest = np.flatnonzero(~ok)
         hr, er = h.flat[rest], err.flat[rest]
         lr = 0.0 if lo is None else lo.flat[rest]
@@ -229,7 +235,8 @@ def decide_arrays(h, lo, err, sign, fmt: Format) -> tuple[np.ndarray, np.ndarray
         tiny = (sr != 0) & (np.abs(hr) + np.abs(lr) + er < math.ldexp(1.0, fmt.min_subnormal_exp - 1))
         rounded.flat[rest] = np.where(exact_zero, 0.0, np.where(tiny, np.copysign(0.0, sr), rounded.flat[rest]))
         ok.flat[rest] = exact_zero | tiny
-    if fmt.min_subnormal_exp < -1022:  # float64: a float64 lo below ~2**-969 has lost bits; tier C keeps them
+    if fmt.min_subnormal_exp < -1022 and not (fmt.dtype == np.float64 and smallest >= FINE_BELOW):
+        # float64: a float64 lo below ~2**-969 has lost bits; tier C keeps them
         ok &= ~((np.abs(h) < FINE_BELOW) & (h != 0) & (err != 0))
     if lo is None:  # a single float cannot say on which side of a power of two within err of it the result lies
         ok &= ~_straddles_power_of_two(h, err)
@@ -264,20 +271,32 @@ def _decide_by_cast(h, err, sign):
     return high.astype(np.float64), ok
 
 
-def _decide_float64(h, lo, err):
+_EXPONENT_BITS = 0x7FF0000000000000
+
+
+def _decide_float64(h, mag, lo, err):
     """float64: h (rounded to nearest from h + lo) is the answer if lo +- err stays within half a spacing of h.
 
-    The spacing comes from h's exponent bits; below 2**-969 (where it would be subnormal) nothing is decided
-    here, and the general route takes those.
+    Returns where it is (h itself is the rounded value); mag = |h|. Half the spacing above h is its binade's
+    power of two (h's exponent bits) times 2**-53, below h that of the float before it (half as wide at a power
+    of two); below 2**-969 (where it would be subnormal) nothing is decided here, and the general route takes
+    those. In place where it can be: allocations cost as much as the arithmetic.
     """
-    mag = np.abs(h)
     bits = mag.view(np.int64)
-    exponent = bits >> 52
-    above = ((exponent - 52) << 52).view(np.float64)  # the spacing above mag, for exponent fields >= 53
-    below = np.where(bits & 0xFFFFFFFFFFFFF, above, 0.5 * above)  # half as wide at the bottom of a binade
-    lo_mag = 0.0 if lo is None else np.where(h < 0, -lo, lo)
-    ok = (lo_mag + err < 0.5 * above) & (err - lo_mag < 0.5 * below) & (exponent > 53) & (exponent < 2046)
-    return h + 0.0, ok
+    power = bits & _EXPONENT_BITS
+    half_above = power.view(np.float64) * 2.0**-53
+    np.subtract(bits, 1, out=power)
+    power &= _EXPONENT_BITS
+    half_below = power.view(np.float64)
+    half_below *= 2.0**-53
+    lo_mag = 0.0 if lo is None else lo if mag is h else np.where(h < 0, -lo, lo)
+    bound = lo_mag + err
+    ok = bound < half_above
+    np.subtract(err, lo_mag, out=bound)
+    ok &= bound < half_below
+    ok &= mag >= 2.0**-969
+    ok &= mag < 2.0**1023
+    return ok
 
 
 def _decide_general(h, lo, err, fmt: Format):

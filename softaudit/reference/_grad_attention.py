@@ -9,7 +9,6 @@ decides what its bound allows; tier C (_grad_exact forms per query) the rest. do
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, ti
 from ._exact import _fraction
 from ._formats import Format, decide_arrays, exact_mpf
 from ._grad_exact import Form, Scale, group
+from ._rational import Fraction
 from ._rows import LIBM_EXP_REL, Approx
 from ._validate import float_array
 

@@ -21,12 +21,12 @@ values sitting on rounding boundaries. Otherwise the value is irrational and ref
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 from mpmath import libmp
 
 from ._exact import Entry, _rational, _refine, decide, decide_sum
 from ._formats import Format
+from ._rational import Fraction
 
 _UP = libmp.round_up
 #: Expanding a dense cov form costs (number of key groups)**2 rational operations: below this it is done at once,

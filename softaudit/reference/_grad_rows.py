@@ -16,7 +16,6 @@ makes every difference exact in structure: a constant g gives exactly 0 with a z
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 from mpmath import libmp
@@ -27,6 +26,7 @@ from ._engine import _Collector, fast_input, fast_target, row_blocks, tier_a_tar
 from ._exact import _fraction
 from ._formats import Format, decide_arrays, exact_mpf, round_mpf
 from ._grad_exact import Form
+from ._rational import Fraction
 from ._rows import Approx
 
 KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad")
@@ -154,7 +154,10 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
     """Correctly rounded `kind` of each 2-D row (g: (rows,) for logsumexp_grad, else x's shape)."""
     rows_total, n = x.shape
     out = _Collector((rows_total, n), fmt, detail)
-    out.fill(np.broadcast_to(undefined[:, None], x.shape), np.nan)
+    # An undefined row is NaN where it is kept; nothing depends on a removed (masked or -inf) entry, so its
+    # gradient is 0 in every row (but log-softmax's, which reads g there: its undefined rows are NaN throughout).
+    nan_at = undefined[:, None] if kind == "log_softmax_grad" else undefined[:, None] & ~removed
+    out.fill(np.broadcast_to(nan_at, x.shape), np.nan)
     if kind == "log_softmax_grad":  # dx_i = g_i at a -inf logit: g rounded, no arithmetic
         for r, c in zip(*np.nonzero(~undefined[:, None] & removed)):
             value = exact_mpf(g[r, c])
@@ -162,7 +165,7 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
             if detail:
                 out.tier[r, c] = 0  # no arithmetic
     else:
-        out.fill(~undefined[:, None] & removed, 0.0)
+        out.fill(removed, 0.0)
     pending = ~undefined[:, None] & ~removed
     if method == "auto" and fast_target(fmt) and fast_input(x) and fast_input(g):
         tiers = ((1, tier_a), (2, tier_b)) if tier_a_target(fmt) else ((2, tier_b),)
@@ -202,7 +205,7 @@ def _fractions(values) -> list[Fraction]:
     return [_fraction(exact_mpf(v)) for v in values]
 
 
-def exact_row(kind: str, x, g, want: list[int], fmt: Format, g_rest=Fraction(0)) -> list[_grad_exact.Entry]:
+def exact_row(kind: str, x, g, want: list[int], fmt: Format, g_rest=0) -> list[_grad_exact.Entry]:
     """Tier C for the kept entries of one row, at the positions `want` of the kept entries; g_rest: for
     log_softmax_grad, the sum of g over the row's -inf logits (it enters every entry's sum g)."""
     xs = _fractions(x)

@@ -21,7 +21,9 @@ def summary(result, comparison=None) -> str:
     lines = ["# softaudit", ""]
     if interrupted_line(result):
         lines += [f"**{interrupted_line(result)}**", ""]
-    lines += [f"{summary_line(table)} (candidate x dtype x family). Suite `{result.settings['suite']}`.", ""]
+    shapes = result.settings.get("shapes")
+    made = f"Shapes `{'`, `'.join(shapes)}`, sampled rows" if shapes else f"Suite `{result.settings['suite']}`"
+    lines += [f"{summary_line(table)} (candidate x dtype x family). {made}.", ""]
     gpu = accelerator_line((w.device for w in result.worst_inputs), result.frameworks)
     if gpu:
         lines += [gpu, ""]

@@ -158,7 +158,9 @@ def test_many_calls_go_in_one_round_trip_in_order_and_the_first_failure_stops_th
     call that raises is the error and the calls after it are not made."""
     rows = [np.zeros((n, 4), np.float64) for n in (1, 3, 2)]
     with Isolated() as executor:
-        outs = executor.call_many(faulty("counts"), [({"x": x}, None, (x.shape,)) for x in rows], np.float64, LIMIT)
+        answers = executor.call_many(faulty("counts"), [({"x": x}, None, (x.shape,)) for x in rows], np.float64, LIMIT)
+        assert all(note == "" and 0 <= seconds < LIMIT for _, note, seconds in answers)
+        outs = [outputs for outputs, _, _ in answers]
         assert [o[0].shape for o in outs] == [(1, 4), (3, 4), (2, 4)]
         assert [o[0][0, 0] for o in outs] == [1.0, 2.0, 3.0]
         assert len({o[0][0, 1] for o in outs}) == 1 and outs[0][0][0, 1] != os.getpid()
@@ -166,14 +168,31 @@ def test_many_calls_go_in_one_round_trip_in_order_and_the_first_failure_stops_th
         calls = [({"x": rows[0]}, None, ((1, 4),)), ({"x": bad}, None, ((1, 4),)), ({"x": rows[0]}, None, ((1, 4),))]
         with pytest.raises(CandidateError, match="raised ValueError: a 99"):
             executor.call_many(faulty("counts"), calls, np.float64, LIMIT)
-        (after,) = executor.call_many(faulty("counts"), calls[:1], np.float64, LIMIT)
+        ((after, _, _),) = executor.call_many(faulty("counts"), calls[:1], np.float64, LIMIT)
         assert after[0][0, 0] == 6.0  # (4 and 5 were the batch's first two calls; its third was never made)
 
 
 def test_many_calls_past_their_limit_are_killed_and_not_made_again(callers_timer):
     calls = [({"x": X}, None, (X.shape,))] * 2
     with Isolated() as executor:
-        with pytest.raises(CandidateError, match=r"^no answer in 4 s: killed$"):  # (two calls' limits)
+        with pytest.raises(CandidateError, match=r"^no answer in 2 s: killed$"):  # (each call's own limit)
             executor.call_many(faulty("spins"), calls, np.float32, LIMIT)
         with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
             executor.call_many(faulty("spins"), calls, np.float32, LIMIT)
+
+
+def test_each_call_of_a_round_trip_has_its_own_limit(callers_timer):
+    """Four calls of 0.6 x the limit each make a round trip past the limit, and none is killed; a call that hangs
+    after two of them is killed once it has run past the limit itself, not the round trip's sum."""
+    nap = np.full((1, 4), 0.6 * LIMIT, np.float32)
+    with Isolated() as executor:
+        start = time.monotonic()
+        answers = executor.call_many(faulty("naps"), [({"x": nap}, None, ((1, 4),))] * 4, np.float32, LIMIT)
+        assert len(answers) == 4 and time.monotonic() - start > 2 * LIMIT
+        assert all(0.6 * LIMIT <= seconds < LIMIT for _, _, seconds in answers)  # (timed in the worker)
+        hangs = np.full((1, 4), 100.0, np.float32)
+        calls = [({"x": nap}, None, ((1, 4),))] * 2 + [({"x": hangs}, None, ((1, 4),))]
+        start = time.monotonic()
+        with pytest.raises(CandidateError, match=r"^no answer in 2 s: killed$"):
+            executor.call_many(faulty("naps"), calls, np.float32, LIMIT)
+        assert 2.2 * LIMIT < time.monotonic() - start < 6 * LIMIT

@@ -4,6 +4,7 @@ from fractions import Fraction
 
 import mpmath
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -48,6 +49,83 @@ def test_exp_dd_error_is_within_its_bound():
             worst = max(worst, float(max(0, abs(mpmath.mpf(float(h)) + float(lo) - exact) - 2 * _dd.TINY) / exact))
     assert worst <= _dd.EXP_DD_REL
     assert worst > 0  # the comparison is not vacuous
+
+
+def _exp_fast_arguments():
+    """exp_fast's whole range: random, at and between table points, at the reduction boundaries (|r| largest:
+    th K half an integer), around the 2**-1022 scaling edge (th near -708.4), into the subnormal results and
+    below, and the clamp; tl as large as its bound allows."""
+    rng = np.random.default_rng(11)
+    step = np.log(2) / 4096
+    t = np.concatenate(
+        [
+            -rng.random(3000) * 1000,
+            -rng.random(2000) * 80,
+            -rng.random(1000) * 1e-3,
+            rng.random(500) * 709,
+            -np.arange(3000) * step,  # table points
+            -(np.arange(3000) + 0.5) * step,  # reduction boundaries
+            -(rng.integers(0, 2**22, 2000) + 0.5) * step,
+            -708.4 + rng.uniform(-0.05, 0.05, 300),
+            -745 - rng.random(300) * 10,
+            [-1000.0, -1000.5, -2000.0, -1e300, -np.inf, 0.0, -0.0, -(2.0**-1074), 709.0],
+        ]
+    )
+    tl = np.where(np.isfinite(t), t * rng.uniform(-(2.0**-53), 2.0**-53, len(t)), 0.0)
+    return t, tl
+
+
+def test_exp_fast_error_is_within_its_bound():
+    t, tl = _exp_fast_arguments()
+    with np.errstate(all="ignore"):
+        eh, el = _dd.exp_fast(t, tl)
+    worst = 0.0
+    with mpmath.workprec(250):
+        for a, b, h, lo in zip(t, tl, eh, el):
+            exact = mpmath.exp(mpmath.mpf(float(a)) + mpmath.mpf(float(b)))
+            got = mpmath.mpf(float(h)) + float(lo)
+            if exact < 2.0**-1074:
+                assert got <= 2 * _dd.TINY
+                continue
+            if h >= 2.0**-969:  # a double-double: hi = fl(hi + lo), |lo| <= 2**-53 hi
+                assert float(got) == h and abs(lo) <= 2.0**-53 * h
+            worst = max(worst, float(max(0, abs(got - exact) - 2 * _dd.TINY) / exact))
+    assert 2.0**-85 < worst <= _dd.EXP_FAST_REL
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 100, 4096, 5000])
+def test_extract_sum_is_within_its_bound(n):
+    """Double-double terms in [0, 1] (ones, zeros, subnormal and random ones), against the exact rational sum."""
+    rng = np.random.default_rng(n)
+    h = rng.random((4, n)) ** 8
+    h[0, ::3] = 1.0
+    h[1] = 2.0 ** rng.integers(-1074, 0, n) * rng.random(n)
+    h[2, : n // 2] = 0.0
+    lo = h * rng.uniform(-(2.0**-53), 2.0**-53, h.shape)
+    h, lo = _dd.fast_two_sum(h, lo)
+    hi, low, err = _dd.extract_sum(h, lo)
+    for row_h, row_l, s, sl, e in zip(h, lo, hi, low, err):
+        exact = sum(Fraction(float(a)) + Fraction(float(b)) for a, b in zip(row_h, row_l))
+        assert abs(Fraction(float(s)) + Fraction(float(sl)) - exact) <= Fraction(float(e))
+        assert e <= 2.0**-90 * float(exact) + 2.0**-100  # tight enough: the softmax's sum is at least 1
+
+
+def test_mul_short_is_within_its_bound():
+    """The softmax's p = e / s: e in (0, 1] (some far below the normal range), 1/s as short_factor gives it."""
+    rng = np.random.default_rng(12)
+    n = 3000
+    ah = np.concatenate([rng.random(n - 200), 2.0 ** rng.uniform(-1070, -960, 200)])
+    ah, al = _dd.fast_two_sum(ah, ah * rng.uniform(-(2.0**-53), 2.0**-53, n))
+    bh = 1 / (1 + rng.random(n) * 4096)
+    bh, bl = _dd.fast_two_sum(bh, bh * rng.uniform(-(2.0**-53), 2.0**-53, n))
+    hi, lo = _dd.mul_short(ah, al, *_dd.short_factor(bh, bl))
+    worst = Fraction(0)
+    for i in range(n):
+        exact = (Fraction(float(ah[i])) + Fraction(float(al[i]))) * (Fraction(float(bh[i])) + Fraction(float(bl[i])))
+        error = abs(Fraction(float(hi[i])) + Fraction(float(lo[i])) - exact)
+        worst = max(worst, max(error - 3 * Fraction(_dd.TINY), Fraction(0)) / exact)
+        assert hi[i] == float(Fraction(float(hi[i])) + Fraction(float(lo[i])))  # normalised
+    assert 0 < worst <= Fraction(_dd.MUL_SHORT_REL)
 
 
 def test_log1p_dd_error_is_within_its_bound():

@@ -85,13 +85,16 @@ def _near_boundaries(fmt, seed, with_lo):
     return h, lo, err
 
 
+@pytest.mark.parametrize("positive", [False, True])  # results known to be positive (softmax) take a shortcut
 @pytest.mark.parametrize("with_lo", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "float8_e4m3fn", "float8_e5m2"])
-def test_decide_arrays_never_decides_wrongly(dtype, with_lo):
+def test_decide_arrays_never_decides_wrongly(dtype, with_lo, positive):
     """Every decided result equals the oracle's rounding of both ends of the interval (and so of all of it)."""
     fmt = format_of(dtype)
     h, lo, err = _near_boundaries(fmt, 0, with_lo)
-    rounded, decided = decide_arrays(h, lo, err, 0, fmt)
+    if positive:
+        h, lo = np.abs(h), None if lo is None else np.copysign(1.0, h) * lo
+    rounded, decided = decide_arrays(h, lo, err, 1.0 if positive else 0, fmt)
     assert decided.mean() > 0.3 and not decided.all()
     low = np.zeros_like(h) if lo is None else lo
     as_stored = rounded.astype(fmt.dtype).astype(np.float64)  # overflow is +-inf until the cast to the dtype
@@ -113,7 +116,7 @@ def test_decide_shortcuts_agree_with_the_general_route(dtype):
         if dtype == "float32":
             short, short_ok = _formats._decide_by_cast(h, err, 0)
         else:
-            short, short_ok = _formats._decide_float64(h, lo, err)
+            short, short_ok = h, _formats._decide_float64(h, np.abs(h), lo, err)
     both = general_ok & short_ok
     assert both.mean() > 0.3
     np.testing.assert_array_equal(general[both], short[both])

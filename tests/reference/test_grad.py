@@ -508,3 +508,15 @@ def test_a_midpoint_moved_by_e_to_the_minus_1000_rounds_away_from_it():
     got = call("softmax_grad", x, g, "float16")
     assert got.astype(np.float64)[0, 1] == -0.343505859375  # (the midpoint less half a float16 spacing, 2**-13)
     np.testing.assert_array_equal(bits(got), bits(rounded_grad_rows("softmax_grad", x, g, "float16")))
+
+
+def test_an_undefined_row_keeps_zeros_where_it_is_masked():
+    """Hypothesis found it: float16 x = [inf, 3.34e4] with the second entry masked gave NaN at both; nothing depends
+    on a masked entry, so its gradient is +0 in every row (the plain oracle's answer), NaN only where kept."""
+    x = np.array([[np.inf, 3.34e4], [np.inf, -np.inf]], np.float16)
+    g = np.array([[0.4182, -0.568], [1.0, 2.0]], np.float16)
+    mask = np.array([[True, False], [True, True]])
+    got = R.masked_softmax_grad(x, mask, g, dtype=np.float16)
+    np.testing.assert_array_equal(bits(got), bits(rounded_grad_rows("softmax_grad", x, g, np.float16, mask)))
+    assert np.isnan(got[:, 0].astype(np.float64)).all() and not np.signbit(got[:, 1].astype(np.float64)).any()
+    assert (got[:, 1] == 0).all()
