@@ -307,12 +307,8 @@ def _undefined_rows_judged(pcs) -> bool:
 
 def _nothing_compared(pcs, fmt) -> str:
     """Why a row had nothing to judge: usually inputs that overflow the dtype (every row is then undefined)."""
-    values = sum(a.size for pc in pcs for a in pc.case.arrays.values())
-    overflowed = sum(
-        int(np.count_nonzero(np.isfinite(pc.case.arrays[n]) & ~np.isfinite(pc.inputs[n].astype(np.float64))))
-        for pc in pcs
-        for n in pc.inputs
-    )
+    values = sum(a.size for pc in pcs for a in pc.inputs.values())
+    overflowed = sum(pc.overflowed for pc in pcs)
     why = f": {overflowed} of {values} input values overflow {fmt.name}" if overflowed else ""
     return f"nothing could be compared (every row is undefined in {fmt.name}{why})"
 

@@ -6,11 +6,16 @@ The comparisons (the plain implementation in the dtype, the other standard same-
 set the verdict's bounds; their calls go through the executor as the candidates' do. A prepared built-in family
 is kept between audits: in this process (`CACHE_BYTES`) and in a folder for later processes and for worker
 processes (softaudit/_store.py); the families are deterministic, so the same kind, dtype, suite and seed reuse it.
+In the folder a case keeps what the measures cannot derive, its rounded inputs and its reference packed (`_pack`:
+hi, and lo, fine and the rounded values only where they say more), and derives the rest when first read (ulps,
+masks, conditioning scales, the invariants' probes): about 10 bytes per input element where every array of the
+measures took 52; reading it back costs a few seconds of a warm main job that mapping them did not.
 """
 
 from __future__ import annotations
 
 import collections
+import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -29,7 +34,7 @@ from .cases import Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
-from .reference import Format, round_to
+from .reference import Format, Result, round_to
 
 
 class Prepared:
@@ -39,6 +44,42 @@ class Prepared:
         self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
         self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
         self.mask = case.mask
+        #: how many finite input values overflow the dtype (what a row with nothing compared says); counted now,
+        #: since a kept case holds its rounded inputs only
+        self.overflowed = sum(
+            int(np.count_nonzero(np.isfinite(a) & ~np.isfinite(self.inputs[n].astype(np.float64))))
+            for n, a in case.arrays.items()
+        )
+
+    def __getstate__(self) -> dict:
+        """What a kept case holds (softaudit/_store.py): its rounded inputs and mask, and each reference packed
+        (`_pack`); not the float64 originals, nor what is derived from the reference (the bases: ulps, masks,
+        conditioning scales) or from the inputs (the invariants' probes), which `references`, `bases` and `probes`
+        compute again when first read: the file is about 7x smaller, and the measures read the same bits."""
+        state = {name: self.__dict__[name] for name in ("fmt", "case_in_family", "inputs", "mask", "overflowed")}
+        state["case"] = dataclasses.replace(self.case, arrays={})
+        state["packed"] = tuple(_pack(ref) for ref in self.references)
+        if self._keeps_extras:
+            state["extras"] = self.__dict__.get("extras") or self._conditioning()
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs))
+
+    def adopt(self, computed: Prepared) -> None:
+        """Take what `computed` (the same case, computed in this process) has derived already, so that a case read
+        back from the file just written is not derived again. Its bases read hi and lo from this case's references
+        (unpacked from the file, the same bits): the computed references, error bounds and tiers are let go (they
+        held the cold main job at 1.79 GB, not 1.62)."""
+        for name in ("probes", "leak_probe"):
+            if name in computed.__dict__:
+                self.__dict__[name] = computed.__dict__[name]
+        if "bases" in computed.__dict__:
+            self.bases = tuple(
+                dataclasses.replace(b, hi=ref.hi, lo=None if b.lo is None else ref.lo)
+                for b, ref in zip(computed.bases, self.references)
+            )
 
     @property
     def nbytes(self) -> int:
@@ -51,14 +92,31 @@ class Prepared:
 
     @functools.cached_property
     def references(self) -> tuple:
-        """The exact results, one reference Result per output of the kind."""
+        """The exact results, one reference Result per output of the kind (a kept case's unpacked)."""
+        packed = self.__dict__.pop("packed", None)
+        if packed is not None:
+            return tuple(_unpack(p) for p in packed)
         return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype)
 
     @functools.cached_property
     def bases(self) -> tuple:
         """The reference side of the measures, one per output, shared by every candidate."""
-        extras = self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+        extras = self.__dict__.get("extras") or self._conditioning()
+        if self._keeps_extras:
+            self.extras = extras
         return tuple(basis(self.case.kind, self.fmt, ref, **extra) for ref, extra in zip(self.references, extras))
+
+    def _conditioning(self) -> tuple[dict, ...]:
+        """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
+        return self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+
+    @property
+    def _keeps_extras(self) -> bool:
+        """Whether a kept case holds its conditioning (scales, undefined rows) rather than computing it again: where
+        its outputs are fewer than a quarter of its inputs (attention, log-sum-exp), the scale costs a pass over
+        every input for few outputs (attention's was 1.6 s of CPU per read of the default suite, for 2.8 MB)."""
+        outputs = sum(math.prod(shape) for shape in self.output_shapes)
+        return 4 * outputs < sum(a.size for a in self.inputs.values())
 
     @property
     def reference(self):
@@ -72,7 +130,7 @@ class Prepared:
 
     def complete(self) -> None:
         """Compute now what is otherwise computed when first needed (reference, basis, probes), to keep it."""
-        for name in ("references", "bases", "probes", "leak_probe"):
+        for name in DERIVED:
             getattr(self, name)
 
     @property
@@ -128,18 +186,94 @@ class Prepared:
         return inputs, unaffected
 
 
+#: What `complete` computes and a kept case derives again when it is read (`Prepared.__getstate__`).
+DERIVED = ("references", "bases", "probes", "leak_probe")
+
+
+def _pack(ref: Result) -> tuple:
+    """A reference Result as a kept case holds it: hi whole (errors are measured from it to its last bit), lo and
+    fine only where they are not 0 (lo is 0 wherever tier A, one float64, decided: nearly everywhere below float64),
+    the rounded values only where they are not hi rounded to the dtype (where hi + lo rounds otherwise: about 1 in
+    5,000 elements), and the undefined rows. err and tier are not kept: no measure reads them."""
+    hi = np.ascontiguousarray(ref.hi)
+    value = ref.value
+    if value.shape == hi.shape and value.dtype != object and value.dtype.itemsize in (2, 4, 8):
+        value = _sparse(value, _rounded(hi, value.dtype))
+    return value, hi, _sparse(ref.lo), None if ref.fine is None else _sparse(ref.fine), ref.undefined
+
+
+def _unpack(packed: tuple) -> Result:
+    """The Result `_pack` kept, bit for bit (err and tier size 0, as in a Result without detail)."""
+    value, hi, lo, fine, undefined = packed
+    if isinstance(value, tuple):
+        value = _whole(value, _rounded(hi, value[2].dtype))
+    lo = _whole(lo)
+    fine = None if fine is None else _whole(fine)
+    none = (0,) * hi.ndim
+    return Result(value, hi, lo, np.zeros(none), np.zeros(none, np.int8), undefined, fine)
+
+
+def _rounded(hi: np.ndarray, dtype) -> np.ndarray:
+    """hi rounded to the dtype (overflowing to inf as the correctly rounded values do)."""
+    with np.errstate(all="ignore"):
+        return hi.astype(dtype)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1).view(f"u{a.dtype.itemsize}")
+
+
+def _sparse(a: np.ndarray, base: np.ndarray | None = None):
+    """a whole, or where that is smaller (shape, flat indices, values): the elements whose bits differ from base's
+    (from 0 where base is None; -0.0 and NaNs' payloads kept exactly)."""
+    a = np.ascontiguousarray(a)
+    at = np.flatnonzero(_bits(a) != (0 if base is None else _bits(base)))
+    index = at.astype(np.int32) if a.size < 2**31 else at
+    if at.size * (index.itemsize + a.itemsize) >= a.nbytes:
+        return a
+    return a.shape, index, a.reshape(-1)[at]
+
+
+def _whole(kept, base: np.ndarray | None = None) -> np.ndarray:
+    """The array `_sparse` kept (base: the same base)."""
+    if not isinstance(kept, tuple):
+        return kept
+    shape, at, values = kept
+    out = np.zeros(shape, values.dtype) if base is None else base
+    _bits(out)[at] = _bits(values)
+    return out
+
+
+class _AsFloat64(collections.abc.Mapping):
+    """A kept case's arrays: its rounded inputs as float64 (exact values, which round to the same inputs), where a
+    computed case holds the float64 originals."""
+
+    def __init__(self, inputs: dict):
+        self._inputs = inputs
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._inputs[name].astype(np.float64)
+
+    def __iter__(self):
+        return iter(self._inputs)
+
+    def __len__(self) -> int:
+        return len(self._inputs)
+
+
 class OutputView:
     """A prepared case seen through one of its kind's outputs (attention_grad's dk, dv): that output's reference,
     basis and shape; everything else is the case's."""
 
     def __init__(self, pc: Prepared, index: int):
         self.pc, self.index = pc, index
-        self.case, self.fmt, self.case_in_family, self.inputs, self.mask = (
+        self.case, self.fmt, self.case_in_family, self.inputs, self.mask, self.overflowed = (
             pc.case,
             pc.fmt,
             pc.case_in_family,
             pc.inputs,
             pc.mask,
+            pc.overflowed,
         )
 
     @property
@@ -189,6 +323,12 @@ class PreparedFamily:
         factor x this."""
         found = [c[output].max_cond for c in (self.plain, *(self.others or ())) if c and c[output].max_cond is not None]
         return max(found) if found else None
+
+    @functools.cached_property
+    def nbytes(self) -> int:
+        """About what the family holds (`Prepared.nbytes`), counted once: the process cache adds it up on every
+        family it keeps (over every case, that was 0.3 s of a warm main job)."""
+        return sum(pc.nbytes for pc in self.prepared)
 
     def best_ulp(self, output: int) -> float | None:
         """Best practice's max ULP error on one output: a warn is worse than factor x this."""
@@ -248,16 +388,20 @@ def family(
             try:
                 _store.save(path, found)
                 _WRITTEN.add(folder)
-                found = _mapped(path) or found  # mapped: the pages are the system's to drop and read again
+                kept = _mapped(path)  # mapped: the inputs' pages are the system's to drop and read again
+                if kept is not None:
+                    for pc, computed in zip(kept.prepared, found.prepared):
+                        pc.adopt(computed)
+                    found = kept
             except OSError as exc:  # said once; the folder is not tried again in this process
                 _UNWRITABLE.add(folder)
                 warnings.warn(f"softaudit: cannot keep prepared cases in {folder}: {exc}", stacklevel=4)
     if cache and CACHE_BYTES > 0:
         _CACHE[key] = found
-        held = sum(pc.nbytes for f in _CACHE.values() for pc in f.prepared)
+        held = sum(f.nbytes for f in _CACHE.values())
         while held > CACHE_BYTES and len(_CACHE) > 1:
             _, dropped = _CACHE.popitem(last=False)
-            held -= sum(pc.nbytes for pc in dropped.prepared)
+            held -= dropped.nbytes
     return found
 
 

@@ -278,6 +278,7 @@ class _SampledCase(Prepared):
     def __init__(self, case: Case, fmt: Format, case_in_family: int):
         self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
         self.inputs, self.mask = dict(case.arrays), case.mask  # (drawn in the dtype: nothing to round)
+        self.overflowed = 0
 
 
 class Problem:

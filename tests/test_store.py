@@ -1,16 +1,22 @@
 """Prepared families kept on disk between processes: exact round trips, read-only maps, invalidation, pruning."""
 
+import dataclasses
 import os
 import subprocess
 import sys
 
 import ml_dtypes
+import mpmath
 import numpy as np
 import pytest
 
 import softaudit
-from softaudit import _store, prepare
+from softaudit import _store, metrics, prepare, reference
+from softaudit.cases import FAMILIES, Case
+from softaudit.reference import format_of, round_to
 
+from . import test_metric_edges
+from .reference import oracle
 from .test_runner import good
 
 OPTIONS = {"kind": "softmax", "dtypes": ["bfloat16"], "suite": "quick", "families": ["gaussian", "ties"]}
@@ -176,3 +182,145 @@ def test_pruning_passes_over_a_file_another_process_moves_meanwhile(tmp_path, mo
     monkeypatch.setattr(os, "scandir", listing_then_moved)
     _store.prune(tmp_path)
     assert [p.name for p in tmp_path.iterdir()] == ["kept.pkl"]
+
+
+def _edge_rows(dtype: str) -> np.ndarray:
+    """Rows of 3 logits (in the dtype, as float64) whose softmax, log-softmax and log-sum-exp sit at the edges the
+    measures have (tests/test_metric_edges.py): subnormal, at float64's bottom (where only the scaled correction
+    `fine` holds r - hi), just below a power of two, next to the largest value, rounding to 0."""
+    rows = [row + [-np.inf] * (3 - len(row)) for _, row in test_metric_edges._rows(dtype)]
+    return round_to(np.array(rows), dtype).astype(np.float64)
+
+
+def _edge_cases(dtype: str) -> list:
+    """One case of each kind at the edges, with undefined rows (a NaN, a logit that overflows the dtype, nothing
+    kept), masks, and the long rows and attention whose kept case holds its conditioning."""
+    rng = np.random.default_rng(7)
+    x = np.concatenate([_edge_rows(dtype), [[np.nan, 0.0, 1.0], [1e39, 0.0, 1.0], [0.0, -1.0, 2.0]]])
+    mask = np.ones(x.shape, bool)
+    mask[-1] = False  # nothing kept
+    mask[0, 1] = False
+    qkv = {"q": rng.standard_normal((2, 4, 8)), "k": rng.standard_normal((2, 32, 8)) * 4}
+    qkv["v"] = rng.standard_normal((2, 32, 8)) * np.array([1, 1e-30, 1e30, 1, 1, 1, 1, 1])  # tiny and huge outputs
+    keys = rng.random((4, 32)) < 0.5
+    keys[1] = False  # a query with nothing to attend
+    arrays = [
+        ("softmax", {"x": x}, None),
+        ("log_softmax", {"x": x}, None),
+        ("logsumexp", {"x": x}, None),
+        ("logsumexp", {"x": rng.standard_normal((4, 64)) * 50}, None),
+        ("masked_softmax", {"x": x}, mask),
+        ("softmax_grad", {"x": x, "g": rng.standard_normal(x.shape)}, None),
+        ("masked_softmax_grad", {"x": x, "g": rng.standard_normal(x.shape)}, mask),
+        ("attention", qkv, keys),
+        ("attention_grad", qkv | {"g": rng.standard_normal((2, 4, 8))}, keys),
+    ]
+    return [Case(kind, "edges", a, m, None, f"{kind} at the edges") for kind, a, m in arrays]
+
+
+def _same(a, b) -> bool:
+    """a and b hold the same bits (arrays, and tuples, lists and dicts of them; anything else by ==)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_a_kept_family_measures_exactly_as_the_computed_one(tmp_path, dtype):
+    """A kept case holds its rounded inputs and packed references only; what it derives when read back (the
+    references, every array of the bases, the probes) holds the same bits as the computed case's, and every
+    measure of every output reads the same: a correctly rounded output, one off by a few spacings, zeros (flushes
+    and underflows), NaNs."""
+    fmt = format_of(dtype)
+    computed = prepare.PreparedFamily([prepare.Prepared(c, fmt, i) for i, c in enumerate(_edge_cases(dtype))])
+    for pc in computed.prepared:
+        pc.complete()
+    _store.save(tmp_path / "edges.pkl", computed)
+    kept = _store.load(tmp_path / "edges.pkl")
+    seen = {"subnormal": 0, "fine": 0, "undefined": 0, "extras": 0}
+    for pc, back in zip(computed.prepared, kept.prepared):
+        assert "bases" not in back.__dict__ and "probes" not in back.__dict__  # derived when read, not kept
+        seen["extras"] += "extras" in back.__dict__
+        assert _same(pc.inputs, back.inputs) and back.overflowed == pc.overflowed
+        for name in pc.inputs:  # the case's arrays: its inputs, exactly, where the originals were
+            assert _same(back.case.arrays[name], pc.inputs[name].astype(np.float64))
+        for ref, again in zip(pc.references, back.references):
+            for name in ("value", "hi", "lo", "undefined", "fine"):
+                assert _same(getattr(ref, name), getattr(again, name)), (pc.case.kind, name)
+        for b, again in zip(pc.bases, back.bases):
+            for field in dataclasses.fields(b):
+                assert _same(getattr(b, field.name), getattr(again, field.name)), (pc.case.kind, field.name)
+            seen["subnormal"] += b.subnormal is not None
+            seen["fine"] += b.fine is not None
+            seen["undefined"] += bool(np.any(b.undefined))
+        assert _same(vars(pc.probes) if pc.probes else None, vars(back.probes) if back.probes else None)
+        for index, ref in enumerate(pc.references):
+            with np.errstate(all="ignore"):  # (a few spacings off the largest value overflow)
+                off = (ref.hi * (1 + 2.0 ** (3 - fmt.precision))).astype(ref.value.dtype)
+            for y in (ref.value, off, np.zeros_like(ref.value), ref.value * np.nan):
+                want = metrics.measure(pc.output(index).basis, y, case_index=0)
+                assert repr(metrics.measure(back.output(index).basis, y, case_index=0)) == repr(want)
+    assert (
+        seen["subnormal"] and seen["undefined"] and seen["extras"] == 2
+    )  # (the edges are there; the long log-sum-exp and attention keep their scales)
+    assert seen["fine"] or dtype != "float64"
+    assert computed.prepared[0].overflowed == (dtype != "float64")  # 1e39 overflows every narrower dtype
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16", "bfloat16"])
+def test_a_kept_reference_is_the_correct_rounding_and_the_exact_value(tmp_path, dtype):
+    """Read back, against mpmath (tests/reference/oracle.py, which shares no code with softaudit): the rounded
+    values are the correct rounding, bit for bit, and the exact value (hi + lo, or hi + fine x 2**-1074 where the
+    reference keeps the scaled correction) is within 2**-20 of a spacing of the dtype at r (subnormal spacings
+    included): far finer than the measures read, which is what they need."""
+    rng = np.random.default_rng(3)
+    x = np.concatenate([_edge_rows(dtype), round_to(rng.standard_normal((6, 3)) * 30, dtype).astype(np.float64)])
+    pc = prepare.Prepared(Case("softmax", "edges", {"x": x}, None, None, ""), format_of(dtype), 0)
+    _store.save(tmp_path / "a.pkl", prepare.PreparedFamily([pc]))
+    (ref,) = _store.load(tmp_path / "a.pkl").prepared[0].references
+    assert ref.value.dtype == np.dtype(round_to(np.zeros(1), dtype).dtype)
+    assert _same(ref.value.astype(np.float64), oracle.rounded_rows("softmax", x, dtype))
+    fine = np.zeros(x.shape) if ref.fine is None else ref.fine
+    p, emin, _ = test_metric_edges._finfo(dtype)
+    with mpmath.workprec(2400):
+        for i, row in enumerate(x):
+            for j, exact in enumerate(oracle.row_kind("softmax", row, None, 2400)):
+                low = mpmath.ldexp(float(fine[i, j]), -1074) if fine[i, j] else mpmath.mpf(float(ref.lo[i, j]))
+                error = abs(mpmath.mpf(float(ref.hi[i, j])) + low - exact)
+                assert error <= mpmath.ldexp(test_metric_edges._spacing(exact, p, emin), -20), (i, j, error)
+
+
+def test_a_kept_family_is_its_inputs_and_one_or_two_float64_per_output(tmp_path):
+    """The file holds the rounded inputs, hi (lo too, for float64) and little more: no float64 originals, no
+    error bounds or tiers, none of the bases' arrays, no probes (before issue 26 it held about 6x this)."""
+    for dtype, per_output in (("float16", 8), ("float64", 16)):
+        fmt = format_of(dtype)
+        cases = FAMILIES["gaussian"].cases("softmax", fmt, "quick")
+        fam = prepare.PreparedFamily([prepare.Prepared(c, fmt, i) for i, c in enumerate(cases)])
+        _store.save(tmp_path / f"{dtype}.pkl", fam)
+        inputs = sum(a.nbytes for pc in fam.prepared for a in pc.inputs.values())
+        outputs = sum(r.hi.size for pc in fam.prepared for r in pc.references)
+        size = (tmp_path / f"{dtype}.pkl").stat().st_size
+        assert size <= 1.1 * (inputs + per_output * outputs) + 8192, (dtype, size, inputs, outputs)
+
+
+def test_packing_keeps_the_values_hi_alone_would_round_otherwise():
+    """Where hi + lo rounds otherwise than hi alone (hi a float16 midpoint, lo deciding), a NaN with its sign set,
+    -0.0, an overflow to inf: every array comes back bit for bit, and the rounded values are kept only where hi
+    rounded to the dtype is not them."""
+    hi, lo, value = np.full(100, 0.5), np.zeros(100), np.full(100, 0.5, np.float16)  # (most: hi rounds to them)
+    hi[:6] = [1 + 2.0**-11, 1 + 2.0**-11, -0.0, np.nan, 65520.0, 0.3]
+    lo[:2] = [2.0**-60, -(2.0**-60)]
+    bits = [0x3C01, 0x3C00, 0x8000, 0xFE00, 0x7C00, 0x34CD]  # 1 + 2**-10, 1, -0, -NaN, inf, 0.3 (rounded by hand)
+    value[:6] = np.array(bits, np.uint16).view(np.float16)
+    ref = reference.Result(value, hi, lo, np.zeros(100), np.zeros(100, np.int8), np.zeros((), bool), None)
+    packed = prepare._pack(ref)
+    back = prepare._unpack(packed)
+    for name in ("value", "hi", "lo", "undefined"):
+        assert _same(getattr(back, name), getattr(ref, name)), name
+    assert back.fine is None and list(packed[0][1]) == [0, 3]  # kept: the first value and the NaN's sign
