@@ -104,7 +104,12 @@ class Shape:
 
     def check(self) -> None:
         kind = kinds.get(self.kind)
-        if self.kind == "attention":
+        if not kind.row_wise and len(kind.outputs) > 1:
+            raise ValueError(
+                f"{self.kind} cannot be sampled by rows (dk and dv sum over every query): "
+                "shapes are for the row kinds and attention"
+            )
+        if self.attention:
             if len(self.dims) != 4:
                 raise ValueError(f"an attention shape is batch x heads x keys x d, got {self.text}")
             heads, keys = self.dims[1], self.dims[2]
@@ -112,11 +117,6 @@ class Shape:
                 raise ValueError(f"kv_heads={self.kv_heads} does not divide {heads} heads")
             if self.lq and self.lq > keys:
                 raise ValueError(f"lq={self.lq} is more queries than the {keys} keys")
-        elif not kind.row_wise:
-            raise ValueError(
-                f"{self.kind} cannot be sampled by rows (dk and dv sum over every query): "
-                "shapes are for the row kinds and attention"
-            )
         elif self.kv_heads or self.lq:
             raise ValueError(f"kv_heads and lq are attention's options, not {self.kind}'s")
         elif self.causal and (not kind.masked or len(self.dims) < 2 or self.dims[-1] != self.dims[-2]):
@@ -124,7 +124,8 @@ class Shape:
 
     @property
     def attention(self) -> bool:
-        return self.kind == "attention"
+        """Queries against keys (attention), not rows reduced along their last axis."""
+        return not kinds.get(self.kind).row_wise
 
     def inputs(self, fmt: Format, seed: int) -> tuple[dict, np.ndarray | None]:
         """The whole problem's inputs, drawn N(0, scale^2) in float64 and rounded to the dtype, and its mask."""
@@ -160,7 +161,7 @@ def _drawn(rng, shape: tuple, scale: float, fmt: Format) -> np.ndarray:
         block = flat[start : start + step]
         drawn = rng.standard_normal(block.shape, dtype=wide)
         drawn *= wide(scale)
-        # (numpy's float32 -> float16 cast rounds to nearest even, as round_to does, and 8x as fast)
+        # (numpy's float32 -> float16 cast rounds to nearest even, as round_to does, and costs far less)
         block[...] = drawn if fmt.dtype in (np.float16, wide) else round_to(drawn, fmt.dtype)
     return out
 
