@@ -398,13 +398,15 @@ class Problem:
             if seen and row["verdict"] not in ("error", "skip"):
                 lines = {"ub_past_warn": row["warn_above"], "ub_past_fail": row["fail_above"]}
                 row |= self.bounds(self.family.prepared[0].basis, seen[0], lines)
-        for record in result.worst.values():
-            record.recipe = {"shape": f"{self.shape.kind}:{self.shape.text.removeprefix('shape:')}"} | {
-                "samples": self.samples,
-                "seed": self.seed,
-                "family": self.shape.text,
-                "case_index": 0,
-            }
+        recipe = {
+            "shape": f"{self.shape.kind}:{self.shape.text.removeprefix('shape:')}",
+            "samples": self.samples,
+            "seed": self.seed,
+            "family": self.shape.text,
+            "case_index": 0,
+        }
+        for record in result.worst.values():  # (its command runs the shape again: softaudit.results.WorstInput)
+            record.recipe = dict(recipe)
         return result
 
     def bounds(self, basis: Basis, y: np.ndarray, lines: dict) -> dict:
