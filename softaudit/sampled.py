@@ -398,7 +398,7 @@ class Problem:
             if seen and row["verdict"] not in ("error", "skip"):
                 lines = {"ub_past_warn": row["warn_above"], "ub_past_fail": row["fail_above"]}
                 row |= self.bounds(self.family.prepared[0].basis, seen[0], lines)
-        recipe = {
+        again = {
             "shape": f"{self.shape.kind}:{self.shape.text.removeprefix('shape:')}",
             "samples": self.samples,
             "seed": self.seed,
@@ -406,7 +406,7 @@ class Problem:
             "case_index": 0,
         }
         for record in result.worst.values():  # (its command runs the shape again: softaudit.results.WorstInput)
-            record.recipe = dict(recipe)
+            record.recipe = dict(again)
         return result
 
     def bounds(self, basis: Basis, y: np.ndarray, lines: dict) -> dict:
