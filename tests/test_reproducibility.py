@@ -3,6 +3,7 @@ candidate that is deterministic but not batch-invariant (the built-in softmax.sp
 batch-invariant but not deterministic (each output an ulp up at random, as atomic adds make it)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from click.testing import CliRunner
 
@@ -199,3 +200,14 @@ def test_split_kv_moves_between_key_splits_and_fails_where_split_invariance_is_r
     row = required.table.iloc[0]
     assert (row.verdict, row.cause) == ("fail", "split_variant")
     assert "pin how the keys are split" in row.fix
+
+
+def test_the_key_splits_are_called_where_units_run_in_worker_processes():
+    """A unit in a worker process gets the candidate by its source: its signature is read there too, so the split
+    columns are the serial run's (the flake matrix found them NaN with --workers 2 and on Dask)."""
+    target, families = "softaudit.candidates.attention:split_kv", ["attn_gaussian", "attn_shapes"]
+    serial = softaudit.audit(target, dtypes=["float16"], suite="quick", families=families, cache=False).table
+    pooled = softaudit.audit(target, dtypes=["float16"], suite="quick", families=families, cache=False, workers=2)
+    columns = ["family", "split_differ", "split_ulp"]
+    assert (serial.split_differ > 0).all()
+    pd.testing.assert_frame_equal(serial[columns], pooled.table[columns])

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from ..adapters import CandidateError
 from ..reproducibility import split_keyword
-from ._executor import Executor
+from ._executor import Executor, loaded
 
 
 @dataclasses.dataclass
@@ -90,7 +91,7 @@ def calls(
     reuse (in process): the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large
     inputs copied without page faults), so an output that is its input is valid only until the next reusing call
     (the next case's); the checks' calls get copies of their own. False: every output stays valid."""
-    keyword = split_keyword(candidate) if probes else None
+    keyword = split_keyword(_callable(candidate)) if probes else None
     plans = (_Plan.of(pc, probes, keyword) for pc in prepared)
     if ex.batches:
         yield from _batched(candidate, plans, timeout, ex)
@@ -102,6 +103,17 @@ def calls(
         own = (ys, note, time.perf_counter() - start)
         checks = ex.call_many(candidate, plan.calls[1:], dtype, timeout) if len(plan.calls) > 1 else []
         yield plan.called([own, *checks])
+
+
+def _callable(candidate):
+    """The candidate with its callable, loaded here where it was sent by its source (a unit in a worker process:
+    its signature says which checks it takes); as it is where it does not load (its call then says why)."""
+    if candidate.call is not None:
+        return candidate
+    try:
+        return loaded(candidate)
+    except CandidateError:
+        return candidate
 
 
 def _batched(candidate, plans, timeout, ex: Executor) -> Iterator[Called]:
