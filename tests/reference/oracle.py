@@ -5,6 +5,7 @@ bit manipulation the package uses, so a shared mistake is unlikely.
 """
 
 import math
+from fractions import Fraction
 from functools import partial
 
 import ml_dtypes
@@ -181,6 +182,14 @@ def grad_row(kind, row, g, keep, prec):
             total = mpmath.fsum(mpmath.mpf(float(g[j])) for j in read)
             for j in read:
                 out[j] = mpmath.mpf(float(g[j]))
+            if len({row[j] for j in kept}) == 1:
+                # Ties: p = 1 / n is rational, and g_j - sum(g) / n may be exactly 0, which a rounded product
+                # leaves as a residue of either sign: formed exactly instead (an exact 0 is +0).
+                exact = sum(Fraction(float(g[j])) for j in read) / len(kept)
+                for j in kept:
+                    value = Fraction(float(g[j])) - exact
+                    out[j] = mpmath.mpf(value.numerator) / value.denominator
+                return out
             for j, pj, gj in zip(kept, p, gs):
                 out[j] = gj - pj * total
             return out
