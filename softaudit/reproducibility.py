@@ -96,9 +96,7 @@ class Moved:
             )
         if self.batch_moved:
             sizes = sorted(self.batch_sizes)
-            listed = ", ".join(map(str, sizes[:-1])) + f" and {sizes[-1]}" if len(sizes) > 1 else str(sizes[0])
-            if len(sizes) > 4:
-                listed = f"from {sizes[0]} to {sizes[-1]}"
+            listed = f"from {sizes[0]} to {sizes[-1]}" if len(sizes) > 4 else _listed(sizes)
             query = " (and the last query alone)" if self.last_query else ""
             texts["batch-invariant"] = (
                 f"not batch-invariant: {_share(self.batch_moved, self.batch_checked)} of outputs move by up to "
@@ -106,11 +104,10 @@ class Moved:
             )
         if self.split_moved:
             (keyword,) = {name for name, _ in self.splits}
-            values = sorted(value for _, value in self.splits)
-            listed = ", ".join(map(str, values[:-1])) + f" and {values[-1]}" if len(values) > 1 else str(values[0])
             texts["split-invariant"] = (
                 f"not split-invariant: {_share(self.split_moved, self.split_checked)} of outputs move by up to "
-                f"{_ulps(self.split_ulp)} between its own split and {keyword} {listed}"
+                f"{_ulps(self.split_ulp)} between its own split and {keyword} "
+                f"{_listed(sorted(value for _, value in self.splits))}"
             )
         return texts
 
@@ -291,6 +288,11 @@ def _gaps(a: np.ndarray, b: np.ndarray, dtype) -> np.ndarray:
 def _max_ulps(a: np.ndarray, b: np.ndarray, dtype) -> float:
     """The largest of `_gaps` (0 for nothing)."""
     return float(_gaps(a, b, dtype).max(initial=0.0))
+
+
+def _listed(values: list) -> str:
+    """ "1, 2 and 8"."""
+    return ", ".join(map(str, values[:-1])) + f" and {values[-1]}" if len(values) > 1 else str(values[0])
 
 
 def _share(part: int, whole: int) -> str:

@@ -95,8 +95,9 @@ def run(key: str, ticket, jobs: list, path: str, size: int) -> tuple:
     """Call a loaded candidate as adapters.call_all does (no time limit: the parent keeps time), once per job (the
     inputs' names, their specs and the mask's, the outputs' specs, keywords beyond the convention or None), inputs
     and outputs in the arena at path: (answers, frameworks), an answer per job up to the first that is not ("ok",
-    note): ("skip", reason), ("error", message) or ("unloaded",); and the frameworks this worker has loaded since
-    (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in the parent)."""
+    note, seconds inside the candidate): ("skip", reason), ("error", message) or ("unloaded",); and the frameworks
+    this worker has loaded since (softaudit._platform.frameworks: the candidate imports torch or JAX here, never in
+    the parent)."""
     answers = []
     for index, (names, specs, out_specs, options) in enumerate(jobs):
         marks = progress(worker_views(path, size, [])[1])
