@@ -10,6 +10,11 @@ the rows, the exact reference and conditioning scale of the sampled rows, the co
 scaled_dot_product_attention (where torch is installed) and a numpy kernel in float32 with BLAS matrix products
 (the usual upcast). A row kind at vocabulary size is measured too: log_softmax (16, 131072) bfloat16, torch's and
 numpy's. --quick: (1, 4, 2048, 64) and (8, 32768), for a smoke run. The machine is small and noisy: read the ratios.
+
+--cuda (issue 26's GPU measure, where torch sees a CUDA GPU): attention (1, 32, 32768, 128) in float16 and bfloat16
+with 256 sampled queries, torch's flash and memory-efficient SDPA kernels on the GPU. "alone" is then the call as
+softaudit makes it (the inputs copied to the GPU, the output copied back); the kernel's own time (CUDA events, the
+inputs already on the GPU) is printed beside it.
 """
 
 from __future__ import annotations
@@ -21,8 +26,8 @@ import numpy as np
 
 import softaudit
 from softaudit import sampled
-from softaudit.adapters import load_target
 from softaudit.execute import InProcess
+from softaudit.plan import candidates_for
 from softaudit.policy import Policy
 from softaudit.reference import format_of
 
@@ -63,6 +68,28 @@ def torch_candidates() -> dict:
     return {"attention": [sdpa], "log_softmax": [log_softmax]}
 
 
+CUDA_TARGETS = ["softaudit.frameworks.torch:sdpa_bool_flash", "softaudit.frameworks.torch:sdpa_bool_efficient"]
+
+
+def kernel_time(shape_text: str, dtype: str) -> str:
+    """The flash kernel's own time on the GPU (inputs already there; best of five, after a warm-up)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    dims = [int(n) for n in shape_text.split(":")[1].split("x")]
+    q, k, v = (torch.randn(*dims, dtype=getattr(torch, dtype), device="cuda") for _ in range(3))
+    best = float("inf")
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        for _ in range(6):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.nn.functional.scaled_dot_product_attention(q, k, v)
+            end.record()
+            torch.cuda.synchronize()
+            best = min(best, start.elapsed_time(end) / 1000)
+    return f"{torch.cuda.get_device_name()}: the flash kernel alone {best * 1000:.1f} ms"
+
+
 def own_time(candidate, inputs: dict, mask, shapes: tuple, dtype) -> float:
     """The candidate's best of two calls in this process (its first call loads what it needs)."""
     with InProcess() as ex:
@@ -92,17 +119,19 @@ def parts(shape, fmt, samples: int) -> str:
     return ", ".join(f"{name} {seconds:.2f} s" for name, seconds in times.items())
 
 
-def run(text: str, samples: int, dtype: str, candidates: list) -> None:
+def run(text: str, samples: int, dtype: str, candidates: list, device: str | None = None) -> None:
     shape, fmt = softaudit.Shape.parse(text), format_of(dtype)
     inputs, mask = shape.inputs(fmt, 0)
     print(f"\n{text} {dtype}, {samples} sampled rows")
     print(f"  the audit's parts: {parts(shape, fmt, samples)}")
     problem = sampled.Problem(shape, fmt, 1, 0)  # (its output shape)
     for target in candidates:
-        (candidate,) = load_target(target, shape.kind)
+        (candidate,) = candidates_for(target, shape.kind, device)
         alone = own_time(candidate, inputs, mask, problem.output_shapes, fmt.dtype)
         start = time.perf_counter()
-        result = softaudit.audit_shapes(candidate, [shape], dtypes=[dtype], samples=samples, policy=Policy())
+        result = softaudit.audit_shapes(
+            candidate, [shape], dtypes=[dtype], samples=samples, policy=Policy(), device=device
+        )
         audit = time.perf_counter() - start
         (row,) = result.table.to_dict("records")
         called = row["seconds"]  # its call in the audit: in a worker, with one thread, as every candidate runs
@@ -117,7 +146,15 @@ def run(text: str, samples: int, dtype: str, candidates: list) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
-    quick = parser.parse_args().quick
+    parser.add_argument("--cuda", action="store_true")
+    options = parser.parse_args()
+    if options.cuda:
+        attention = "attention:1x32x32768x128"
+        for dtype in ("float16", "bfloat16"):
+            print(kernel_time(attention, dtype))
+            run(attention, 256, dtype, CUDA_TARGETS, device="cuda")
+        return
+    quick = options.quick
     frameworks = torch_candidates()
     attention = "attention:1x4x2048x64" if quick else "attention:1x8x8192x128"
     rows = "log_softmax:8x32768" if quick else "log_softmax:16x131072"
