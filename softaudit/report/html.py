@@ -75,18 +75,20 @@ def _fix_table(table) -> str:
     )
 
 
-def _series(cases, kind, dtype, family, param):
+def _series(part, param):
     """candidate -> [(param value, max conditioning-scaled error over the cases with finite outputs (NaN if none),
-    any case with NaN or inf outputs?)] from the per-case table."""
-    if cases is None or not len(cases) or param not in cases:
+    any case with NaN or inf outputs?)] from the per-case rows of one kind x dtype x family (None: none)."""
+    if part is None or param not in part:
         return {}
-    part = cases[(cases.kind == kind) & (cases.dtype == dtype) & (cases.family == family)]
-    out = {}
-    for candidate, group in part.groupby("candidate", sort=False):
-        # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
-        finite = group.max_cond_err.where(group.nonfinite == 0)
-        by_value = group.assign(finite=finite).groupby(param).agg(error=("finite", "max"), bad=("nonfinite", "max"))
-        out[candidate] = [(float(x), float(r.error), bool(r.bad)) for x, r in by_value.iterrows() if not math.isnan(x)]
+    # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
+    finite = part.max_cond_err.where(part.nonfinite == 0)
+    by_value = part.assign(finite=finite).groupby(["candidate", param]).agg(
+        error=("finite", "max"), bad=("nonfinite", "max")
+    )
+    out = {candidate: [] for candidate in dict.fromkeys(part.candidate)}  # (the candidates' order in the table)
+    for (candidate, x), error, bad in zip(by_value.index, by_value.error, by_value.bad):
+        if not math.isnan(x):
+            out[candidate].append((float(x), float(error), bool(bad)))
     return {k: v for k, v in out.items() if v}
 
 
@@ -101,6 +103,10 @@ Y_LABEL = "error / (u x scale)"
 
 def _plots(result) -> str:
     cases = result.cases
+    parts = {}  # (kind, dtype, family) -> its per-case rows, for the plotted families
+    if cases is not None and len(cases) and "family" in cases:
+        plotted = cases[cases.family.isin([family for family, *_ in PLOTS])]
+        parts = dict(iter(plotted.groupby(["kind", "dtype", "family"], sort=False)))
     blocks = []
     for kind in dict.fromkeys(result.table.kind):
         charts = []
@@ -109,7 +115,7 @@ def _plots(result) -> str:
         colours = {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(candidates)}
         for dtype in dict.fromkeys(result.table.dtype):
             for family, param, x_label, title in PLOTS:
-                series = _series(cases, kind, dtype, family, param)
+                series = _series(parts.get((kind, dtype, family)), param)
                 if series:
                     charts.append(line_chart(f"{kind}, {dtype}: {title}", series, x_label, Y_LABEL, colours))
         if charts:
