@@ -64,8 +64,8 @@ def fingerprint() -> str:
     return digest.hexdigest()[:20]
 
 
-def save(path: Path, obj) -> None:
-    """Write obj to path atomically (softaudit/_atomic.py), readable only by its owner."""
+def save(path: Path, obj) -> int:
+    """Write obj to path atomically (softaudit/_atomic.py), readable only by its owner; the bytes written."""
     buffers = []
     header = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
     raws = [b.raw() for b in buffers]
@@ -80,6 +80,8 @@ def save(path: Path, obj) -> None:
         for (offset, _), raw in zip(offsets, raws):
             f.write(b"\0" * (offset - f.tell()))
             f.write(raw)
+        size = f.tell()
+    return size
 
 
 def load(path: Path):

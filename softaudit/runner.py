@@ -102,6 +102,7 @@ def audit(
             where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
         results = _run(planned, where, job, stopped, progress)
+        prepare.finish(folder, last=True, others=where.parallel)
     rows, worst, case_rows, frameworks = [], {}, [], {}
     for unit in results:
         rows += unit.rows
@@ -257,7 +258,7 @@ def _prepare_task(source: plan.Source, fmt, job: _Job, share: Path | None, *, ex
     """A family prepared (where a worker runs it: its comparisons' calls through that worker's executor); with a
     share folder, the path of the file worker processes map it from, else the family itself."""
     fam = prepare.prepare(source, fmt, job.suite, job.seed, job.cache, job.folder, job.timeout, ex)
-    prepare.finish(job.folder)  # (the process that wrote to the cache folder prunes it)
+    prepare.finish(job.folder)  # (the process that writes to the cache folder prunes it, every PRUNE_BYTES)
     return fam if share is None else prepare.share(fam, share)
 
 

@@ -120,6 +120,20 @@ def test_the_least_recently_used_files_go_past_the_limit(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["newest.pkl", "old.pkl"]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_audit_that_wrote_prunes_the_folder_once_at_its_end(tmp_path, monkeypatch, workers):
+    """Not once per family written (each prune scans the whole folder), and also where worker processes wrote."""
+    prepare.clear_cache()
+    old = tmp_path / "old.pkl"
+    _store.save(old, np.zeros(10_000))
+    os.utime(old, (1000, 1000))  # the least recently used
+    pruned = []
+    monkeypatch.setattr(_store, "prune", lambda folder, prune=_store.prune: pruned.append(folder) or prune(folder))
+    monkeypatch.setattr(_store, "MAX_BYTES", 1)  # everything goes but what pruning spares: none
+    softaudit.audit(good, cache_dir=tmp_path, workers=workers, isolation="none", **OPTIONS)
+    assert pruned == [tmp_path] and not old.exists()
+
+
 def test_a_folder_that_cannot_be_written_warns_and_the_audit_goes_on(tmp_path, counted_references):
     blocked = tmp_path / "a_file"  # (a file where the folder should be: refused even to root)
     blocked.write_text("")
