@@ -82,8 +82,8 @@ def _series(part, param):
         return {}
     # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
     finite = part.max_cond_err.where(part.nonfinite == 0)
-    by_value = part.assign(finite=finite).groupby(["candidate", param]).agg(
-        error=("finite", "max"), bad=("nonfinite", "max")
+    by_value = (
+        part.assign(finite=finite).groupby(["candidate", param]).agg(error=("finite", "max"), bad=("nonfinite", "max"))
     )
     out = {candidate: [] for candidate in dict.fromkeys(part.candidate)}  # (the candidates' order in the table)
     for (candidate, x), error, bad in zip(by_value.index, by_value.error, by_value.bad):
