@@ -56,19 +56,35 @@ def _far_below(kind: str, x, g, removed, fmt: Format) -> np.ndarray:
     """Where |dx| = p |d| is proven below half of fmt's smallest subnormal, so dx rounds to a zero of its sign.
 
     p_i <= e**t_i (the row's largest term is 1), t_i = x_i - m within u |t_i|; |d| <= 2 max |g| for softmax's VJP
-    (g_i - <g, p>, <g, p> a mean of g), |g| for log-sum-exp's. The test is taken with a margin of e in the log, which
-    covers np.log's and the products' rounding many times over. Where the bounds need it, the fast tiers' own err
-    (absolute terms of 2**-1074) cannot make this decision for float64 targets."""
+    (g_i - <g, p>, <g, p> a mean of g), |g| for log-sum-exp's, and for log-softmax's, where g_i is 0 (dx_i = -p_i
+    sum g; elsewhere dx_i is near g_i), |sum g| <= sum |g| over the whole row (g at -inf logits included). The test
+    is taken with a margin of e in the log, which covers np.log's and the products' rounding many times over. Where
+    the bounds need it, the fast tiers' own err (absolute terms of 2**-1074) cannot make this decision for float64
+    targets."""
     kept = np.where(removed, -np.inf, x)
     t = kept - kept.max(axis=1, keepdims=True)
-    size = (
-        np.abs(g)[:, None]
-        if kind == "logsumexp_grad"
-        else 2 * np.abs(np.where(removed, 0.0, g)).max(axis=1, keepdims=True)
-    )
+    if kind == "logsumexp_grad":
+        size = np.abs(g)[:, None]
+    elif kind == "log_softmax_grad":
+        size = np.where(g == 0, np.abs(g).sum(axis=1, keepdims=True) * (1 + x.shape[1] * U), np.inf)
+    else:
+        size = 2 * np.abs(np.where(removed, 0.0, g)).max(axis=1, keepdims=True)
     with np.errstate(divide="ignore"):
         bound = t * (1 - U) + np.log(size) + 1.0  # ln of an upper bound of |dx|, with the margin
     return ~removed & (bound < (fmt.min_subnormal_exp - 1) * math.log(2))
+
+
+def _underflowed(p, p_err, removed):
+    """p's error bound, at least 2**-1074 where a kept p came out 0: its exact value is positive (below the smallest
+    subnormal), and a zero bound would make p * sum g an exact 0 (log_softmax_grad's dx_i = g_i - p_i sum g)."""
+    return np.where(~removed & (p == 0), np.maximum(p_err, TINY), p_err)
+
+
+def _log_softmax_sign(g, total, total_err, removed):
+    """The sign of log_softmax_grad's dx_i = -p_i sum g where g_i is 0 and the sum's sign is proven (p_i > 0 on kept
+    entries), else 0: with it, an entry whose p underflowed rounds to a zero of that sign in the fast tiers."""
+    proven = np.where(np.abs(total) > total_err, -np.sign(total), 0.0)[:, None]
+    return np.where((g == 0) & ~removed, proven, 0.0)
 
 
 def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Approx:
@@ -83,11 +99,13 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         total = _dd.pairwise_sum(g)[0]
         size = _dd.pairwise_sum(np.abs(g))[0]
         total_err = _dd.gamma(_dd.depth(n)) * size * (1 + 2 * _dd.gamma(_dd.depth(n)))
+        p_err = _underflowed(p, p_err, removed)
         q = p * total[:, None]
         q_err = p_err * np.abs(total)[:, None] + (p + p_err) * total_err[:, None] + U * np.abs(q)
         dx = g - q
-        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor((q != 0) | (q_err != 0))
-        return Approx(dx, None, err, 0.0)
+        sources = (q != 0) | (q_err != 0) | ((p_err != 0) & ((total != 0) | (total_err != 0))[:, None])
+        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor(sources)
+        return Approx(dx, None, err, _log_softmax_sign(g, total, total_err, removed))
     g = np.where(removed, 0.0, g)
     # softmax_grad: h = g - c with c a kept g near <g, p>; dx = p (h - r), r = sum p h (c cancels exactly).
     rows = np.arange(len(x))
@@ -124,11 +142,13 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
     if kind == "log_softmax_grad":  # the sum reads g at -inf logits too
         th, tl = _dd.pairwise_sum(g, np.zeros_like(g))
         t_err = depth * rel * _dd.pairwise_sum(np.abs(g))[0] * (1 + 2 * _dd.gamma(_dd.depth(n)))
+        p_err = _underflowed(ph, p_err, removed)
         qh, ql = _dd.mul(ph, pl, th[:, None], tl[:, None])
         dh, dl = _dd.add(g, np.zeros_like(g), -qh, -ql)
         q_err = p_err * np.abs(th)[:, None] + (np.abs(ph) + p_err) * t_err[:, None] + 2 * rel * np.abs(qh)
-        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor((qh != 0) | (q_err != 0))
-        return Approx(dh, dl, err, 0.0)
+        sources = (qh != 0) | (q_err != 0) | ((p_err != 0) & ((th != 0) | (t_err != 0))[:, None])
+        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor(sources)
+        return Approx(dh, dl, err, _log_softmax_sign(g, th, t_err, removed))
     g = np.where(removed, 0.0, g)
     rows = np.arange(len(x))
     guess = (ph * g).sum(axis=1)
@@ -176,9 +196,9 @@ def round_rows(kind: str, x, g, removed, undefined, fmt: Format, method: str, de
                     xs, gs = x[index].astype(np.float64), g[index].astype(np.float64)
                     approx = run(kind, xs, gs, removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
-                    if kind != "log_softmax_grad":  # values far below the format's smallest subnormal: signed zeros
-                        zero = ~decided & (approx.sign != 0) & _far_below(kind, xs, gs, removed[index], fmt)
-                        rounded, decided = np.where(zero, np.copysign(0.0, approx.sign), rounded), decided | zero
+                    # values far below the format's smallest subnormal: zeros of their sign
+                    zero = ~decided & (approx.sign != 0) & _far_below(kind, xs, gs, removed[index], fmt)
+                    rounded, decided = np.where(zero, np.copysign(0.0, approx.sign), rounded), decided | zero
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
                 pending[index] &= ~decided

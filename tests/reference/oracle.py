@@ -158,6 +158,26 @@ def _softmax_values(xs):
     return [e / total for e in es]
 
 
+def _exact_sum(values):
+    """The exact sum of mpf values (mpmath's fsum rounds to the working precision)."""
+    total = mpmath.mpf(0)
+    for v in values:
+        total = mpmath.fadd(total, v, exact=True)
+    return total
+
+
+def _softmax_others(xs):
+    """1 - p_j for each j (the others' share of the softmax), at the working precision without cancellation."""
+    m = max(xs)
+    es = [mpmath.exp(mpmath.fsub(x, m, exact=True)) for x in xs]
+    total = mpmath.fsum(es)
+    before, after = [mpmath.mpf(0)], [mpmath.mpf(0)]  # sums of the terms before j and after j (all positive)
+    for e, e_back in zip(es, reversed(es)):
+        before.append(before[-1] + e)
+        after.append(after[-1] + e_back)
+    return [(before[j] + after[len(es) - 1 - j]) / total for j in range(len(es))]
+
+
 def grad_row(kind, row, g, keep, prec):
     """The plain vector-Jacobian product of one row at `prec` bits (a list; g a list, or one value for
     logsumexp_grad). softmax_grad uses the sum of exact differences p_i sum_k p_k (g_i - g_k), so a constant g gives 0.
@@ -178,8 +198,11 @@ def grad_row(kind, row, g, keep, prec):
             return out
         gs = [mpmath.mpf(float(g[j])) for j in kept]
         if kind == "log_softmax_grad":  # g is read at -inf logits too: p = 0 there, so dx = g
+            if any(math.isnan(row[j]) or row[j] == math.inf for j in kept):
+                # undefined (a NaN or +inf logit): every entry reads the row's sum of g, NaN throughout (even a
+                # row of one +inf, whose tie below would give g - g = 0)
+                return [mpmath.nan] * len(row)
             read = [j for j in range(len(row)) if keep[j]]
-            total = mpmath.fsum(mpmath.mpf(float(g[j])) for j in read)
             for j in read:
                 out[j] = mpmath.mpf(float(g[j]))
             if len({row[j] for j in kept}) == 1:
@@ -190,8 +213,12 @@ def grad_row(kind, row, g, keep, prec):
                     value = Fraction(float(g[j])) - exact
                     out[j] = mpmath.mpf(value.numerator) / value.denominator
                 return out
-            for j, pj, gj in zip(kept, p, gs):
-                out[j] = gj - pj * total
+            # dx_j = g_j - p_j sum g = g_j (1 - p_j) - p_j (sum g - g_j): the sums of g exact (a subnormal g beside
+            # +-1 must count), 1 - p_j the others' share (no cancellation where p_j is near 1)
+            exact_total = _exact_sum(mpmath.mpf(float(g[j])) for j in read)
+            others = _softmax_others([mpmath.mpf(row[j]) for j in kept])
+            for j, pj, qj, gj in zip(kept, p, others, gs):
+                out[j] = gj * qj - pj * mpmath.fsub(exact_total, gj, exact=True)
             return out
         for j, pj, gj in zip(kept, p, gs):
             out[j] = pj * mpmath.fsum(pk * mpmath.fsub(gj, gk, exact=True) for pk, gk in zip(p, gs))

@@ -405,6 +405,30 @@ def test_a_bound_that_underflows_does_not_claim_an_exact_zero():
         assert np.signbit(fast[0, 1].astype(np.float64))
 
 
+def test_log_softmax_grad_far_below_the_subnormals_keeps_the_sign_of_minus_p_sum_g():
+    """Found by Hypothesis: where g_i = 0, dx_i = -p_i sum g; with p_i = e**-1178 (0 in float64) the fast tiers
+    called it an exact +0. sum g = 9.8e-156 + 6.5e-289 (the -1 and 1 cancel exactly) is positive, so each such dx_i
+    is negative and rounds to -0; the other entries are g_i less a term far below their last bit."""
+    x = np.array([[125.73022109, -132.10486329, 640.42265044, 104.90011715, -535.66937316, 361.59505491]])
+    x = np.concatenate([x, [[1304.00004513, 947.08096313, -703.73523581]]], axis=1)
+    g = np.array([[0.0, 0.0, 6.48633197e-289, 0.0, 0.0, -1.0, 1.0, 9.81775525e-156, 0.0]])
+    got = R.log_softmax_grad(x, g, dtype="float64")
+    zero = g[0] == 0
+    assert (got[0, zero] == 0).all() and np.signbit(got[0, zero]).all()
+    np.testing.assert_array_equal(got[0, ~zero], g[0, ~zero])
+    np.testing.assert_array_equal(bits(got), bits(R.log_softmax_grad(x, g, dtype="float64", method="mpmath")))
+
+
+def test_log_softmax_grad_where_p_is_one_within_its_precision():
+    """Found by Hypothesis: p_0 = 1 - 9.4e-14 for logits (40, -50, 10), so dx_0 = g_0 (1 - p_0) = -7.7e-15 for
+    g_0 = -0.08246: below float16's smallest subnormal, a -0 (the oracle at 42 bits had p_0 = 1 and said +0)."""
+    x = np.array([[40.0, -50.0, 10.0]], dtype=np.float16)
+    g = np.array([[-0.08246, -0.0, 0.0]], dtype=np.float16)
+    got = R.log_softmax_grad(x, g, dtype="float16").astype(np.float64)
+    assert got[0, 0] == 0 and np.signbit(got[0, 0])
+    np.testing.assert_array_equal(bits(got), bits(rounded_grad_rows("log_softmax_grad", x, g, "float16")))
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     dtype=st.sampled_from(DTYPES),
