@@ -80,6 +80,12 @@ def _underflowed(p, p_err, removed):
     return np.where(~removed & (p == 0), np.maximum(p_err, TINY), p_err)
 
 
+def _q_sources(q, q_err, p_err, total, total_err):
+    """Where log_softmax_grad's q = p sum g has a nonzero source for its bound: q or its bound, or p's bound with the
+    sum or the sum's bound (their product may underflow to 0, which would claim an exact q)."""
+    return (q != 0) | (q_err != 0) | ((p_err != 0) & ((total != 0) | (total_err != 0))[:, None])
+
+
 def _log_softmax_sign(g, total, total_err, removed):
     """The sign of log_softmax_grad's dx_i = -p_i sum g where g_i is 0 and the sum's sign is proven (p_i > 0 on kept
     entries), else 0: with it, an entry whose p underflowed rounds to a zero of that sign in the fast tiers."""
@@ -103,8 +109,7 @@ def tier_a(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         q = p * total[:, None]
         q_err = p_err * np.abs(total)[:, None] + (p + p_err) * total_err[:, None] + U * np.abs(q)
         dx = g - q
-        sources = (q != 0) | (q_err != 0) | ((p_err != 0) & ((total != 0) | (total_err != 0))[:, None])
-        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor(sources)
+        err = (q_err + U * np.abs(dx)) * _SECOND_ORDER + _floor(_q_sources(q, q_err, p_err, total, total_err))
         return Approx(dx, None, err, _log_softmax_sign(g, total, total_err, removed))
     g = np.where(removed, 0.0, g)
     # softmax_grad: h = g - c with c a kept g near <g, p>; dx = p (h - r), r = sum p h (c cancels exactly).
@@ -146,8 +151,7 @@ def tier_b(kind: str, x: np.ndarray, g: np.ndarray, removed: np.ndarray) -> Appr
         qh, ql = _dd.mul(ph, pl, th[:, None], tl[:, None])
         dh, dl = _dd.add(g, np.zeros_like(g), -qh, -ql)
         q_err = p_err * np.abs(th)[:, None] + (np.abs(ph) + p_err) * t_err[:, None] + 2 * rel * np.abs(qh)
-        sources = (qh != 0) | (q_err != 0) | ((p_err != 0) & ((th != 0) | (t_err != 0))[:, None])
-        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor(sources)
+        err = (q_err + 2 * rel * np.abs(dh)) * _SECOND_ORDER + 2 * _floor(_q_sources(qh, q_err, p_err, th, t_err))
         return Approx(dh, dl, err, _log_softmax_sign(g, th, t_err, removed))
     g = np.where(removed, 0.0, g)
     rows = np.arange(len(x))
