@@ -250,9 +250,11 @@ def _block(kind, leading: int) -> str:
     )
 
 
-def budget_at(kind: str, pc, flat: int) -> tuple[float, float]:
+def budget_at(kind: str, pc, flat: int) -> tuple[float, float] | None:
     """The rounding budget T (softaudit/budget.py) of one element of a prepared case's output (pc: the case, or its
-    view through one output), with pairwise and with running sums."""
+    view through one output), with pairwise and with running sums; None for a kind without one (unknown)."""
+    if kinds.get(kind).budget is None:
+        return None
     whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
     tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
     exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)

@@ -42,13 +42,18 @@ class Prepared:
 
     def __init__(self, case: Case, fmt: Format, case_in_family: int):
         self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
-        self.inputs = {name: round_to(a, fmt.dtype) for name, a in case.arrays.items()}
+        integers = kinds.get(case.kind).integers
+        self.inputs = {
+            name: np.asarray(a, np.int64) if name in integers else round_to(a, fmt.dtype)
+            for name, a in case.arrays.items()
+        }
         self.mask = case.mask
         #: how many finite input values overflow the dtype (what a row with nothing compared says); counted now,
         #: since a kept case holds its rounded inputs only
         self.overflowed = sum(
             int(np.count_nonzero(np.isfinite(a) & ~np.isfinite(self.inputs[n].astype(np.float64))))
             for n, a in case.arrays.items()
+            if n not in integers
         )
 
     def __getstate__(self) -> dict:
@@ -96,7 +101,7 @@ class Prepared:
         packed = self.__dict__.pop("packed", None)
         if packed is not None:
             return tuple(_unpack(p) for p in packed)
-        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype)
+        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype, **self.case.options)
 
     @functools.cached_property
     def bases(self) -> tuple:
@@ -108,7 +113,7 @@ class Prepared:
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
-        return self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+        return self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references, **self.case.options)
 
     @property
     def _keeps_extras(self) -> bool:
@@ -161,7 +166,9 @@ class Prepared:
         too_big = sum(a.size for a in self.inputs.values()) > reproducibility.MAX_ELEMENTS
         if too_big or self.case_in_family >= reproducibility.CASES:
             return None
-        return reproducibility.Reruns(self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family)
+        return reproducibility.Reruns(
+            self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family, options=self.case.options
+        )
 
     @functools.cached_property
     def leak_probe(self) -> tuple[dict, np.ndarray] | None:

@@ -144,7 +144,7 @@ class Reruns:
     """One case's reproducibility calls, made once and shared by every candidate (`calls`), and their comparison
     with the candidate's own outputs (`compare`)."""
 
-    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int):
+    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int, options=None):
         self.kind = kinds.get(kind)
         self.inputs, self.mask, self.dtype = inputs, mask, dtype
         first = inputs[self.kind.inputs[0]]
@@ -152,7 +152,9 @@ class Reruns:
         self.items = int(np.prod(self.lead))
         self.reruns: list[_Rerun] = []
         items = self._items()
-        if items is None or self.items == 0:
+        # A loss reduced over its rows (reduction="mean" or "sum") has no output per batch item to compare.
+        reduced = (options or {}).get("reduction", "none") != "none"
+        if items is None or self.items == 0 or reduced:
             return
         arrays, mask = items
         rng = np.random.default_rng(seed)
@@ -192,6 +194,12 @@ class Reruns:
         padding = places[self.items + (size - self.items) // 2 :]
         batch = {}
         for name, a in arrays.items():
+            if name in self.kind.integers:  # class labels: the batch-mates' drawn from the case's, padding's 0
+                mates = rng.choice(a.reshape(-1), (size,) + a.shape[1:]) if a.size else np.zeros((size,) + a.shape[1:])
+                mates[padding] = 0
+                mates[places[: self.items]] = a
+                batch[name] = mates.astype(np.int64)
+                continue
             values = a.astype(np.float64)
             finite = values[np.isfinite(values)]
             shape = (size,) + a.shape[1:]

@@ -151,6 +151,8 @@ def _checked(out, shape: tuple, dtype, label: str):
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise CandidateError(f"{label}returned {type(out).__name__}, not an array")
     out = np.asarray(out)
+    if out.shape == () and tuple(shape) == (1,):  # a reduced loss: the audit holds its one value as an array
+        out = out.reshape(1)
     if out.shape != tuple(shape):
         hint = _broadcast_hint(label.removesuffix(": "), out.shape, tuple(shape))
         raise CandidateError(f"{label}returned shape {out.shape}, expected {tuple(shape)}{hint}")

@@ -15,6 +15,8 @@ from ..kinds import KINDS
 from . import (
     attention,
     attention_grad,
+    cross_entropy,
+    cross_entropy_grad,
     log_softmax,
     log_softmax_grad,
     logsumexp,
@@ -49,11 +51,13 @@ def builtins() -> list[Candidate]:
         logsumexp,
         masked_softmax,
         attention,
+        cross_entropy,
         softmax_grad,
         log_softmax_grad,
         logsumexp_grad,
         masked_softmax_grad,
         attention_grad,
+        cross_entropy_grad,
     )
     return [c for module in modules for c in load_target(module.__name__)]
 

@@ -5,7 +5,7 @@ Suites quick (seconds), default (minutes) and full hold the same families at gro
 """
 
 from ..settings import SUITES as SUITES
-from . import _attention, _grad, _grid, _reported, _rows  # noqa: F401  (they register their families)
+from . import _attention, _case, _grad, _grid, _reported, _rows  # noqa: F401  (they register their families)
 from ._case import FAMILIES as FAMILIES
 from ._case import SIZES as SIZES
 from ._case import Case as Case
@@ -20,6 +20,8 @@ from ._files import check_case_file as check_case_file
 from ._files import load_case_file as load_case_file
 from ._files import load_case_files as load_case_files
 from ._reported import REPORTED as REPORTED
+
+_case.register_kinds_families()
 
 __all__ = [
     "FAMILIES",

@@ -23,6 +23,9 @@ class Case:
     seed: int | None
     description: str
     params: Mapping[str, float] = dataclasses.field(default_factory=dict)  # e.g. {"scale": 1e3}: what plots use
+    #: Keywords of the call beyond the calling convention (cross_entropy's reduction, ignore_index, ...): the
+    #: candidate and the reference both get them.
+    options: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +73,13 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {}
+
+
+def register_kinds_families() -> None:
+    """Register the families a kind holds itself (`Kind.makers`), after the ones registered here."""
+    for kind in _kinds.KINDS.values():
+        for name, (description, make) in kind.makers.items():
+            FAMILIES.setdefault(name, Family(name, description, make))
 
 
 def family(name: str, description: str):

@@ -52,15 +52,16 @@ class _Plan:
 
     @classmethod
     def of(cls, pc, probes: bool, keyword: str | None) -> _Plan:
-        own = [(pc.inputs, pc.mask, pc.output_shapes, None)]
+        options = dict(pc.case.options) or None  # (the case's keywords: cross_entropy's reduction, ...)
+        own = [(pc.inputs, pc.mask, pc.output_shapes, options)]
         checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
         leak = probes and pc.leak_probe is not None
         if leak:
             checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
-        checks = [(arrays, mask, (shape,), None) for arrays, mask, shape in checks]
+        checks = [(arrays, mask, (shape,), options) for arrays, mask, shape in checks]
         reran = splits = []
         if probes and pc.reruns is not None:
-            reran = [(*call, None) for call in pc.reruns.calls(pc.output_shapes)]
+            reran = [(*call, options) for call in pc.reruns.calls(pc.output_shapes)]
             splits = pc.reruns.split_calls(pc.output_shapes, keyword) if keyword else []
         return cls(pc, own + checks + reran + splits, len(checks) - leak, leak, len(reran), [c[3] for c in splits])
 
@@ -99,7 +100,8 @@ def calls(
     for plan in plans:
         dtype = plan.pc.fmt.dtype
         start = time.perf_counter()
-        ys, note = ex.call_all(candidate, *plan.calls[0][:3], dtype, timeout, reuse)
+        arrays, mask, shapes, options = plan.calls[0]
+        ys, note = ex.call_all(candidate, arrays, mask, shapes, dtype, timeout, reuse, options)
         own = (ys, note, time.perf_counter() - start)
         checks = ex.call_many(candidate, plan.calls[1:], dtype, timeout) if len(plan.calls) > 1 else []
         yield plan.called([own, *checks])

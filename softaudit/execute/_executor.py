@@ -34,16 +34,19 @@ class Executor:
         self._past_limit: set[tuple] = set()
         self._frameworks: dict = {}  # what the calls' process had loaded, as of each call (softaudit._platform)
 
-    def call_all(self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse: bool = False):
+    def call_all(
+        self, candidate, arrays: dict, mask, shapes: tuple, dtype, timeout: float | None, reuse=False, options=None
+    ):
         """(the outputs cast to dtype, one per shape in `shapes`, note or ""), or CandidateError / CandidateSkip
         with one line saying why.
 
-        reuse: as adapters._call.call_all's (InProcess); an isolated call's outputs are always fresh arrays."""
+        reuse: as adapters._call.call_all's (InProcess); an isolated call's outputs are always fresh arrays.
+        options: keywords beyond the calling convention (a case's `options`)."""
         key = _unit(candidate, dtype)
         if key in self._past_limit:
             raise CandidateError(NOT_AGAIN)
         try:
-            return self._call(candidate, arrays, mask, tuple(shapes), dtype, timeout, reuse)
+            return self._call(candidate, arrays, mask, tuple(shapes), dtype, timeout, reuse, options)
         except TimedOut:
             self._past_limit.add(key)
             raise

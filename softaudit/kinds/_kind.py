@@ -81,6 +81,11 @@ class Kind:
     #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
     #: 3.5x the conditioning in float32 and float64, and a wrong constant 3-14x (docs/policy.md, "The floor").
     max_floor: float | None = None
+    #: Inputs that are integer arrays (class labels): kept as int64, never rounded to the audited dtype.
+    integers: tuple[str, ...] = ()
+    #: The kind's own case families, name -> (description, make): softaudit.cases registers them after its own
+    #: (make(kind, fmt, size, rng) -> list of (arrays, mask, description[, params[, options]]), as there).
+    makers: Mapping[str, tuple[str, Callable]] = dataclasses.field(default_factory=dict, hash=False)
 
     @property
     def inputs(self) -> tuple[str, ...]:
@@ -108,7 +113,7 @@ class Kind:
         dotted = getattr(self, attribute)
         if dotted is None:
             raise ValueError(f"{self.name} has no {attribute}")
-        return _load(dotted)
+        return dotted if callable(dotted) else _load(dotted)
 
 
 @functools.cache

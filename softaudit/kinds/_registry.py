@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ._kind import Kind
+from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
 
 #: The row families every row kind runs, in registration order (softaudit/cases/_rows.py).
 _ROW_FAMILIES = (
@@ -315,11 +316,13 @@ KINDS: dict[str, Kind] = {
         LOGSUMEXP,
         MASKED_SOFTMAX,
         ATTENTION,
+        CROSS_ENTROPY,
         SOFTMAX_GRAD,
         LOG_SOFTMAX_GRAD,
         LOGSUMEXP_GRAD,
         MASKED_SOFTMAX_GRAD,
         ATTENTION_GRAD,
+        CROSS_ENTROPY_GRAD,
     )
 }
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _cross_entropy
 from ._attention import prepare, round_attention
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
@@ -34,8 +35,12 @@ __all__ = [
     "attention",
     "attention_grad",
     "attention_undefined_rows",
+    "cross_entropy",
+    "cross_entropy_grad",
     "evaluate",
     "evaluate_attention",
+    "evaluate_cross_entropy",
+    "evaluate_cross_entropy_grad",
     "evaluate_grad",
     "format_of",
     "log_softmax",
@@ -173,6 +178,34 @@ def evaluate_attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, pr
     """The full `Result` of each of attention_grad's (dq, dk, dv) (undefined: per query for dq, per key for dk,
     dv)."""
     return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method), detail=True)
+
+
+def cross_entropy(logits, target, *, dtype, **options) -> np.ndarray:
+    """The cross-entropy loss of logits (N, V) for integer targets (N,), correctly rounded to `dtype` (a float
+    format of at most 53 bits). Options as torch.nn.functional.cross_entropy's (ignore_index=-100,
+    label_smoothing=0.0, reduction="none" | "mean" | "sum") plus z_loss (zl lse**2 added per row) and softcap (the
+    logits become c tanh(x / c) first). An ignored row's loss is 0; a row with a NaN or +inf logit, or every logit
+    -inf, is undefined (NaN), and so is the mean of no rows."""
+    value = evaluate_cross_entropy(logits, target, dtype=dtype, **options).value
+    return value if options.get("reduction", "none") == "none" else value[0]
+
+
+def evaluate_cross_entropy(logits, target, *, dtype, **options) -> Result:
+    """The full `Result` of `cross_entropy` (undefined: per row; a mean or sum as an array of one value)."""
+    return _cross_entropy.loss(logits, target, dtype, _cross_entropy.Options(**options))
+
+
+def cross_entropy_grad(logits, target, g, *, dtype, **options) -> np.ndarray:
+    """The gradient of `cross_entropy` with respect to the logits for the upstream gradient g (one per row for
+    reduction="none", a scalar otherwise), correctly rounded: g ((1 + 2 z_loss lse) p - q) per row, q the
+    smoothed one-hot target (times sech(x / c)**2 under a softcap, and over the rows kept for a mean); exactly +0
+    for an ignored row."""
+    return evaluate_cross_entropy_grad(logits, target, g, dtype=dtype, **options).value
+
+
+def evaluate_cross_entropy_grad(logits, target, g, *, dtype, **options) -> Result:
+    """The full `Result` of `cross_entropy_grad` (undefined: per row)."""
+    return _cross_entropy.gradient(logits, target, g, dtype, _cross_entropy.Options(**options))
 
 
 def round_to(values, dtype) -> np.ndarray:
