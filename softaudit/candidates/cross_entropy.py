@@ -77,6 +77,22 @@ def log_softmax_gather(
         return reduce(loss, ignored, reduction)
 
 
+@candidate(kind="cross_entropy", name="cross_entropy.lse_minus_target")
+def lse_minus_target(
+    logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """lse = max + log(sum exp(x - max)) rounded to the dtype, then lse - x_y in the dtype, as a kernel that keeps
+    lse for its backward computes the loss (FlashAttention's and the fused cross-entropy kernels' form). Weakness:
+    lse's rounding, u |lse|, is all of a confident row's loss (1 - p_y) when lse - x_y cancels."""
+    ignored, y = targets(logits, target, ignore_index)
+    with np.errstate(all="ignore"):
+        x = capped(logits, softcap)
+        m = row_max(x)
+        lse = m + log(dtype_sum(exp(x - m)))
+        loss = from_log_softmax(x - lse, lse[:, 0], y, label_smoothing, z_loss)
+        return reduce(loss, ignored, reduction)
+
+
 @candidate(kind="cross_entropy", name="cross_entropy.naive")
 def naive(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"):
     """log(sum exp(x)) - x_y with no max shift, in the dtype (MLX PR #4188). Weakness: exp overflows once a logit
