@@ -86,7 +86,8 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]
         spread = (1 - p) * ax + (spread_x[:, None] - p * ax)  # sum_k |delta_jk - p_k| |x_k|
         others = np.where(np.arange(x.shape[1])[None, :] == y[:, None], 0.0, p * ax).sum(axis=1)
         spread[rows, y] = one_minus * ax[rows, y] + others  # (1 - p_y without cancelling)
-        logits = w * factor * (np.abs(1 + t2)[:, None] * p * spread + np.abs(t2)[:, None] * p * spread_x[:, None])
+        zl2 = 2 * o["z_loss"]  # d (2 zl lse) / d x_k = 2 zl p_k
+        logits = w * factor * (np.abs(1 + t2)[:, None] * p * spread + zl2 * p * spread_x[:, None])
         own = 0.0
         if o["softcap"] is not None:  # d sech(x/c)**2 / dx = -2 sech**2 tanh / c: |r| 2 |tanh| |x| / c
             own = np.abs(exact) * 2 * np.abs(np.tanh(x / o["softcap"])) * np.abs(x) / o["softcap"]
