@@ -96,7 +96,7 @@ class Prepared:
         packed = self.__dict__.pop("packed", None)
         if packed is not None:
             return tuple(_unpack(p) for p in packed)
-        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype)
+        return self.kind.reference(self.kind, self.inputs, self.mask, self.fmt.dtype)
 
     @functools.cached_property
     def bases(self) -> tuple:
@@ -108,7 +108,7 @@ class Prepared:
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
-        return self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references)
+        return self.kind.conditioning(self.kind, self.inputs, self.mask, self.references)
 
     @property
     def _keeps_extras(self) -> bool:
