@@ -252,16 +252,15 @@ def _block(kind, leading: int) -> str:
 
 def budget_at(kind: str, pc, flat: int) -> tuple[float, float] | None:
     """The rounding budget T (softaudit/budget.py) of one element of a prepared case's output (pc: the case, or its
-    view through one output), with pairwise and with running sums; None for a kind without one (unknown)."""
-    if kinds.get(kind).budget is None:
-        return None
+    view through one output), with pairwise and with running sums; None for a kind without a budget (unknown:
+    `classify` then calls an error a wrong term only past the conditioning scale itself)."""
     whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
     tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
     exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)
-    return tuple(
-        float(np.asarray(budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny)[index]).reshape(-1)[flat])
-        for sums in (budget.PAIRWISE, budget.RUNNING)
-    )
+    found = [budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny) for sums in (budget.PAIRWISE, budget.RUNNING)]
+    if found[0] is None:
+        return None
+    return tuple(float(np.asarray(t[index]).reshape(-1)[flat]) for t in found)
 
 
 def _cancels(kind, y: float, r: float, scale: float, amplified: float, cond: float) -> str:
@@ -335,8 +334,10 @@ def unattending(output: str, mask) -> str:
 
 def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> tuple[str, str]:
     """Why a row (for attention: a query with its keys) gave NaN or inf: (the input pattern that explains it, the
-    pattern's name where it has a fix of its own, `fix`'s pattern; "" for either where there is none)."""
-    return kinds.get(kind).part("diagnose")(fmt, inputs, mask)
+    pattern's name where it has a fix of its own, `fix`'s pattern; "" for either where there is none). The kind's
+    shape picks the reading: a row of logits x for a row-wise kind, a query's scores with its keys otherwise."""
+    read = diagnose_row if kinds.get(kind).row_wise else diagnose_scores
+    return read(fmt, inputs, mask)
 
 
 def diagnose_scores(fmt: Format, inputs: dict, mask) -> tuple[str, str]:

@@ -101,7 +101,7 @@ class Prepared:
         packed = self.__dict__.pop("packed", None)
         if packed is not None:
             return tuple(_unpack(p) for p in packed)
-        return self.kind.part("reference")(self.kind, self.inputs, self.mask, self.fmt.dtype, **self.case.options)
+        return self.kind.reference(self.kind, self.inputs, self.mask, self.fmt.dtype, **self.case.options)
 
     @functools.cached_property
     def bases(self) -> tuple:
@@ -113,7 +113,7 @@ class Prepared:
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
-        return self.kind.part("conditioning")(self.kind, self.inputs, self.mask, self.references, **self.case.options)
+        return self.kind.conditioning(self.kind, self.inputs, self.mask, self.references, **self.case.options)
 
     @property
     def _keeps_extras(self) -> bool:

@@ -173,7 +173,7 @@ WORST, EDGE, RANDOM = 0, 1, 2
 def _upstream_shape(kind, dims: tuple) -> tuple:
     """g's shape for a row gradient kind: the forward output's, as the kind's upstream draws it (x's shape, or x's
     less the reduced axis for log-sum-exp's)."""
-    drawn = kind.part("upstream")(kind, {"x": np.zeros((1, 2))}, None, np.random.default_rng(0))
+    drawn = kind.upstream(kind, {"x": np.zeros((1, 2))}, None, np.random.default_rng(0))
     return dims if drawn.shape == (1, 2) else dims[:-1]
 
 
@@ -336,7 +336,7 @@ class Problem:
             shape = (len(chunk["x"]),) if self.kind.reduces and "g" not in chunk else chunk["x"].shape
             (r,), _ = call_all(best(self.shape.kind), chunk, mask, (shape,), np.float64, None)
             exact = types.SimpleNamespace(hi=r, lo=np.zeros_like(r), value=r, undefined=np.zeros(len(r), bool))
-            (extra,) = self.kind.part("conditioning")(self.kind, chunk, mask, (exact,))
+            (extra,) = self.kind.conditioning(self.kind, chunk, mask, (exact,))
             with np.errstate(all="ignore"):
                 ratio = np.where(r != 0, extra["scale"] / np.abs(r), 0.0)
             keys[part] = np.nan_to_num(ratio.reshape(len(chunk["x"]), -1), posinf=0.0).max(axis=-1)

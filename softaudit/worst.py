@@ -101,4 +101,4 @@ def row_inputs(kind: str, pc, position: tuple) -> tuple[dict, np.ndarray | None]
     """The inputs that made one output element: its row (and mask row), or its query with the keys and values of
     its batch entry (and its mask row)."""
     kind = kinds.get(kind)
-    return kind.part("element_inputs")(kind, pc, position)
+    return kind.element_inputs(kind, pc, position)

@@ -14,7 +14,7 @@ from softaudit.kinds import KINDS, Kind
 PACKAGE = Path(softaudit.__file__).parent
 #: The kinds coming next (issue 12): a literal of theirs outside the registry would be a branch on a name as well.
 COMING = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_softmax_grad", "attention_grad")
-PARTS = ("reference", "conditioning", "element_inputs", "diagnose", "strategy")
+PARTS = ("reference", "conditioning", "element_inputs")
 INVARIANTS = ("shift", "permutation", "monotonic", "lse_below_max", "masked_values", "masked_equals_kept")
 MEASURES = ("negative", "sum_err", "argmax_flips", "max_ulp_vsum", "max_normwise", "sum_zero")
 
@@ -28,7 +28,7 @@ def _convention(kind: Kind) -> str:
 def test_every_kind_is_complete_and_consistent(kind):
     assert KINDS[kind.name] is kind and kinds.get(kind.name) is kind
     # the calling convention people read is the one the audit calls with
-    assert kind.convention.startswith(_convention(kind)) and kind.convention == softaudit.KINDS[kind.name]
+    assert kind.convention.startswith(_convention(kind)) and softaudit.KINDS is KINDS
     assert kind.inputs and set(kind.keywords) <= {"axis", "mask"} and kind.outputs
     assert not ({"mask"} <= set(kind.arguments) and "mask" in kind.keywords)
     args, kwargs = kind.call_arguments({name: name for name in kind.inputs}, "the mask")
@@ -43,9 +43,11 @@ def test_every_kind_is_complete_and_consistent(kind):
     assert kind.families and set(kind.families) <= set(FAMILIES)
     assert [f.name for f in families_for(kind.name)] == [n for n in FAMILIES if n in kind.families]
     assert all(kind.name in FAMILIES[n].kinds for n in kind.families)
-    # the parts that are code load, and the data attributes hold known names
+    # the parts that are code are functions (a gradient kind's upstream g too), and the data attributes hold known
+    # names
     for attribute in PARTS:
-        assert callable(kind.part(attribute)), attribute
+        assert callable(getattr(kind, attribute)), attribute
+    assert (kind.upstream is not None) == ("g" in kind.inputs) and (kind.upstream is None or callable(kind.upstream))
     assert set(kind.invariants) <= set(INVARIANTS) and set(kind.measures) <= set(MEASURES)
     assert not kind.invariants or ("permutation" in kind.invariants and kind.row_wise)
     assert set(kind.causes) <= {"absorbed", "subnormal"}
@@ -95,9 +97,10 @@ BRANCHES = [
     re.compile(rf"""=\s*[(\[]\s*["'](?:{NAMES})["']\s*,"""),
     re.compile(rf"""^\s*["'](?:{NAMES})["']\s*:"""),
 ]
-#: Where a kind's name may stand: the registry itself, and the reference's by-kind numerics (its public functions
-#: are one per kind, and its engines pick the formula by name).
-ALLOWED = ("kinds/", "reference/")
+#: Where a kind's name may stand: the registry itself, the reference's by-kind numerics (its public functions
+#: are one per kind, and its engines pick the formula by name), and the rounding budgets' table (a formula of each
+#: kind's standard algorithm, by name; a kind it does not name has none).
+ALLOWED = ("kinds/", "reference/", "budget.py")
 #: Lines outside those that still name a kind, each with its reason: none today.
 REMAINING: dict[tuple[str, str], str] = {}
 
@@ -160,3 +163,70 @@ def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
             _call.call_all(pair, {"x": x}, None, ((2, 3), (3,)), np.float32, None)
     finally:
         del kinds.KINDS["pair"]
+
+
+def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
+    """The hunt draws each kind by its shape, the causes read a NaN by it, and the budgets know every kind today;
+    a kind whose inputs the hunt does not draw (class labels) gets no strategy, and the hunt says so in one line."""
+    import dataclasses
+
+    from softaudit import budget, causes
+    from softaudit.hunt import _engine, _strategies
+    from softaudit.reference import format_of
+
+    drawn = {name: _strategies.for_kind(kind).__name__ for name, kind in KINDS.items()}
+    assert drawn == {
+        "softmax": "rows",
+        "log_softmax": "rows",
+        "logsumexp": "rows",
+        "masked_softmax": "rows",
+        "attention": "attention",
+        "softmax_grad": "gradients",
+        "log_softmax_grad": "gradients",
+        "logsumexp_grad": "gradients",
+        "masked_softmax_grad": "gradients",
+        "attention_grad": "gradients",
+    }
+    assert set(budget.BUDGETS) == set(KINDS)
+    labels = dataclasses.replace(KINDS["softmax"], name="labels", arguments=("x", "target"))
+    monkeypatch.setitem(kinds.KINDS, "labels", labels)
+    assert _strategies.for_kind(labels) is None
+    with pytest.raises(ValueError, match=r"^the hunt has no strategy for labels: [^\n]*$"):
+        _engine._strategy("labels")
+    f16 = format_of("float16")
+    row, query = {"x": np.array([[1e5, 0.0]])}, {"q": np.full((1, 4), 300.0), "k": np.full((3, 4), 300.0)}
+    assert causes.diagnose("softmax_grad", f16, row, None) == causes.diagnose_row(f16, row, None) != ("", "")
+    assert causes.diagnose("attention_grad", f16, query, None) == causes.diagnose_scores(f16, query, None) != ("", "")
+
+
+def test_a_kind_without_a_budget_still_gets_a_cause(monkeypatch):
+    """A kind the rounding budgets do not name has an unknown budget: its worst element still gets a cause, read
+    against the conditioning scale alone, rather than an error."""
+    import dataclasses
+
+    import softaudit
+
+    softmax = KINDS["softmax"]
+    # (softmax under another name: the reference evaluates softmax's formula, as a kind of its own would its own)
+    unbudgeted = dataclasses.replace(
+        softmax, name="unbudgeted", reference=lambda kind, *args: softmax.reference(softmax, *args)
+    )
+    monkeypatch.setitem(kinds.KINDS, "unbudgeted", unbudgeted)
+    for table in (candidates.PLAIN, candidates.STANDARD, candidates.BEST):
+        monkeypatch.setitem(table, "unbudgeted", table["softmax"])
+
+    def off(x, axis=-1):
+        e = np.exp(x - x.max(axis, keepdims=True))
+        return (e / e.sum(axis, keepdims=True) * 1.01).astype(x.dtype)
+
+    audited = softaudit.audit(
+        softaudit.Candidate("unbudgeted", "off", off),
+        dtypes=["float32"],
+        suite="quick",
+        families=["gaussian"],
+        isolation="none",
+        cache=False,
+    )
+    (row,) = audited.table.itertuples()
+    assert row.verdict == "fail" and row.cause in ("precision", "wrong_terms"), row
+    assert row.note.split("worst element: ")[1], row.note

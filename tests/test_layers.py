@@ -2,6 +2,7 @@
 and what presents results (reports, the gate) imports none of what makes them."""
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -130,6 +131,70 @@ def test_replaying_the_corpus_needs_neither_the_hunt_nor_hypothesis(tmp_path):
         f"families=['corpus'], corpus={str(tmp_path)!r}, isolation='none').table\n"
         "assert list(table.family) == ['corpus'], table\n"
         "assert not {'softaudit.hunt', 'hypothesis'} & set(sys.modules), sorted(sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+#: A softaudit module named in a string as "softaudit.package.module:function": an import the source hides.
+NAMED_PART = re.compile(r"""["']softaudit\.[a-z_.]+:[a-z_]+["']""")
+#: The modules that may import by a name in a string: the lazy public faces (a package's __init__.py maps each
+#: public name to the module that holds it) and the loading of a user's target.
+IMPORTS_BY_NAME = ("__init__.py", "adapters/_targets.py")
+
+
+def _named_parts(source: str) -> list[str]:
+    """The lines of `source` that name a softaudit function in a "module:function" string."""
+    return [line.strip() for line in source.splitlines() if NAMED_PART.search(line)]
+
+
+def test_no_module_names_its_parts_in_strings():
+    """A kind's parts (its reference, what its measures need) are functions its registry imports for real, and the
+    layers above keep their own tables of what they need of a kind: a "softaudit.x:function" string, or a module
+    name handed to importlib, is an arrow between modules that no import shows (and no layer test sees)."""
+    named, loading = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        relative, source = path.relative_to(PACKAGE).as_posix(), path.read_text(encoding="utf-8")
+        named += [f"{relative}: {line}" for line in _named_parts(source)]
+        if "import_module" in source and not relative.endswith(IMPORTS_BY_NAME):
+            loading.append(relative)
+    assert not named, "modules named in strings (import them):\n" + "\n".join(named)
+    assert not loading, "modules that import by a name in a string:\n" + "\n".join(loading)
+
+
+def test_the_string_finder_finds_named_parts():
+    """The control: the rule flags a part named in a string, and not a user's target or a family's name."""
+    assert _named_parts('reference="softaudit.kinds._rows:reference",')
+    assert _named_parts("strategy='softaudit.hunt._strategies:rows'")
+    assert not _named_parts('target = "my_kernels.softmax:fused"')
+    assert not _named_parts('name="softmax.max_shifted"')
+    assert not _named_parts("from softaudit.kinds import _rows")
+
+
+def test_the_kinds_import_nothing_above_them():
+    """A kind holds what it is; the causes, the budgets, the hunt, the reports and the runner read kinds and keep
+    their own tables of what they need of one. An import of theirs from kinds/ would be an arrow upward."""
+    above = {"causes", "budget", "hunt", "report", "runner", "cli", "candidates", "judge"}
+    reached = []
+    for package, path in _modules():
+        if package[:2] != ("softaudit", "kinds"):
+            continue
+        for line, name in _imported(package, ast.parse(path.read_text(encoding="utf-8"))):
+            if name[0] == "softaudit" and len(name) > 1 and name[1] in above:
+                reached.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {'.'.join(name)}")
+    assert not reached, "imports from kinds/ of what reads the kinds:\n" + "\n".join(reached)
+
+
+def test_marking_a_candidate_loads_neither_the_reference_nor_mpmath():
+    """`@softaudit.candidate` checks the kind against the registry, which imports the kinds' parts: they import the
+    reference where they use it, so a module that marks its kernels stays light (softaudit/adapters)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, softaudit\n"
+        "softaudit.candidate(lambda x, axis=-1: x, kind='softmax', name='mine')\n"
+        "assert not {'softaudit.reference', 'mpmath'} & set(sys.modules), sorted(sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

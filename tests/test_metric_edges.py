@@ -88,8 +88,8 @@ def _basis(kind, x, dtype):
     """The Basis as prepare.Prepared makes it: the kind's reference and conditioning parts, then metrics.basis."""
     k = kinds.get(kind)
     inputs = {"x": x}
-    refs = k.part("reference")(k, inputs, None, np.dtype(getattr(ml_dtypes, dtype, None) or dtype))
-    (extra,) = k.part("conditioning")(k, inputs, None, refs)
+    refs = k.reference(k, inputs, None, np.dtype(getattr(ml_dtypes, dtype, None) or dtype))
+    (extra,) = k.conditioning(k, inputs, None, refs)
     return metrics.basis(kind, R.format_of(dtype), refs[0], **extra), refs[0]
 
 

@@ -11,7 +11,6 @@ import importlib
 from typing import TYPE_CHECKING
 
 _PUBLIC = {
-    "KINDS": "._candidate",  # kind -> its calling convention
     "Candidate": "._candidate",
     "candidate": "._candidate",
     "check_kind": "._candidate",
@@ -35,7 +34,6 @@ if TYPE_CHECKING:
     from ._call import call as call
     from ._call import call_all as call_all
     from ._call import time_limits as time_limits
-    from ._candidate import KINDS as KINDS
     from ._candidate import Candidate as Candidate
     from ._candidate import candidate as candidate
     from ._candidate import check_kind as check_kind

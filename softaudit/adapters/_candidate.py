@@ -9,9 +9,6 @@ from collections.abc import Callable
 
 from .. import kinds as _kinds
 
-#: Kinds and their numpy calling conventions (masks are boolean, True = keep / may attend); the kinds
-#: themselves are softaudit.kinds.KINDS.
-KINDS = {kind.name: kind.convention for kind in _kinds.KINDS.values()}
 _MARK = "__softaudit_candidate__"
 
 

@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from ._candidate import KINDS, Candidate, check_kind, marking
+from .. import kinds as _kinds
+from ._candidate import Candidate, check_kind, marking
 
 
 class TargetError(ValueError):
@@ -141,6 +142,6 @@ def load_target(target, kind: str | None = None) -> list[Candidate]:
         raise TargetError(f"{spec} has no function marked with @softaudit.candidate; {how}{_its_functions(module)}")
     mine = [c for c in found if kind is None or c.kind == kind]
     if not mine:
-        kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+        kinds = [k for k in _kinds.KINDS if any(c.kind == k for c in found)]
         raise TargetError(f"{spec} has no {kind} candidate; its kinds: {', '.join(kinds)}")
     return mine

@@ -67,7 +67,7 @@ class Family:
         made = self.make(kind, fmt, SIZES[suite], rng)
         entry = _kinds.get(kind)
         if entry.upstream is not None:  # a gradient kind: a Gaussian g where the family gives none
-            add = entry.part("upstream")
+            add = entry.upstream
             made = [(m[0] if "g" in m[0] else m[0] | {"g": add(entry, m[0], m[1], rng)}, *m[1:]) for m in made]
         return [Case(kind, self.name, *m[:2], seed, *m[2:]) for m in made]
 

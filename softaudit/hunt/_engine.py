@@ -30,7 +30,7 @@ from ..policy import Policy
 from ..prepare import Prepared, PreparedFamily, compare
 from ..reference import format_of
 from ..results import SEVERITY
-from . import _shrink
+from . import _shrink, _strategies
 
 #: (suite, seed, corpus) of a hunt's input: none regenerates it (the corpus keeps the input itself).
 HUNT_RECIPE = (None, None, None)
@@ -97,9 +97,17 @@ def _kept(called, seen: list):
         yield done
 
 
+def _strategy(kind: str):
+    """The hunt's strategy for `kind` (softaudit/hunt/_strategies.py); ValueError in one line where it has none."""
+    strategy = _strategies.for_kind(kinds.get(kind))
+    if strategy is None:
+        raise ValueError(f"the hunt has no strategy for {kind}: its inputs are not ones it draws")
+    return strategy
+
+
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: Executor) -> Finding:
     kind = candidate.kind
-    strategy = kinds.get(kind).part("strategy")(kind, fmt)
+    strategy = _strategy(kind)(kind, fmt)
     state = {"examples": 0, "last": None}
     start = time.monotonic()
 
@@ -196,6 +204,8 @@ def hunt(
     policy = policy or Policy()
     with pool(workers, scheduler, isolation, memory_limit_mib) as where:
         found = candidates_for(targets, kind, device, check_devices=scheduler is None)
+        for each in dict.fromkeys(c.kind for c in found):  # (before any search: a kind it cannot draw is one line)
+            _strategy(each)
         where.check(found)
         units = [(candidate, format_of(d)) for candidate in found for d in dtypes]
         share = budget / max(1, math.ceil(len(units) / where.width))

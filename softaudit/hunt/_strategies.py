@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 
 import numpy as np
 from hypothesis import strategies as st
@@ -213,7 +214,7 @@ def gradients(draw, kind: str, fmt: Format):
     if "g" in inputs:  # a seed: the family gave its g
         return inputs, mask
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
-    g = entry.part("upstream")(entry, inputs, mask, rng)
+    g = entry.upstream(entry, inputs, mask, rng)
     style = draw(st.sampled_from(["gaussian", "constant", "onehot", "wide"]))
     if style == "constant":
         g = np.full(g.shape, draw(st.floats(-100, 100, allow_subnormal=False)))
@@ -223,6 +224,20 @@ def gradients(draw, kind: str, fmt: Format):
         g = g * 10.0 ** rng.uniform(-4, 4, g.shape)
     with np.errstate(over="ignore"):
         return inputs | {"g": round_to(g, fmt.dtype)}, mask
+
+
+def for_kind(kind) -> Callable | None:
+    """The strategy that draws the inputs of `kind` (a Kind), chosen by its shape: `rows` for a row-wise kind of
+    logits x (and a mask), `attention` for q, k and v (and a mask), `gradients` for either with an upstream g.
+    None for any other kind (inputs these strategies do not draw: class labels, say): the hunt has none for it."""
+    forward = tuple(n for n in kind.inputs if n != "g") if kind.upstream is not None else kind.inputs
+    if forward == ("x",) and kind.row_wise:
+        drawn = rows
+    elif forward == ("q", "k", "v") and not kind.row_wise:
+        drawn = attention
+    else:
+        return None
+    return drawn if kind.upstream is None else gradients
 
 
 @functools.cache

@@ -1,7 +1,9 @@
 """Kinds: what softaudit audits (softmax, log_softmax, logsumexp, masked_softmax, attention), one object each.
 
-A `Kind` holds its calling convention, outputs, reference, comparisons, families, measures and the by-kind parts
-of the loop; `KINDS` is the one registry and `get` looks a kind up with a one-line error for an unknown name.
+A `Kind` holds its calling convention, outputs, comparisons, families, measures and, as functions, the by-kind parts
+of the loop (reference, conditioning, the inputs behind an element, the upstream g); `KINDS` is the one registry
+(`softaudit.KINDS`) and `get` looks a kind up with a one-line error for an unknown name. Nothing here imports the
+layers above (causes, budget, hunt, report, runner): they keep their own tables of what they need of a kind.
 """
 
 from ._kind import Kind as Kind

@@ -1,14 +1,19 @@
-"""Attention's parts of the loop: q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv), a mask (..., Lq, Lk) or None."""
+"""Attention's parts of the loop: q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv), a mask (..., Lq, Lk) or None.
+
+The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
+registry and must not load the reference (softaudit/adapters).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import conditioning as _conditioning
-from ..reference import evaluate_attention
 
 
 def reference(kind, inputs: dict, mask, dtype) -> tuple:
+    from ..reference import evaluate_attention
+
     return (evaluate_attention(inputs["q"], inputs["k"], inputs["v"], mask, dtype=dtype),)
 
 

@@ -2,6 +2,8 @@
 
 Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
 output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None; three outputs (dq, dk, dv).
+The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
+registry and must not load the reference (softaudit/adapters).
 """
 
 from __future__ import annotations
@@ -9,17 +11,20 @@ from __future__ import annotations
 import numpy as np
 
 from .. import conditioning as _conditioning
-from .. import reference
 
-#: The conditioning scale of each row gradient kind (masked softmax's VJP is softmax's over the kept entries).
-_ROW_SCALES = {
-    "softmax_grad": _conditioning.softmax_grad,
-    "masked_softmax_grad": _conditioning.softmax_grad,
-    "log_softmax_grad": _conditioning.log_softmax_grad,
-    "logsumexp_grad": _conditioning.logsumexp_grad,
-}
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
+
+
+def _row_scale(name: str):
+    """The conditioning scale of a row gradient kind (masked softmax's VJP is softmax's over the kept entries). Read
+    when called, not when imported: softaudit.conditioning imports the kinds, and may be the first to load."""
+    return {
+        "softmax_grad": _conditioning.softmax_grad,
+        "masked_softmax_grad": _conditioning.softmax_grad,
+        "log_softmax_grad": _conditioning.log_softmax_grad,
+        "logsumexp_grad": _conditioning.logsumexp_grad,
+    }[name]
 
 
 def _exact(ref) -> np.ndarray:
@@ -33,6 +38,8 @@ def row_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
 
 
 def row_reference(kind, inputs: dict, mask, dtype) -> tuple:
+    from .. import reference
+
     return (reference.evaluate_grad(kind.name, inputs["x"], inputs["g"], mask, dtype=dtype),)
 
 
@@ -40,12 +47,14 @@ def row_conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     """Undefined rows (a NaN or +inf kept logit, a g that is not finite), rows that must give NaN, the scale, and
     for masked_softmax_grad the masked entries (their gradient is exactly 0; a fully masked row's is 0 too, so it
     is compared like any other)."""
+    from .. import reference
+
     (ref,) = references
     x, g = inputs["x"].astype(np.float64), inputs["g"].astype(np.float64)
     kept = np.ones(x.shape, bool) if mask is None else np.broadcast_to(mask, x.shape)
     g_nan = np.isnan(g) if kind.name in _G_PER_ROW else (np.isnan(g) & kept).any(axis=-1)
     kept_nan = (np.isnan(x) & kept).any(axis=-1) | g_nan  # rows whose output must be NaN (an infinite g need not)
-    scale = _ROW_SCALES[kind.name](x, mask, g, _exact(ref))
+    scale = _row_scale(kind.name)(x, mask, g, _exact(ref))
     # A row whose kept logits are all -inf has no softmax, so no gradient either (the reference gives 0 there, as
     # for a row the mask keeps nothing of, which is defined: its gradient is exactly 0).
     no_softmax = reference.undefined_rows(x, mask) & (
@@ -72,6 +81,8 @@ def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
 
 
 def attention_reference(kind, inputs: dict, mask, dtype) -> tuple:
+    from .. import reference
+
     return tuple(reference.evaluate_attention_grad(*(inputs[n] for n in ("q", "k", "v", "g")), mask, dtype=dtype))
 
 

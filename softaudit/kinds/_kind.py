@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import functools
-import importlib
 from collections.abc import Callable, Mapping
 
 
@@ -13,12 +11,15 @@ class Kind:
     """What a kind is: how it is called, what it returns, its exact answer, its comparisons, families and measures.
 
     The loop asks the kind instead of branching on its name. Attributes are data where data says it; the parts
-    that are code (the reference, what the measures need, a hunt strategy) are named as "module:function" and
-    loaded on first use (`part`), so importing the registry stays light and cycle-free.
+    that are code and belong to the kind (its reference, what its measures need, the inputs behind an element, its
+    upstream gradient) are functions, imported for real by the registry. The layers above keep their own tables of
+    what they need of a kind: the causes' diagnosis and the hunt's strategies, chosen by the kind's shape
+    (softaudit/causes.py, softaudit/hunt/_strategies.py), and the rounding budgets, a formula per kind by name
+    (softaudit/budget.py); a kind missing from a table goes without.
     """
 
     name: str
-    #: The numpy calling convention as people read it, "f(x, axis=-1)" (docs, `softaudit.KINDS`, errors).
+    #: The numpy calling convention as people read it, "f(x, axis=-1)" (docs, errors).
     convention: str
     #: The positional arguments in order: names of a case's arrays, "mask" for the case's mask.
     arguments: tuple[str, ...]
@@ -36,18 +37,13 @@ class Kind:
     best_practice: str
     #: The built-in case families of the kind (softaudit.cases.FAMILIES names; run in registration order).
     families: tuple[str, ...]
-    #: "module:function" (kind, inputs, mask, dtype) -> one reference Result per output.
-    reference: str
-    #: "module:function" (kind, inputs, mask, references) -> per output, what metrics.basis needs beyond the
-    #: reference: the undefined rows and the conditioning scale (softaudit/conditioning.py), masked entries...
-    conditioning: str
-    #: "module:function" (kind, prepared case, position) -> (inputs, mask) behind one output element.
-    element_inputs: str
-    #: "module:function" (fmt, inputs, mask) -> (why an element's inputs give NaN or inf, the pattern's name where
-    #: it has a fix of its own (softaudit/causes.py); "" for either where there is none).
-    diagnose: str
-    #: "module:function" (kind name, fmt) -> a Hypothesis strategy of (inputs in the dtype, mask); None: no hunt.
-    strategy: str | None
+    #: (kind, inputs, mask, dtype) -> one reference Result per output.
+    reference: Callable
+    #: (kind, inputs, mask, references) -> per output, what metrics.basis needs beyond the reference: the undefined
+    #: rows and the conditioning scale (softaudit/conditioning.py), masked entries...
+    conditioning: Callable
+    #: (kind, prepared case, position) -> (inputs, mask) behind one output element.
+    element_inputs: Callable
     #: The input and axis whose length is the length of the reduction behind each output (for the causes).
     reduction: tuple[str, int]
     #: Inputs x are rows x n, reduced along the last axis (case files are checked for that shape).
@@ -70,13 +66,9 @@ class Kind:
     leak: str = "masked entries get probability"
     #: rule -> this kind's fix, where it differs from the common one (softaudit/causes.py).
     fixes: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
-    #: Gradient kinds: "module:function" (kind, arrays, mask, rng) -> the upstream gradient g a family's case
-    #: gets when the family does not give one (None: a forward kind).
-    upstream: str | None = None
-    #: "module:function" (kind, inputs, mask, exact results, sums, tiny) -> per output, what rounding every
-    #: intermediate of a standard algorithm in the dtype can cost, in units of u (softaudit/budget.py; the causes
-    #: read it).
-    budget: str | None = None
+    #: Gradient kinds: (kind, arrays, mask, rng) -> the upstream gradient g a family's case gets when the family
+    #: does not give one (None: a forward kind).
+    upstream: Callable | None = None
     #: The fail line's floor cap for this kind where it is lower than the policy's `max_floor` (None: the policy's):
     #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
     #: 3.5x the conditioning in float32 and float64, and a wrong constant 3-14x (docs/policy.md, "The floor").
@@ -107,16 +99,3 @@ class Kind:
         args = tuple(mask if name == "mask" else arrays[name] for name in self.arguments)
         kwargs = {name: -1 if name == "axis" else mask for name in self.keywords}
         return args, kwargs
-
-    def part(self, attribute: str) -> Callable:
-        """The function a "module:function" attribute names, imported on first use."""
-        dotted = getattr(self, attribute)
-        if dotted is None:
-            raise ValueError(f"{self.name} has no {attribute}")
-        return dotted if callable(dotted) else _load(dotted)
-
-
-@functools.cache
-def _load(dotted: str) -> Callable:
-    module, _, name = dotted.partition(":")
-    return getattr(importlib.import_module(module), name)

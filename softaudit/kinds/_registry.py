@@ -1,7 +1,10 @@
-"""The kinds softaudit audits, one entry each: adding a kind is one entry here plus its reference and families."""
+"""The kinds softaudit audits, one entry each: adding a kind is one entry here (its parts imported from the module
+that holds them) plus its reference and families; a layer above that needs more of it (the hunt's strategy, the
+rounding budget) finds it in its own table, and a kind missing there goes without."""
 
 from __future__ import annotations
 
+from . import _attention, _grads, _rows
 from ._kind import Kind
 from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
 
@@ -40,15 +43,11 @@ _REPORTED_ATTENTION = (
     "attn_exact_probes",
 )
 
-_ROWS = "softaudit.kinds._rows"
 #: What the row kinds share: x of rows x n, reduced along its last axis.
 _ROW = dict(
-    reference=f"{_ROWS}:reference",
-    conditioning=f"{_ROWS}:conditioning",
-    element_inputs=f"{_ROWS}:element_inputs",
-    diagnose="softaudit.causes:diagnose_row",
-    strategy="softaudit.hunt._strategies:rows",
-    budget="softaudit.budget:rows",
+    reference=_rows.reference,
+    conditioning=_rows.conditioning,
+    element_inputs=_rows.element_inputs,
     reduction=("x", -1),
     row_wise=True,
 )
@@ -149,12 +148,9 @@ ATTENTION = Kind(
     best="attention.upcast",
     best_practice=_ATTENTION_BEST,
     families=_ATTENTION_FAMILIES + _GRIDS["attention"] + _REPORTED_ATTENTION,
-    reference="softaudit.kinds._attention:reference",
-    conditioning="softaudit.kinds._attention:conditioning",
-    element_inputs="softaudit.kinds._attention:element_inputs",
-    budget="softaudit.budget:attention",
-    diagnose="softaudit.causes:diagnose_scores",
-    strategy="softaudit.hunt._strategies:attention",
+    reference=_attention.reference,
+    conditioning=_attention.conditioning,
+    element_inputs=_attention.element_inputs,
     reduction=("k", -2),
     row_wise=False,
     reduces=False,
@@ -174,14 +170,11 @@ ATTENTION = Kind(
 )
 
 # The gradient kinds: vector-Jacobian products for an upstream gradient g (docs/metrics.md, docs/reference.md).
-_GRADS = "softaudit.kinds._grads"
 _ROW_GRAD = dict(
-    reference=f"{_GRADS}:row_reference",
-    conditioning=f"{_GRADS}:row_conditioning",
-    element_inputs=f"{_GRADS}:row_element_inputs",
-    diagnose="softaudit.causes:diagnose_row",
-    strategy="softaudit.hunt._strategies:gradients",
-    upstream=f"{_GRADS}:row_upstream",
+    reference=_grads.row_reference,
+    conditioning=_grads.row_conditioning,
+    element_inputs=_grads.row_element_inputs,
+    upstream=_grads.row_upstream,
     reduction=("x", -1),
     row_wise=True,
     reduces=False,
@@ -205,7 +198,6 @@ SOFTMAX_GRAD = Kind(
     best="softmax_grad.f32acc",
     best_practice="p, <g, p> and p (g - <g, p>) in {wide}, round once (softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
-    budget="softaudit.budget:softmax_grad",
     scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     **_ROW_GRAD,
@@ -222,7 +214,6 @@ LOG_SOFTMAX_GRAD = Kind(
     best="log_softmax_grad.f32acc",
     best_practice="p and g - p sum(g) in {wide}, round once (log_softmax_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED + _UPSTREAM_FAMILIES,
-    budget="softaudit.budget:log_softmax_grad",
     scale_terms="the terms of g - p sum(g)",
     **_ROW_GRAD,
 )
@@ -238,7 +229,6 @@ LOGSUMEXP_GRAD = Kind(
     best="logsumexp_grad.f32acc",
     best_practice="p g with p in {wide}, round once (logsumexp_grad.f32acc)",
     families=_ROW_FAMILIES + _UNDEFINED,
-    budget="softaudit.budget:logsumexp_grad",
     scale_terms="p g and the logits' share in p",
     **_ROW_GRAD,
 )
@@ -256,7 +246,6 @@ MASKED_SOFTMAX_GRAD = Kind(
         "where over the kept entries in {wide}, exact zeros elsewhere, round once (masked_softmax_grad.where)"
     ),
     families=_ROW_FAMILIES + _UNDEFINED + _MASKED_FAMILIES + _UPSTREAM_FAMILIES,
-    budget="softaudit.budget:softmax_grad",
     scale_terms=_SOFTMAX_GRAD_TERMS,
     measures=("sum_zero",),
     leak="masked entries get a gradient",
@@ -286,13 +275,10 @@ ATTENTION_GRAD = Kind(
     families=_ATTENTION_FAMILIES
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal")
     + tuple(f for f in _REPORTED_ATTENTION if f != "attn_nan_masked_key"),
-    reference=f"{_GRADS}:attention_reference",
-    conditioning=f"{_GRADS}:attention_conditioning",
-    element_inputs=f"{_GRADS}:attention_element_inputs",
-    budget="softaudit.budget:attention_grad",
-    diagnose="softaudit.causes:diagnose_scores",
-    strategy="softaudit.hunt._strategies:gradients",
-    upstream=f"{_GRADS}:attention_upstream",
+    reference=_grads.attention_reference,
+    conditioning=_grads.attention_conditioning,
+    element_inputs=_grads.attention_element_inputs,
+    upstream=_grads.attention_upstream,
     reduction=("k", -2),
     row_wise=False,
     reduces=False,

@@ -1,19 +1,26 @@
-"""The row kinds' parts of the loop (softmax, log_softmax, logsumexp, masked_softmax): x of rows x n."""
+"""The row kinds' parts of the loop (softmax, log_softmax, logsumexp, masked_softmax): x of rows x n.
+
+The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
+registry and must not load the reference (softaudit/adapters).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from .. import conditioning as _conditioning
-from ..reference import evaluate, undefined_rows
 
 
 def reference(kind, inputs: dict, mask, dtype) -> tuple:
+    from ..reference import evaluate
+
     return (evaluate(kind.name, inputs["x"], mask, dtype=dtype),)
 
 
 def conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     """What the measures need beyond the reference: undefined rows, NaN rows, the scale, masked entries."""
+    from ..reference import undefined_rows
+
     (ref,) = references
     exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
     x = inputs["x"].astype(np.float64)
