@@ -19,7 +19,7 @@ def _weights(g, ignored, reduction, dtype):
     else:
         w = np.broadcast_to(g, ignored.shape)
         if reduction == "mean":
-            w = w / np.array(max(int((~ignored).sum()), 1), dtype)
+            w = w / np.array(max(int(np.count_nonzero(~ignored)), 1), dtype)
     return np.where(ignored, np.zeros((), dtype), w)
 
 

@@ -13,11 +13,13 @@ KINDS = [
     "logsumexp",
     "masked_softmax",
     "attention",
+    "cross_entropy",
     "softmax_grad",
     "log_softmax_grad",
     "logsumexp_grad",
     "masked_softmax_grad",
     "attention_grad",
+    "cross_entropy_grad",
 ]
 
 

@@ -498,6 +498,7 @@ attend[3] = False
 q2, k2, v2 = rng.standard_normal((9, 32)) * 3, rng.standard_normal((70, 32)) * 3, rng.standard_normal((70, 16))
 g_rows, g_long = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048))
 g_attn = rng.standard_normal((2, 3, 7, 8))
+labels = np.array([5, -100, 17, 2, 250, 9])
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -513,6 +514,12 @@ for name, dtype in dtypes.items():
             out = [*c.call(*cast(q, k, v, g_attn), mask=attend), *c.call(*cast(q, k, v, g_attn))]
         elif c.kind == "masked_softmax_grad":
             out = [c.call(x, mask, g) for x, g in zip(cast(rows), cast(g_rows))]
+        elif c.kind == "cross_entropy":
+            options = dict(label_smoothing=0.1, z_loss=1e-4, softcap=30.0)
+            out = [c.call(x, labels[: len(x)]) for x in cast(rows * 4, long)] + [c.call(*cast(rows), labels, **options)]
+        elif c.kind == "cross_entropy_grad":
+            grads = [c.call(*cast(rows * 4), labels, *cast(g_rows[:, 0]))]
+            out = grads + [c.call(*cast(long), labels[:2], *cast(g_long[0, 0]), reduction="mean", softcap=30.0)]
         elif c.kind == "logsumexp_grad":
             out = [c.call(x, g) for x, g in zip(cast(rows, long), cast(g_rows[:, 0], g_long[:, 0]))]
         elif c.kind.endswith("_grad"):
