@@ -336,8 +336,12 @@ def diagnose(kind: str, fmt: Format, inputs: dict, mask) -> tuple[str, str]:
     """Why a row (for attention: a query with its keys) gave NaN or inf: (the input pattern that explains it, the
     pattern's name where it has a fix of its own, `fix`'s pattern; "" for either where there is none). The kind's
     shape picks the reading: a row of logits x for a row-wise kind, a query's scores with its keys otherwise."""
-    read = diagnose_row if kinds.get(kind).row_wise else diagnose_scores
-    return read(fmt, inputs, mask)
+    entry = kinds.get(kind)
+    if entry.row_wise:
+        return diagnose_row(fmt, inputs, mask)
+    if "q" in entry.inputs and "k" in entry.inputs:
+        return diagnose_scores(fmt, inputs, mask)
+    return "", ""  # (a kind of another shape, merge_attention's splits: no reading of its own yet)
 
 
 def diagnose_scores(fmt: Format, inputs: dict, mask) -> tuple[str, str]:

@@ -187,7 +187,9 @@ def basis(
     k = kinds.get(kind)
     rounded = np.asarray(ref.value).astype(np.float64)
     undefined = np.asarray(undefined)
-    defined = ~np.broadcast_to(undefined[..., None], rounded.shape) if not k.reduces else ~undefined
+    # (undefined per row, or per element where it has the output's shape: merge_attention's lse)
+    per_element = k.reduces or undefined.shape == rounded.shape
+    defined = ~undefined if per_element else ~np.broadcast_to(undefined[..., None], rounded.shape)
     lo = ref.lo if ref.lo.any() else None
     r = ref.hi if lo is None else ref.hi + lo
     finite_ref = np.isfinite(rounded) & defined

@@ -154,7 +154,7 @@ class Reruns:
         items = self._items()
         # A loss reduced over its rows (reduction="mean" or "sum") has no output per batch item to compare.
         reduced = (options or {}).get("reduction", "none") != "none"
-        if items is None or self.items == 0 or reduced:
+        if items is None or self.items == 0 or reduced or not self.kind.batched:
             return
         arrays, mask = items
         rng = np.random.default_rng(seed)

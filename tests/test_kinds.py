@@ -68,6 +68,7 @@ def test_the_comparison_tables_read_the_kinds():
 def test_an_unknown_kind_is_one_line():
     message = (
         "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, cross_entropy, "
+        "merge_attention, "
         "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, cross_entropy_grad"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -167,8 +168,8 @@ def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
 
 def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
     """The hunt draws each kind by its shape, the causes read a NaN by it, and the budgets know every kind but
-    cross-entropy's; a kind whose inputs the hunt does not draw (class labels: cross_entropy) gets no strategy, and
-    the hunt says so in one line."""
+    cross-entropy's and the merge's; a kind whose inputs the hunt does not draw (class labels: cross_entropy; split
+    results: merge_attention) gets no strategy, and the hunt says so in one line."""
     import dataclasses
 
     from softaudit import budget, causes
@@ -189,8 +190,9 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "attention_grad": "gradients",
         "cross_entropy": None,
         "cross_entropy_grad": None,
+        "merge_attention": None,
     }
-    assert set(budget.BUDGETS) == set(KINDS) - {"cross_entropy", "cross_entropy_grad"}
+    assert set(budget.BUDGETS) == set(KINDS) - {"cross_entropy", "cross_entropy_grad", "merge_attention"}
     labels = dataclasses.replace(KINDS["softmax"], name="labels", arguments=("x", "target"))
     monkeypatch.setitem(kinds.KINDS, "labels", labels)
     assert _strategies.for_kind(labels) is None

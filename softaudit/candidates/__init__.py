@@ -23,6 +23,7 @@ from . import (
     logsumexp_grad,
     masked_softmax,
     masked_softmax_grad,
+    merge_attention,
     softmax,
     softmax_grad,
 )
@@ -52,6 +53,7 @@ def builtins() -> list[Candidate]:
         masked_softmax,
         attention,
         cross_entropy,
+        merge_attention,
         softmax_grad,
         log_softmax_grad,
         logsumexp_grad,

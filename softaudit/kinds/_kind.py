@@ -73,6 +73,9 @@ class Kind:
     #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
     #: 3.5x the conditioning in float32 and float64, and a wrong constant 3-14x (docs/policy.md, "The floor").
     max_floor: float | None = None
+    #: Every input holds the batch items along its leading axes (the reproducibility reruns embed them in larger
+    #: batches); False where an input leads with another axis (merge_attention's splits): no batch reruns.
+    batched: bool = True
     #: Inputs that are integer arrays (class labels): kept as int64, never rounded to the audited dtype.
     integers: tuple[str, ...] = ()
     #: The kind's own case families, name -> (description, make): softaudit.cases registers them after its own

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import _attention, _grads, _rows
 from ._kind import Kind
 from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
+from .merge_attention import MERGE_ATTENTION
 
 #: The row families every row kind runs, in registration order (softaudit/cases/_rows.py).
 _ROW_FAMILIES = (
@@ -303,6 +304,7 @@ KINDS: dict[str, Kind] = {
         MASKED_SOFTMAX,
         ATTENTION,
         CROSS_ENTROPY,
+        MERGE_ATTENTION,
         SOFTMAX_GRAD,
         LOG_SOFTMAX_GRAD,
         LOGSUMEXP_GRAD,

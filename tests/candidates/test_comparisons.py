@@ -14,6 +14,7 @@ KINDS = [
     "masked_softmax",
     "attention",
     "cross_entropy",
+    "merge_attention",
     "softmax_grad",
     "log_softmax_grad",
     "logsumexp_grad",

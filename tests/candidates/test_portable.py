@@ -476,6 +476,7 @@ PROBE = r"""
 import hashlib, json
 import ml_dtypes, numpy as np
 from softaudit.candidates import builtins
+from softaudit.kinds.merge_attention import _partials
 
 def digest(*arrays):
     h = hashlib.sha256()
@@ -499,6 +500,7 @@ q2, k2, v2 = rng.standard_normal((9, 32)) * 3, rng.standard_normal((70, 32)) * 3
 g_rows, g_long = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048))
 g_attn = rng.standard_normal((2, 3, 7, 8))
 labels = np.array([5, -100, 17, 2, 250, 9])
+splits = _partials(rng, (3, 0, 40, 7), lq=5, dv=8, center=30.0)
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -520,6 +522,8 @@ for name, dtype in dtypes.items():
         elif c.kind == "cross_entropy_grad":
             grads = [c.call(*cast(rows * 4), labels, *cast(g_rows[:, 0]))]
             out = grads + [c.call(*cast(long), labels[:2], *cast(g_long[0, 0]), reduction="mean", softcap=30.0)]
+        elif c.kind == "merge_attention":
+            out = [*c.call(*cast(splits["outputs"], splits["lses"]))]
         elif c.kind == "logsumexp_grad":
             out = [c.call(x, g) for x, g in zip(cast(rows, long), cast(g_rows[:, 0], g_long[:, 0]))]
         elif c.kind.endswith("_grad"):
