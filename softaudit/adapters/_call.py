@@ -7,6 +7,8 @@ and goes on.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import signal
 import threading
 
@@ -112,6 +114,10 @@ def call_all(
     output that is the input, written in place, is then valid only until that call.
     """
     kind = kinds.get(candidate.kind)
+    extra = [name for name in arrays if name not in kind.arguments]  # (attention's bias, alibi_slopes, sinks)
+    missing = _not_taken(candidate.call, [*(options or {}), *extra])
+    if missing:
+        raise bridge.CandidateSkip(f"does not take {', '.join(missing)}")
     args, kwargs = _arguments(kind, arrays, mask, reuse)
     kwargs |= options or {}
     framework = candidate.framework
@@ -136,6 +142,21 @@ def call_all(
         for o, shape, name in zip(outs, shapes, kind.outputs)
     ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for _, n in checked if n))
+
+
+def _not_taken(call, names: list[str]) -> list[str]:
+    """The case's keywords the callable does not take (none where it takes **kwargs or has no signature): a
+    candidate without softcap is skipped on a softcapped case, not called wrongly."""
+    if not names:
+        return []
+    fn = call.func if isinstance(call, functools.partial) else call
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return []
+    return [name for name in names if name not in parameters]
 
 
 def _several(out, names: tuple) -> tuple:

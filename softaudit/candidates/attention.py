@@ -11,6 +11,7 @@ import numpy as np
 
 from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, matmul, row_max, work_dtype
+from .cross_entropy import tanh
 
 
 def _scores(q, k):
@@ -18,14 +19,53 @@ def _scores(q, k):
     return matmul(q, np.swapaxes(k, -1, -2), q.dtype) * scale
 
 
+def modified(s, mask, *, bias=None, alibi_slopes=None, softcap=None, causal=False, window=None):
+    """The score modifiers (softaudit.kinds' attention MODIFIERS) on scores s (..., Lq, Lk) in s's dtype: the cap
+    c tanh(s / c), then the bias and ALiBi's -slope |i + Lk - Lq - j|; and the keys each query may attend (mask,
+    causal and window, bottom-right aligned), or None for all."""
+    d = s.dtype
+    lq, lk = s.shape[-2], s.shape[-1]
+    offset = np.arange(lk)[None, :] - (np.arange(lq)[:, None] + lk - lq)
+    if softcap is not None:
+        c = const(softcap, d)
+        s = c * tanh(s / c)
+    if bias is not None:
+        s = s + np.asarray(bias).astype(d)
+    if alibi_slopes is not None:
+        s = s - np.asarray(alibi_slopes).astype(d)[:, None, None] * np.abs(offset).astype(d)
+    keep = None if mask is None else np.asarray(mask, bool)
+    if causal:
+        keep = offset <= 0 if keep is None else keep & (offset <= 0)
+    if window is not None:
+        left, right = window
+        inside = ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
+        keep = inside if keep is None else keep & inside
+    return s, keep
+
+
+def _sink_weights(s, keep, sinks, d):
+    """exp(s - m) over the kept scores and the sink's exp(z - m), m the largest of both (0 for none)."""
+    kept = np.ones(s.shape, bool) if keep is None else np.broadcast_to(keep, s.shape)
+    m = np.where(kept, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
+    z = None if sinks is None else np.broadcast_to(np.asarray(sinks).astype(d)[..., None, None], m.shape)
+    if z is not None:
+        m = np.maximum(m, z)
+    m = np.where(np.isfinite(m), m, np.zeros((), d))
+    e = np.where(kept, exp(s - m), np.zeros((), d))
+    return e, (np.zeros(m.shape, d) if z is None else exp(z - m))
+
+
 def naive_attention(fill, name: str, weakness: str):
     """Attention in the dtype with masked scores set to `fill` (written in the dtype; "finfo_min" allowed)."""
 
-    def attend(q, k, v, mask=None):
+    def attend(q, k, v, mask=None, **modifiers):
         with np.errstate(all="ignore"):
-            s = _scores(q, k)
-            if mask is not None:
-                s = np.where(mask, s, const(fill if fill == "finfo_min" else float(fill), s.dtype))
+            s, keep = modified(_scores(q, k), mask, **{n: a for n, a in modifiers.items() if n != "sinks"})
+            if keep is not None:
+                s = np.where(keep, s, const(fill if fill == "finfo_min" else float(fill), s.dtype))
+            if modifiers.get("sinks") is not None:
+                e, sink = _sink_weights(s, None, modifiers["sinks"], s.dtype)
+                return matmul(e / (dtype_sum(e) + sink), v, q.dtype)
             e = exp(s - row_max(s))
             return matmul(e / dtype_sum(e), v, q.dtype)
 
@@ -49,17 +89,17 @@ naive_fill_finfo_min = naive_attention(
 
 
 @candidate(kind="attention", name="attention.upcast")
-def upcast(q, k, v, mask=None):
+def upcast(q, k, v, mask=None, *, sinks=None, **modifiers):
     """Best practice: everything in float32 for 16-bit inputs, masked scores excluded with where, zeros for a
-    fully masked row, rounded once. Weakness: none known."""
+    fully masked row, rounded once; every modifier (softcap, bias, ALiBi, causal, window, sinks). Weakness: none
+    known."""
     w = work_dtype(q.dtype)
     q32, k32, v32 = (a.astype(w) for a in (q, k, v))
     with np.errstate(all="ignore"):
         s = matmul(q32, np.swapaxes(k32, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
-        keep = np.ones(s.shape, bool) if mask is None else np.broadcast_to(mask, s.shape)
-        m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
-        e = np.where(keep, exp(s - np.where(np.isfinite(m), m, 0)), 0)
-        total = dtype_sum(e)
+        s, keep = modified(s, mask, **modifiers)
+        e, sink = _sink_weights(s, keep, sinks, w)
+        total = dtype_sum(e) + sink
         p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
         return matmul(p, v32, q.dtype)
 
@@ -67,11 +107,11 @@ def upcast(q, k, v, mask=None):
 def tiled_attention(block: int = 64):
     """FlashAttention-style attention over key blocks of `block`, with an online softmax."""
 
-    def tiled(q, k, v, mask=None):
+    def tiled(q, k, v, mask=None, **modifiers):
         """FlashAttention-style: key blocks of {block}, running max and sum in float32, P rounded to the input dtype
-        before the P V product (as FlashAttention 2 does), zeros for fully masked rows. Weakness: P in a 16-bit
-        dtype adds about one ulp of the dtype per weight."""
-        return _online(q, k, v, mask, block)
+        before the P V product (as FlashAttention 2 does), zeros for fully masked rows; every modifier. Weakness: P
+        in a 16-bit dtype adds about one ulp of the dtype per weight."""
+        return _online(q, k, v, mask, block, **modifiers)
 
     tiled.__doc__ = tiled.__doc__.format(block=block)
     tiled.__name__ = tiled.__qualname__ = f"tiled_b{block}"
@@ -92,20 +132,34 @@ def split_kv(q, k, v, mask=None, *, num_splits=None):
     return _online(q, k, v, mask, max(1, -(-k.shape[-2] // splits)))
 
 
-def _online(q, k, v, mask, block: int):
-    """Attention over key blocks of `block` with an online softmax (tiled_attention's kernel)."""
+def _online(q, k, v, mask, block: int, sinks=None, **modifiers):
+    """Attention over key blocks of `block` with an online softmax (tiled_attention's kernel); a sink starts the
+    running max and sum (score z, value 0)."""
     w = work_dtype(q.dtype)
     q32, k32, v32 = (a.astype(w) for a in (q, k, v))
     lq, lk = q.shape[-2], k.shape[-2]
     shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (lq,)
     m = np.full(shape + (1,), -np.inf, w)
     total = np.zeros(shape + (1,), w)
+    if sinks is not None:
+        m = np.broadcast_to(np.asarray(sinks).astype(w)[..., None, None], m.shape).copy()
+        total = np.ones(shape + (1,), w)
     acc = np.zeros(shape + (v.shape[-1],), w)
     keep_all = np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+    cap = modifiers.pop("softcap", None)
     with np.errstate(all="ignore"):
+        # the bias (with ALiBi's) and the causal and window limits over every key, cut into the blocks below
+        extra, limits = modified(np.zeros(shape[:-1] + (lq, lk), w), None, **modifiers) if modifiers else (None, None)
+        if limits is not None:
+            keep_all = keep_all & limits
         for start in range(0, lk, block):
             kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
             s = matmul(q32, np.swapaxes(kb, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
+            if cap is not None:
+                c = w.type(cap)
+                s = c * tanh(s / c)
+            if extra is not None:
+                s = s + extra[..., start : start + block]
             s = np.where(keep_all[..., start : start + block], s, -np.inf)
             new_m = np.maximum(m, s.max(axis=-1, keepdims=True))
             safe_m = np.where(np.isfinite(new_m), new_m, 0)

@@ -10,24 +10,116 @@ import numpy as np
 
 from .. import conditioning as _conditioning
 
+#: The score modifiers a case may set (`Case.options`, the candidate's keywords), beside the arrays bias,
+#: alibi_slopes and sinks (passed as keywords too): softcap c (s -> c tanh(s / c), before the bias and the mask),
+#: causal (True: key j <= i + Lk - Lq, FlashAttention's bottom-right alignment) and window (left, right): keys
+#: i + Lk - Lq - left <= j <= i + Lk - Lq + right, -1 for a side without bound (FlashAttention's window_size).
+MODIFIERS = ("softcap", "causal", "window")
 
-def reference(kind, inputs: dict, mask, dtype) -> tuple:
+
+def spec(inputs: dict, mask, options: dict) -> dict:
+    """The exact problem's keywords for softaudit.reference.attention: the mask with the window and causal ones,
+    the bias with ALiBi's (-slope |i + Lk - Lq - j| per head, exact: slopes of at most 32 bits), softcap, sinks."""
+    q, k = inputs["q"], inputs["k"]
+    lq, lk = q.shape[-2], k.shape[-2]
+    i, j = np.arange(lq)[:, None], np.arange(lk)[None, :]
+    offset = j - (i + lk - lq)  # key position relative to the query's own, bottom-right aligned
+    keep = None if mask is None else np.asarray(mask, bool)
+    limits = []
+    if options.get("causal"):
+        limits.append(offset <= 0)
+    if options.get("window") is not None:
+        left, right = options["window"]
+        limits.append(((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0)))
+    for limit in limits:
+        keep = limit if keep is None else keep & limit
+    bias = inputs.get("bias")
+    bias = None if bias is None else np.asarray(bias, np.float64)
+    if inputs.get("alibi_slopes") is not None:
+        slopes = np.asarray(inputs["alibi_slopes"], np.float64)[:, None, None]  # per head, the axis before Lq
+        significand = np.frexp(slopes)[0] * 2.0**32
+        if not np.array_equal(significand, np.round(significand)) or lk > 2**20:
+            raise ValueError("ALiBi's bias must be exact in float64: slopes of at most 32 bits, at most 2**20 keys")
+        alibi = -slopes * np.abs(offset)
+        bias = alibi if bias is None else bias + alibi
+    sinks = inputs.get("sinks")
+    return {
+        "mask": keep,
+        "bias": bias,
+        "softcap": options.get("softcap"),
+        "sinks": None if sinks is None else np.asarray(sinks, np.float64),
+    }
+
+
+def _modified(inputs: dict, options: dict) -> bool:
+    return any(options.get(m) is not None and options.get(m) is not False for m in MODIFIERS) or any(
+        n in inputs for n in ("bias", "alibi_slopes", "sinks")
+    )
+
+
+def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     from ..reference import evaluate_attention
 
-    return (evaluate_attention(inputs["q"], inputs["k"], inputs["v"], mask, dtype=dtype),)
+    if not _modified(inputs, options):
+        return (evaluate_attention(inputs["q"], inputs["k"], inputs["v"], mask, dtype=dtype),)
+    return (evaluate_attention(inputs["q"], inputs["k"], inputs["v"], dtype=dtype, **spec(inputs, mask, options)),)
 
 
-def conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
+def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]:
     """What the measures need beyond the reference: undefined queries, queries with nothing kept, sum p|v|, the
     scale."""
     (ref,) = references
     exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
     q, k, v = (inputs[n] for n in ("q", "k", "v"))
     scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
+    if _modified(inputs, options):
+        found = spec(inputs, mask, options)
+        keep = np.broadcast_to(True if found["mask"] is None else found["mask"], scores_shape)
+        if found["bias"] is not None:
+            keep = keep & (np.broadcast_to(found["bias"], scores_shape) != -np.inf)
+        scale, vsum = _modified_scale(q, k, v, keep, exact, found)
+        nothing_kept = ~keep.any(axis=-1) if found["sinks"] is None else None
+        return ({"undefined": ref.undefined, "nothing_kept": nothing_kept, "vsum": vsum, "scale": scale},)
     keep = np.broadcast_to(True if mask is None else mask, scores_shape)
     scale, vsum = _conditioning.attention(q, k, v, keep, exact, 1 / np.sqrt(q.shape[-1]))
     nothing_kept = ~keep.any(axis=-1) if mask is not None else None
     return ({"undefined": ref.undefined, "nothing_kept": nothing_kept, "vsum": vsum, "scale": scale},)
+
+
+def _modified_scale(q, k, v, keep, o, found: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The scale with modifiers: |o| + sum_j p_j |v_j| + sum_j p_j |v_j - o| (2 a_j f_j + |b_j| + |s'_j| [cap]) +
+    p_sink |o| |z|, a_j = c sum_t |q_t k_jt|, f_j = sech(s_j / cap)**2 (1 without a cap), s'_j the capped score:
+    the first-order change of o when q, k, v, the bias and the sink are rounded (and the cap's tanh)."""
+    with np.errstate(all="ignore"):
+        q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
+        q, k, v = (_conditioning._finite(a) for a in (q, k, v))
+        c = 1 / np.sqrt(q.shape[-1])
+        kt = np.swapaxes(k, -1, -2)
+        s = (q @ kt) * c
+        a = (np.abs(q) @ np.abs(kt)) * c
+        cap = found["softcap"]
+        f = np.ones_like(s) if cap is None else 1 / np.cosh(s / cap) ** 2
+        s = s if cap is None else cap * np.tanh(s / cap)
+        b = 0.0 if found["bias"] is None else np.where(keep, np.broadcast_to(found["bias"], s.shape), 0.0)
+        total = np.where(keep, s + b, -np.inf)
+        z = found["sinks"]
+        m = total.max(axis=-1, keepdims=True, initial=-np.inf)
+        if z is not None:
+            zb = np.broadcast_to(z.reshape(z.shape + (1, 1)) if z.ndim else z, m.shape)
+            m = np.maximum(m, zb)
+        m = np.where(np.isfinite(m), m, 0.0)
+        e = np.where(keep, np.exp(total - m), 0.0)
+        sink = 0.0 if z is None else np.exp(zb - m)
+        denominator = e.sum(axis=-1, keepdims=True) + sink
+        p = e / np.where(denominator > 0, denominator, 1.0)
+        weight = np.where(keep, 2 * a * f + np.abs(b) + (0.0 if cap is None else np.abs(s)), 0.0)
+        vsum = p @ np.abs(v)
+        spread = np.einsum("...ij,...ijc->...ic", p * weight, np.abs(v[..., None, :, :] - o[..., :, None, :]))
+        scale = np.abs(o) + vsum + spread
+        if z is not None:
+            p_sink = sink / np.where(denominator > 0, denominator, 1.0)
+            scale = scale + p_sink * np.abs(o) * np.abs(zb)
+    return np.nan_to_num(scale), vsum
 
 
 def element_inputs(kind, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
@@ -40,3 +132,101 @@ def element_inputs(kind, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
     if pc.mask is not None:
         mask = np.broadcast_to(pc.mask, batch + (shape[-2], k.shape[-2]))[lead][query]
     return {"q": q[query][None, :], "k": k, "v": v}, mask
+
+
+# -------------------------------------------------------------------------------------- the modifiers' families
+
+
+def _qkv(rng, heads, lq, lk, d=64, spread=1.0):
+    shape = (1, heads)
+    return {
+        "q": rng.standard_normal(shape + (lq, d)) * spread,
+        "k": rng.standard_normal(shape + (lk, d)),
+        "v": rng.standard_normal(shape + (lk, d)),
+    }
+
+
+def _softcap(kind, fmt, size, rng):
+    arrays = _qkv(rng, 2, size.lq, 256, spread=4.0)  # scores of N(0, 16): a cap of 20 bends the largest
+    keep = rng.random((size.lq, 256)) < 0.7
+    return [
+        (arrays, None, "scores of N(0, 16) capped at 20 (Gemma 2's tanh softcap)", {}, {"softcap": 20.0}),
+        (
+            arrays,
+            keep,
+            "capped at 5 with 30% of the keys masked: the cap comes before the mask (FlashAttention PR #1025: a cap "
+            "after it makes a masked -inf into -5, which takes weight)",
+            {},
+            {"softcap": 5.0},
+        ),
+    ]
+
+
+def _alibi(kind, fmt, size, rng):
+    out = []
+    for heads in (8, 12):
+        arrays = _qkv(rng, heads, size.lq, 512)
+        # 2**(-8 h / H): powers of two for 8 heads, else rounded to float32 (ALiBi's exact bias needs <= 32 bits)
+        arrays["alibi_slopes"] = (2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)).astype(np.float32).astype(np.float64)
+        text = f"ALiBi over 512 keys, {heads} heads' slopes, causal (FlashAttention #845: slopes cast to float16)"
+        out.append((arrays, None, text, {}, {"causal": True}))
+    return out
+
+
+def _window(kind, fmt, size, rng):
+    arrays = _qkv(rng, 2, size.lq, 1024)
+    return [
+        (
+            arrays,
+            None,
+            "a sliding window of 256 keys to the left, causal, 1,024 keys (transformers #39408, onnxruntime PR "
+            "#25927: off by one)",
+            {},
+            {"window": (256, 0)},
+        ),
+        (arrays, None, "a window of 100 keys on each side", {}, {"window": (100, 100)}),
+    ]
+
+
+def _causal(kind, fmt, size, rng):
+    out = []
+    for lq, lk in ((size.lq, 300), (size.lq, size.lq)):
+        arrays = _qkv(rng, 2, lq, lk)
+        text = f"causal with {lq} queries over {lk} keys, bottom-right aligned (FlashAttention #951: top-left)"
+        out.append((arrays, None, text, {}, {"causal": True}))
+    return out
+
+
+def _sinks(kind, fmt, size, rng):
+    arrays = _qkv(rng, 4, size.lq, 256)
+    keep = rng.random((size.lq, 256)) < 0.5
+    keep[0] = False  # a query with no key still attends the sink: its output is 0
+    learned = dict(arrays, sinks=rng.standard_normal(4) * 2)
+    one = dict(arrays, sinks=np.zeros(4))
+    return [
+        (
+            learned,
+            keep,
+            "a learnable sink logit per head (FlashAttention PR #1819, TransformerEngine PR #2225)",
+            {},
+            {},
+        ),
+        (one, None, "softmax1: a sink of logit 0, 'off by one' (the denominator 1 + sum e**s)", {}, {}),
+    ]
+
+
+def _bias(kind, fmt, size, rng):
+    arrays = _qkv(rng, 2, size.lq, 256)
+    bias = rng.standard_normal((2, size.lq, 256)) * 2
+    bias[:, :, 200:] = -np.inf  # an additive mask: the last 56 keys are padding
+    return [(dict(arrays, bias=bias), None, "an additive bias of N(0, 4), -inf on 56 padded keys", {}, {})]
+
+
+MAKERS = {
+    "attn_softcap": ("a tanh softcap, with and without a mask", _softcap),
+    "attn_alibi": ("ALiBi slopes for 8 and 12 heads", _alibi),
+    "attn_window": ("sliding windows", _window),
+    "attn_causal": ("causal masks when queries and keys differ in number", _causal),
+    "attn_sinks": ("learnable sinks and softmax1", _sinks),
+    "attn_bias": ("an additive bias with -inf padding", _bias),
+}

@@ -101,4 +101,6 @@ class Kind:
         """(args, kwargs) of a call on a case's arrays and mask, by the calling convention."""
         args = tuple(mask if name == "mask" else arrays[name] for name in self.arguments)
         kwargs = {name: -1 if name == "axis" else mask for name in self.keywords}
+        # a case's further arrays (attention's bias, alibi_slopes, sinks) go by name
+        kwargs |= {name: a for name, a in arrays.items() if name not in self.arguments}
         return args, kwargs

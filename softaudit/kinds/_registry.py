@@ -148,7 +148,7 @@ ATTENTION = Kind(
     standard=("attention.naive", "attention.tiled_b64"),
     best="attention.upcast",
     best_practice=_ATTENTION_BEST,
-    families=_ATTENTION_FAMILIES + _GRIDS["attention"] + _REPORTED_ATTENTION,
+    families=_ATTENTION_FAMILIES + _GRIDS["attention"] + _REPORTED_ATTENTION + tuple(_attention.MAKERS),
     reference=_attention.reference,
     conditioning=_attention.conditioning,
     element_inputs=_attention.element_inputs,
@@ -161,6 +161,7 @@ ATTENTION = Kind(
     causes=("subnormal",),
     scale_terms="sum p|v| and the scores' share",
     leak="outputs move when masked keys change",
+    makers=_attention.MAKERS,
     max_floor=6.0,
     fixes={
         "nan": "subtract each query's largest score before exp and form the scores in {wide}",

@@ -79,15 +79,34 @@ def masked_softmax(x, mask, axis=-1, *, dtype=None, prec=113, method="auto") -> 
     return _evaluate("masked_softmax", x, mask, axis, dtype, prec, method, detail=False)
 
 
-def attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto", device="auto") -> np.ndarray:
+def attention(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale=None,
+    bias=None,
+    softcap=None,
+    sinks=None,
+    dtype=None,
+    prec=113,
+    method="auto",
+    device="auto",
+) -> np.ndarray:
     """softmax(scale * q k^T, masked) v for q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv).
 
     `mask` is boolean, broadcastable to (..., Lq, Lk), True = may attend. `scale=None` is the real 1/sqrt(d).
+    Score modifiers, in this order: `softcap` c makes each score s into c tanh(s / c); `bias` (broadcastable to
+    (..., Lq, Lk); an ALiBi bias is slope (j - i)) is added, -inf masking that score; then the mask. `sinks` (one
+    logit z per batch entry, broadcastable to the batch shape) adds a key of score exactly z and value 0 that every
+    query attends (a learnable sink; z = 0 is softmax1, "off by one"). A softcapped problem is computed by tier C
+    (mpmath) for float64 targets, and for what tier A leaves.
     `device`: where the float64 tier runs for targets of at most 24 bits: "auto" (a CUDA GPU through torch when
     one is present and the problem has at least 2**24 scores; $SOFTAUDIT_REFERENCE_DEVICE overrides), "numpy", or
     a torch device name ("cuda", "cuda:1", "cpu"). The values are the same bits on every device.
     """
-    problem = prepare(q, k, v, mask, scale_value(scale))
+    problem = prepare(q, k, v, mask, scale_value(scale), bias, softcap, sinks)
     return round_attention(problem, target(dtype, prec), _method(method), detail=False, device=device).value
 
 
@@ -294,7 +313,21 @@ def attention_undefined_rows(q, k, v, mask=None) -> np.ndarray:
     return prepare(q, k, v, mask, None).undefined
 
 
-def evaluate_attention(q, k, v, mask=None, *, scale=None, dtype=None, prec=113, method="auto", device="auto") -> Result:
-    """The full `Result` of attention (per query row: undefined); `device` as for `attention`."""
-    problem = prepare(q, k, v, mask, scale_value(scale))
+def evaluate_attention(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale=None,
+    bias=None,
+    softcap=None,
+    sinks=None,
+    dtype=None,
+    prec=113,
+    method="auto",
+    device="auto",
+) -> Result:
+    """The full `Result` of attention (per query row: undefined); modifiers and `device` as for `attention`."""
+    problem = prepare(q, k, v, mask, scale_value(scale), bias, softcap, sinks)
     return round_attention(problem, target(dtype, prec), _method(method), detail=True, device=device)

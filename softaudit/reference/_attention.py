@@ -36,6 +36,10 @@ class Problem:
     undefined: np.ndarray  # (..., Lq) bool, in the broadcast batch shape
     shape: tuple[int, ...]  # the output shape (..., Lq, dv)
     all_kept: bool  # no mask, or one that keeps everything: keep is then a broadcast view of True
+    #: (B, Lq, Lk) float64 added to each score after the softcap, or None (a bias, ALiBi's, a sink's column)
+    bias: np.ndarray | None = None
+    #: c: each score s becomes c tanh(s / c) before the bias and the mask, or None
+    softcap: float | None = None
 
 
 def check_shapes(q, k, v, scale) -> None:
@@ -49,7 +53,10 @@ def check_shapes(q, k, v, scale) -> None:
         raise ValueError("q and k have d = 0, so 1/sqrt(d) is undefined; pass scale")
 
 
-def prepare(q, k, v, mask, scale) -> Problem:
+def prepare(q, k, v, mask, scale, bias=None, softcap=None, sinks=None) -> Problem:
+    """The problem in flat batch form. bias: broadcastable to (..., Lq, Lk), added to each score after the softcap
+    (-inf: that score is masked; +inf or NaN where kept: undefined). sinks: one logit per batch entry (broadcastable
+    to the batch shape), a key of score exactly z and value 0 that every query attends (softmax1: z = 0)."""
     q = float_array(q, "q", min_ndim=2)
     k = float_array(k, "k", min_ndim=2)
     v = float_array(v, "v", min_ndim=2)
@@ -67,6 +74,30 @@ def prepare(q, k, v, mask, scale) -> Problem:
     v3 = np.broadcast_to(v, batch + (lk, dv)).reshape(flat + (lk, dv))
     keep3 = keep.reshape(flat + (lq, lk))
     all_kept = mask is None or bool(np.all(mask))
+    bias3 = None
+    if bias is not None:
+        b = float_array(bias, "bias", min_ndim=0).astype(np.float64)
+        try:
+            bias3 = np.broadcast_to(b, batch + (lq, lk)).reshape(flat + (lq, lk))
+        except ValueError:
+            raise ValueError(f"bias of shape {b.shape} does not broadcast to {batch + (lq, lk)}") from None
+        if (bias3 == -np.inf).any():  # an additive mask: -inf removes the score
+            keep3 = keep3 & (bias3 != -np.inf)
+            all_kept = False
+    if softcap is not None and not 0 < softcap < np.inf:
+        raise ValueError(f"softcap must be positive and finite, got {softcap!r}")
+    if sinks is not None:  # one more key: score exactly z (k = 0, the bias z), value 0, attended by every query
+        z = float_array(sinks, "sinks", min_ndim=0).astype(np.float64)
+        try:
+            z = np.broadcast_to(z, batch).reshape(flat)
+        except ValueError:
+            raise ValueError(f"sinks of shape {z.shape} do not broadcast to the batch shape {batch}") from None
+        k3 = np.concatenate([k3, np.zeros(flat + (1, d), k3.dtype)], axis=1)
+        v3 = np.concatenate([v3, np.zeros(flat + (1, dv), v3.dtype)], axis=1)
+        column = np.broadcast_to(z[:, None, None], flat + (lq, 1))
+        bias3 = np.concatenate([np.zeros(flat + (lq, lk)) if bias3 is None else bias3, column], axis=2)
+        keep3 = np.concatenate([keep3, np.ones(flat + (lq, 1), bool)], axis=2)
+        lk += 1
     with np.errstate(invalid="ignore"):
         bad_key = ~(_finite_rows(k3) & _finite_rows(v3))
         undefined = ~_finite_rows(q3)
@@ -74,7 +105,10 @@ def prepare(q, k, v, mask, scale) -> Problem:
             undefined |= (lk == 0) | bad_key.any(axis=-1)[:, None]
         else:
             undefined |= ~keep3.any(axis=-1) | (keep3 & bad_key[:, None, :]).any(axis=-1)
-    return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), batch + (lq, dv), all_kept)
+        if bias3 is not None:
+            undefined |= (keep3 & ~np.isfinite(bias3)).any(axis=-1)
+    shape = batch + (lq, dv)
+    return Problem(q3, k3, v3, keep3, scale, undefined.reshape(batch + (lq,)), shape, all_kept, bias3, softcap)
 
 
 #: The exponent bits of the IEEE formats: all ones is an infinity or a NaN. Read from the bits, the test takes a
@@ -94,14 +128,27 @@ def _finite_rows(a: np.ndarray) -> np.ndarray:
     return np.isfinite(a).all(axis=-1)
 
 
-def tier_a(q, k, v, keep, scale) -> Approx:
-    """float64, for targets of at most 24 bits. q (R, d) are queries of one batch entry; k, v its keys and values."""
+#: Assumed relative error bound of numpy's float64 tanh (as LIBM_EXP_REL for exp: glibc and SVML are within a few
+#: ulp); only tier A's softcap relies on it.
+LIBM_TANH_REL = 2.0**-46
+
+
+def tier_a(q, k, v, keep, scale, bias=None, softcap=None) -> Approx:
+    """float64, for targets of at most 24 bits. q (R, d) are queries of one batch entry; k, v its keys and values;
+    bias (R, Lk) or None and softcap as in Problem."""
     d, lk = q.shape[1], k.shape[0]
     scores = q @ k.T
     size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
     s = c * scores
     ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    if softcap is not None:  # c tanh(s / c): tanh' <= 1, so ds stays; s / c, tanh and the product add their own
+        capped = softcap * np.tanh(s / softcap)
+        ds = ds + (np.abs(s) * U + np.abs(capped) * (LIBM_TANH_REL + 2 * U)) * (1 + _SAFE)
+        s = capped
+    if bias is not None:
+        s = s + bias
+        ds = ds + np.abs(s) * U
     s = np.where(keep, s, -np.inf)
     m = s.max(axis=1, keepdims=True)
     t = s - m
@@ -122,9 +169,13 @@ def tier_a(q, k, v, keep, scale) -> Approx:
     return Approx(o, np.zeros_like(o), err, 0.0)
 
 
-def tier_b(q, k, v, keep, scale) -> Approx:
-    """Double-double, for float64 targets and what tier A left. Needs |q|, |k|, |v| below 2**500."""
+def tier_b(q, k, v, keep, scale, bias=None, softcap=None) -> Approx:
+    """Double-double, for float64 targets and what tier A left. Needs |q|, |k|, |v| below 2**500; has no tanh (a
+    softcap leaves every output to tier C)."""
     d, lk = q.shape[1], k.shape[0]
+    if softcap is not None:
+        shape = (len(q), v.shape[1])
+        return Approx(np.zeros(shape), np.zeros(shape), np.full(shape, np.inf), 0.0)
     ph, pl = _dd.two_prod(q[:, None, :], k[None, :, :])
     size = _dd.pairwise_sum(np.abs(ph))[0] * (1 + 2 * _dd.gamma(d))
     sh, sl = _dd.pairwise_sum(ph, pl)
@@ -133,6 +184,9 @@ def tier_b(q, k, v, keep, scale) -> Approx:
     ch, cl, c_rel = _dd.scale_dd(scale, d)
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * s_err + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    if bias is not None:
+        sh, sl = _dd.add_d(sh, sl, bias)
+        ds = ds + np.abs(sh) * 2 * _dd.DD_OP_REL
     eh, el, total_h, total_l, eta, sigma, unsure, _ = weights_dd(sh, sl, ds, keep)
     nh, nl = _dd.two_prod(eh[:, :, None], v[None, :, :])
     nh, nl = _dd.pairwise_sum(np.moveaxis(nh, 1, 2), np.moveaxis(nl + el[:, :, None] * v[None, :, :], 1, 2))
@@ -200,7 +254,8 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
         tiers = (
             [(1, tier_a, lk), (2, tier_b, lk * max(d, dv))] if tier_a_target(fmt) else [(2, tier_b, lk * max(d, dv))]
         )
-        torch_device = _torch_tier.device_for(device, nb * lq * lk) if tier_a_target(fmt) else None
+        plain = problem.bias is None and problem.softcap is None  # (the torch tier knows neither)
+        torch_device = _torch_tier.device_for(device, nb * lq * lk) if tier_a_target(fmt) and plain else None
         if torch_device is not None and _torch_tier.run(problem, fmt, torch_device, pending, out):
             tiers = []  # tiers A and B ran on the device: what is left needs tier C
         for b in np.flatnonzero(pending.any(axis=(1, 2))) if tiers else ():
@@ -212,7 +267,8 @@ def round_attention(problem: Problem, fmt: Format, method: str, detail: bool, de
                     rows = rows[np.abs(qb[rows]).max(axis=1, initial=0.0) < 2.0**500] if not big else rows[:0]
                 for chunk in row_blocks(rows, width, _BLOCK):
                     with np.errstate(all="ignore"):
-                        approx = run(qb[chunk], kb, vb, keep[b, chunk], problem.scale)
+                        bias = None if problem.bias is None else problem.bias[b, chunk]
+                        approx = run(qb[chunk], kb, vb, keep[b, chunk], problem.scale, bias, problem.softcap)
                         rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                     decided &= pending[b, chunk]
                     out.put_block((b, chunk), rounded, approx, decided, tier)
@@ -251,6 +307,8 @@ def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector)
         q = [exact_mpf(x) for x in problem.q[b, i]]
         ks = [[exact_mpf(x) for x in problem.k[b, j]] for j in keys]
         vs = [[exact_mpf(x) for x in problem.v[b, j]] for j in keys]
-        for c, (rounded, value, err) in enumerate(_exact.attention_row(q, ks, vs, scale, d, fmt)):
+        bias = None if problem.bias is None else [exact_mpf(x) for x in problem.bias[b, i, keys]]
+        row = _exact.attention_row(q, ks, vs, scale, d, fmt, bias=bias, softcap=problem.softcap)
+        for c, (rounded, value, err) in enumerate(row):
             if pending[b, i, c]:
                 out.put_exact((b, i, c), rounded, value, err)

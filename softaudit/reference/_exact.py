@@ -234,14 +234,25 @@ def _rational_attention(scores: list[tuple], vs: list[list[tuple]], column: int)
 
 
 def attention_row(
-    q: list[tuple], ks: list[list[tuple]], vs: list[list[tuple]], scale: tuple | None, d: int, fmt: Format
+    q: list[tuple],
+    ks: list[list[tuple]],
+    vs: list[list[tuple]],
+    scale: tuple | None,
+    d: int,
+    fmt: Format,
+    bias: list[tuple] | None = None,
+    softcap: float | None = None,
 ) -> list[Entry]:
     """Correctly rounded attention output of one query over its kept keys (at least one), every column.
 
     With G the keys of the top score and base the mean of their values, o = base + sum over the others of
     e_j (v_j - base) / (|G| + sum e_j): an exact base and a correction that decide_sum can round however small.
+    bias (one exact value per key, added after the softcap) and softcap (each score s becomes c tanh(s / c)) take
+    `_attention_row_spec`.
     """
     scores = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
+    if bias is not None or softcap is not None:
+        return _attention_row_spec(scores, vs, scale, d, fmt, bias, softcap)
     if scale is not None and libmp.mpf_sign(scale) <= 0:  # the groups are those of c * score: c s = (-c)(-s)
         scores = [libmp.fzero] * len(scores) if scale == libmp.fzero else [libmp.mpf_neg(s) for s in scores]
         scale = libmp.mpf_neg(scale)
@@ -273,6 +284,89 @@ def attention_row(
         es = [libmp.mpf_exp(t, wp) for t in ts]
         total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
         # 1.02 (2 eta + 3 * 2**-wp), rounded up
+        bound = libmp.mpf_mul(
+            libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
+            libmp.from_float(1.02),
+            30,
+            _ROUND_UP,
+        )
+        for c, column in diffs.items():
+            if c in done:
+                continue
+            terms = [
+                libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)
+            ]
+            corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
+            size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
+            err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
+            found = decide_sum(bases[c], corr, err, 0, fmt)
+            if found is not None:
+                done[c] = found
+        if len(done) < ncol:
+            wp = _refine(wp)
+    return [done[c] for c in range(ncol)]
+
+
+def _attention_row_spec(
+    raw: list[tuple], vs: list[list[tuple]], scale: tuple | None, d: int, fmt: Format, bias, softcap
+) -> list[Entry]:
+    """attention_row for scores f_j = cap(c raw_j) + b_j (cap: c tanh(s / c), or none). Keys with the same raw score
+    and bias have the same f; G is the group of the largest f (found at 64 bits: any group would do, the largest
+    keeps every e_j small). Each f_j is computed at wp + 20 bits within E_j = 2**(8 - wp - 20) (|c raw_j| + 2 cap +
+    |b_j|), so t_j = f_j - f_top is within E_j + E_top and e**t_j within eta = 2**(2 - wp) + 1.01 (E_j + E_top)
+    relative. Rational outputs: every kept key in one group (the mean of their values), or, with a rational scale
+    and no softcap, every group's mean value equal over equal exact scores (_rational_attention)."""
+    bias = bias or [libmp.fzero] * len(raw)
+    keys = list(zip(raw, bias))
+    ncol = len(vs[0])
+    done: dict[int, Entry] = {}
+    rational_scores = None
+    if softcap is None and scale is not None:  # exact scores c raw + b: equal scores are found exactly
+        rational_scores = [libmp.mpf_add(libmp.mpf_mul(scale, r, 0), b, 0) for r, b in keys]
+    elif len(set(keys)) == 1:
+        rational_scores = [libmp.fzero] * len(keys)
+    if rational_scores is not None:
+        for c in range(ncol):
+            exact = _rational_attention(rational_scores, vs, c)
+            if exact is not None:
+                done[c] = _rational(exact, fmt)
+    if len(done) == ncol:
+        return [done[c] for c in range(ncol)]
+    cap = None if softcap is None else libmp.from_float(softcap)
+
+    def scores_at(wp):
+        factor = scale if scale is not None else libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp), wp)
+        found, bounds = [], []
+        for r, b in keys:
+            s = libmp.mpf_mul(factor, r, wp)
+            if cap is not None:
+                s = libmp.mpf_mul(cap, libmp.mpf_tanh(libmp.mpf_div(s, cap, wp), wp), wp)
+            found.append(libmp.mpf_add(s, b, wp))
+            size = libmp.mpf_add(libmp.mpf_abs(libmp.mpf_mul(factor, r, 30)), libmp.mpf_abs(b), 30, _ROUND_UP)
+            if cap is not None:
+                size = libmp.mpf_add(size, libmp.mpf_shift(cap, 1), 30, _ROUND_UP)
+            bounds.append(libmp.mpf_mul(size, _pow2(8 - wp), 30, _ROUND_UP))
+        return found, bounds
+
+    first, _ = scores_at(64)
+    top = max(range(len(keys)), key=lambda j: libmp.to_float(first[j]))
+    group = [j for j, key in enumerate(keys) if key == keys[top]]
+    others = [j for j, key in enumerate(keys) if key != keys[top]]
+    bases = [sum((_fraction(vs[j][c]) for j in group), Fraction(0)) / len(group) for c in range(ncol)]
+    diffs = {c: [_fraction(vs[j][c]) - bases[c] for j in others] for c in range(ncol) if c not in done}
+    wp = fmt.precision + 32
+    while len(done) < ncol:
+        f, bounds = scores_at(wp + 20)
+        ts = [libmp.mpf_sub(f[j], f[top], wp) for j in others]
+        worst = max(bounds, key=lambda e: libmp.to_float(e))
+        spread = libmp.mpf_mul(libmp.mpf_shift(worst, 1), libmp.from_float(1.01), 30, _ROUND_UP)
+        top_mag = max((t[2] + t[3] for t in ts if t != libmp.fzero), default=-wp)
+        eta = libmp.mpf_add(libmp.mpf_add(_pow2(2 - wp), _pow2(top_mag + 2 - wp), 30, _ROUND_UP), spread, 30, _ROUND_UP)
+        if top_mag + 22 > wp or libmp.mpf_cmp(eta, _pow2(-20)) > 0:
+            wp = _refine(wp)
+            continue
+        es = [libmp.mpf_exp(t, wp) for t in ts]
+        total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
         bound = libmp.mpf_mul(
             libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
             libmp.from_float(1.02),
