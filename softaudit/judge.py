@@ -36,6 +36,7 @@ class Measured:
     per_case: list
     parts: list
     moved: Moved = dataclasses.field(default_factory=Moved)
+    convention: str = ""  # which neighbouring convention a far output matches (Kind.conventions), if one does
 
 
 @dataclasses.dataclass
@@ -102,7 +103,7 @@ def unit(
             "verdict": verdict,
             "cause": cause,
             "fix": fix,
-            "note": "; ".join(filter(None, [note, *failed, text, m.moved.note(policy.require)])),
+            "note": "; ".join(filter(None, [note, *failed, text, m.convention, m.moved.note(policy.require)])),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }
@@ -185,6 +186,8 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
                 unaffected = pc.leak_probe[1]
                 a, b = y.astype(np.float64)[..., unaffected, :], done.moved.astype(np.float64)[..., unaffected, :]
                 part.mask_leak = int((~((a == b) | (np.isnan(a) & np.isnan(b)))).sum())
+            if kind.conventions is not None and not m.convention and _far(part):
+                m.convention = kind.conventions(kind, view, y)
             m.tally.merge(part)
             m.parts.append(part)
             compared = part.elements > 0
@@ -204,6 +207,15 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
     for m, any_defined in zip(measured, anything):
         m.all_nan = m.all_nan if any_defined else None
     return seconds, "; ".join(sorted(n for n in notes if n)), measured
+
+
+#: A case whose output is this far from its reference (in units of the conditioning) is checked against the
+#: neighbouring conventions (`Kind.conventions`): no sound algorithm reads past 6x (docs/policy.md, "The floor").
+CONVENTION_CHECK = 8.0
+
+
+def _far(part) -> bool:
+    return part.nan > 0 or part.mask_leak > 0 or (part.elements > 0 and part.max_cond_err > CONVENTION_CHECK)
 
 
 def _verdict(

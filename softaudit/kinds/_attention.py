@@ -230,3 +230,89 @@ MAKERS = {
     "attn_sinks": ("learnable sinks and softmax1", _sinks),
     "attn_bias": ("an additive bias with -inf padding", _bias),
 }
+
+
+# ------------------------------------------------------------------------------ which convention an output matches
+
+#: An output matches a convention when it is within this many times the conditioning (the case's scale, in units of
+#: u) of that convention's exact result, where sound attention reads at most 6 (docs/policy.md), and the stated
+#: convention's distance is at least MATCH_GAIN times larger.
+MATCH_COND = 6.0
+MATCH_GAIN = 16.0
+
+
+def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
+    """(label, inputs, mask, options) of the conventions next to the stated one."""
+    found = []
+    if options.get("window") is not None:
+        left, right = options["window"]
+        for name, (a, b) in (("left", (left - 1, right)), ("left", (left + 1, right))):
+            if a >= 0:
+                found.append(
+                    (f"window ({a}, {b}), {name} side off by {a - left:+d}", inputs, mask, options | {"window": (a, b)})
+                )
+        if right >= 0:
+            for b in (right - 1, right + 1):
+                if b >= 0:
+                    found.append((f"window ({left}, {b})", inputs, mask, options | {"window": (left, b)}))
+    if options.get("causal"):
+        top_left = np.arange(lk)[None, :] <= np.arange(lq)[:, None]
+        both = top_left if mask is None else np.asarray(mask, bool) & top_left
+        found.append(("top-left causal, not bottom-right", inputs, both, options | {"causal": False}))
+    if options.get("softcap") is not None:
+        found.append(
+            ("no softcap (the cap dropped)", inputs, mask, {k: v for k, v in options.items() if k != "softcap"})
+        )
+    if inputs.get("sinks") is not None:
+        found.append(("no sink (the sink dropped)", {n: a for n, a in inputs.items() if n != "sinks"}, mask, options))
+    if inputs.get("alibi_slopes") is not None:
+        import ml_dtypes
+
+        for dtype in (np.float16, ml_dtypes.bfloat16):
+            slopes = np.asarray(inputs["alibi_slopes"]).astype(dtype).astype(np.float64)
+            if not np.array_equal(slopes, np.asarray(inputs["alibi_slopes"], np.float64)):
+                found.append(
+                    (
+                        f"ALiBi slopes rounded to {np.dtype(dtype).name}",
+                        inputs | {"alibi_slopes": slopes},
+                        mask,
+                        options,
+                    )
+                )
+    return found
+
+
+def conventions(kind, pc, y) -> str:
+    """Where an output is far from the exact result of its stated convention: which neighbouring convention's exact
+    result it matches ("matches top-left causal, not bottom-right"), or "" (none does, or no modifier is set)."""
+    from ..reference import evaluate_attention
+
+    options, inputs = dict(pc.case.options), pc.inputs
+    if not _modified(inputs, options):
+        return ""
+    y = np.asarray(y, dtype=np.float64)
+    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+    per_u = pc.basis.inv_scale * 2.0**pc.fmt.precision  # 1 / (u scale), 0 where not compared
+
+    def distance(r):
+        r = np.asarray(r, dtype=np.float64)
+        both = np.isfinite(r) & np.isfinite(y) & (per_u > 0)
+        if not both.any():
+            return np.inf
+        return float((np.abs(y - r) * per_u)[both].max())
+
+    stated = distance(pc.reference.value)
+    best = None
+    for label, alt_inputs, alt_mask, alt_options in _neighbours(inputs, pc.mask, options, lq, lk):
+        found = spec(alt_inputs, alt_mask, alt_options)
+        with np.errstate(all="ignore"):
+            r = evaluate_attention(alt_inputs["q"], alt_inputs["k"], alt_inputs["v"], dtype=pc.fmt.dtype, **found).value
+        d = distance(r)
+        if best is None or d < best[0]:
+            best = (d, label)
+    if best is None or best[0] > MATCH_COND or stated < MATCH_GAIN * max(best[0], 0.5):
+        return ""
+    return (
+        f"matches {best[1]}: within {best[0]:.3g}x the conditioning of that convention's exact result, "
+        f"{stated:.3g}x from the stated one's"
+    )

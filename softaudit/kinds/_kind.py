@@ -76,6 +76,9 @@ class Kind:
     #: Every input holds the batch items along its leading axes (the reproducibility reruns embed them in larger
     #: batches); False where an input leads with another axis (merge_attention's splits): no batch reruns.
     batched: bool = True
+    #: (kind, prepared case, output) -> which neighbouring convention the output matches where the stated one's
+    #: exact result is far ("" for none): attention's window, causal alignment, softcap, sinks, ALiBi slopes.
+    conventions: Callable | None = None
     #: Inputs that are integer arrays (class labels): kept as int64, never rounded to the audited dtype.
     integers: tuple[str, ...] = ()
     #: The kind's own case families, name -> (description, make): softaudit.cases registers them after its own

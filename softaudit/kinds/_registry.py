@@ -161,6 +161,7 @@ ATTENTION = Kind(
     causes=("subnormal",),
     scale_terms="sum p|v| and the scores' share",
     leak="outputs move when masked keys change",
+    conventions=_attention.conventions,
     makers=_attention.MAKERS,
     max_floor=6.0,
     fixes={
