@@ -114,14 +114,14 @@ sinks_dropped = _with(lambda q, k, v, mask=None, *, sinks=None: builtin.upcast(q
 
 
 @pytest.mark.parametrize(
-    "candidate, family",
+    "candidate, family, matches",
     [
-        (softcap_dropped, "attn_softcap"),
-        (cap_after_mask, "attn_softcap"),
-        (window_off_by_one, "attn_window"),
-        (top_left_causal, "attn_causal"),
-        (slopes_in_float16, "attn_alibi"),
-        (sinks_dropped, "attn_sinks"),
+        (softcap_dropped, "attn_softcap", "matches no softcap (the cap dropped)"),
+        (cap_after_mask, "attn_softcap", None),
+        (window_off_by_one, "attn_window", "matches window (255, 0), left side off by -1"),
+        (top_left_causal, "attn_causal", "matches top-left causal, not bottom-right"),
+        (slopes_in_float16, "attn_alibi", "matches ALiBi slopes rounded to float16"),
+        (sinks_dropped, "attn_sinks", "matches no sink (the sink dropped)"),
     ],
     ids=[
         "flashinfer_1193",
@@ -132,9 +132,12 @@ sinks_dropped = _with(lambda q, k, v, mask=None, *, sinks=None: builtin.upcast(q
         "flash_attention_1819",
     ],
 )
-def test_a_reported_convention_bug_fails_its_family_and_best_practice_passes(candidate, family):
-    def verdicts(target):
-        table = softaudit.audit(
+def test_a_reported_convention_bug_fails_its_family_and_best_practice_passes(candidate, family, matches):
+    """And the note names the convention the bug implements, where a neighbouring one explains the output (a cap
+    after the mask has none: its masked keys' score, exactly -c, is no float bias away from the capped scores)."""
+
+    def audited(target):
+        return softaudit.audit(
             target,
             kind="attention",
             families=[family],
@@ -143,7 +146,12 @@ def test_a_reported_convention_bug_fails_its_family_and_best_practice_passes(can
             isolation="none",
             cache_dir=None,
         ).table
-        return set(table.verdict)
 
-    assert verdicts(candidate) == {"fail"}
-    assert verdicts("softaudit.candidates.attention:upcast") == {"pass"}
+    table = audited(candidate)
+    assert set(table.verdict) == {"fail"}
+    if matches:
+        assert matches in table.note[0]
+    else:
+        assert "matches " not in table.note[0]
+    best = audited("softaudit.candidates.attention:upcast")
+    assert set(best.verdict) == {"pass"} and "matches " not in best.note[0]
