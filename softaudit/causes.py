@@ -423,6 +423,8 @@ def _without_inf(why: str, fmt: Format, pattern: str = "") -> tuple[str, str]:
 _EVENT_FIX = {
     "nan": "subtract the row max before exp (exp overflows to inf, and inf / inf is NaN)",
     "overflow": "subtract the row max before exp, and accumulate in {wide}",
+    "wrong_inf": "keep the exact result's infinities: an empty sum's log is -inf (not 0, not +inf), a loss on a "
+    "-inf target logit is +inf",
     "mask_leak": "exclude masked entries with where (or a -inf fill): a finite fill such as -1e4 is not far enough "
     "below every kept logit",
     "fully_masked": "give rows with nothing kept zeros: where over the kept entries and a guarded division (PyTorch's "

@@ -25,7 +25,7 @@ from .report import machine, platform_key, versions
 from .results import SEVERITY, row_key
 from .settings import default
 
-EVENTS = ("nan", "overflow", "underflow", "flushed", "mask_leak")
+EVENTS = ("nan", "overflow", "wrong_inf", "underflow", "flushed", "mask_leak")
 FORMAT_VERSION = 2
 
 

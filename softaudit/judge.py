@@ -199,8 +199,8 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
                     "max_cond_err": part.max_cond_err if compared else math.nan,
                     "max_ulp": part.max_ulp if compared else math.nan,
                     "mean_ulp": part.mean_ulp if compared else math.nan,
-                    "nonfinite": part.nan + part.overflow,
-                    "events": part.nan + part.overflow + part.mask_leak,
+                    "nonfinite": part.nan + part.overflow + part.wrong_inf,
+                    "events": part.nan + part.overflow + part.wrong_inf + part.mask_leak,
                     **pc.case.params,
                 }
             )
@@ -419,6 +419,7 @@ def _row(t: Tally) -> dict:
         "max_abs_err": t.max_abs_err,
         "nan": t.nan,
         "overflow": t.overflow,
+        "wrong_inf": t.wrong_inf,
         "underflow": t.underflow,
         "flushed": t.flushed,
         "negative": t.negative,

@@ -48,6 +48,7 @@ class Tally:
     max_abs_err: float = 0.0
     nan: int = 0
     overflow: int = 0
+    wrong_inf: int = 0  # not the exact result's infinity where it is one (-inf as a finite value, or +inf)
     underflow: int = 0
     negative: int = 0
     mask_leak: int = 0
@@ -76,6 +77,7 @@ class Tally:
             "ge2_ulp",
             "nan",
             "overflow",
+            "wrong_inf",
             "underflow",
             "negative",
             "mask_leak",
@@ -287,6 +289,9 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         finite_y = np.isfinite(y)
         t.nan = int(np.count_nonzero(nan_y & b.defined & ~np.isnan(b.rounded)))
         t.overflow = int(np.count_nonzero(~finite_y & ~nan_y & b.finite_ref))
+        inf_ref = b.defined & np.isinf(b.rounded)  # (log 0 = -inf: an empty lse, a loss on a -inf target)
+        if inf_ref.any():
+            t.wrong_inf = int(np.count_nonzero(inf_ref & ~nan_y & (y != b.rounded)))
         t.underflow = int(np.count_nonzero((y == 0) & b.nonzero_ref))
         compare = b.finite_ref & finite_y
         if t.nan or t.overflow:

@@ -23,7 +23,7 @@ class Reason:
     """One rule a row broke: its verdict, the rule's name, what happened (with numbers)."""
 
     verdict: str  # "warn" or "fail"
-    # nan, overflow, mask_leak, fully_masked, nan_propagation, underflow, defect, below_best, flushed, sum,
+    # nan, overflow, wrong_inf, mask_leak, fully_masked, nan_propagation, underflow, defect, below_best, flushed, sum,
     # nondeterministic, batch_variant
     rule: str
     text: str
@@ -46,7 +46,7 @@ class Policy:
     fail_on_nan: bool = True  # a NaN where the reference is defined
     # a row of probabilities whose sum is more than 1/2 from 1 (an overflowed or stalled sum): no rounding does that
     fail_on_sum: bool = True
-    fail_on_overflow: bool = True  # +-inf where the reference is finite
+    fail_on_overflow: bool = True  # +-inf where the reference is finite, and not its infinity where it is one
     fail_on_mask_leak: bool = True  # probability on a masked entry; attention that moves with masked values
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
     warn_on_flush: bool = True  # subnormal results that came out 0
@@ -133,6 +133,10 @@ class Policy:
             fails.append(Reason("fail", "nan", f"{tally.nan} NaN where the exact result is defined"))
         if self.fail_on_overflow and tally.overflow:
             fails.append(Reason("fail", "overflow", f"{tally.overflow} inf where the exact result is finite"))
+        if self.fail_on_overflow and tally.wrong_inf:
+            fails.append(
+                Reason("fail", "wrong_inf", f"{tally.wrong_inf} outputs are not the infinity the exact result is")
+            )
         if self.fail_on_mask_leak and tally.mask_leak:
             fails.append(Reason("fail", "mask_leak", f"mask leak: {kind.leak} ({tally.mask_leak} elements)"))
         if self.nan_propagation and tally.nan_not_propagated:

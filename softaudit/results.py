@@ -40,6 +40,7 @@ COLUMNS = {
     "max_abs_err": float,
     "nan": int,
     "overflow": int,
+    "wrong_inf": int,
     "underflow": int,
     "flushed": int,
     "negative": int,

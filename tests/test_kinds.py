@@ -67,8 +67,8 @@ def test_the_comparison_tables_read_the_kinds():
 
 def test_an_unknown_kind_is_one_line():
     message = (
-        "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, cross_entropy, "
-        "merge_attention, "
+        "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, "
+        "cross_entropy, merge_attention, "
         "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, cross_entropy_grad"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
@@ -191,8 +191,10 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "cross_entropy": None,
         "cross_entropy_grad": None,
         "merge_attention": None,
+        "attention_lse": "attention",
     }
-    assert set(budget.BUDGETS) == set(KINDS) - {"cross_entropy", "cross_entropy_grad", "merge_attention"}
+    new = {"cross_entropy", "cross_entropy_grad", "merge_attention", "attention_lse"}
+    assert set(budget.BUDGETS) == set(KINDS) - new
     labels = dataclasses.replace(KINDS["softmax"], name="labels", arguments=("x", "target"))
     monkeypatch.setitem(kinds.KINDS, "labels", labels)
     assert _strategies.for_kind(labels) is None

@@ -15,6 +15,7 @@ from ..kinds import KINDS
 from . import (
     attention,
     attention_grad,
+    attention_lse,
     cross_entropy,
     cross_entropy_grad,
     log_softmax,
@@ -52,6 +53,7 @@ def builtins() -> list[Candidate]:
         logsumexp,
         masked_softmax,
         attention,
+        attention_lse,
         cross_entropy,
         merge_attention,
         softmax_grad,

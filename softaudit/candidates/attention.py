@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters import candidate
-from ._ops import const, dtype_sum, exp, matmul, row_max, work_dtype
+from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
 from .cross_entropy import tanh
 
 
@@ -135,6 +135,13 @@ def split_kv(q, k, v, mask=None, *, num_splits=None):
 def _online(q, k, v, mask, block: int, sinks=None, **modifiers):
     """Attention over key blocks of `block` with an online softmax (tiled_attention's kernel); a sink starts the
     running max and sum (score z, value 0)."""
+    o, _ = online_with_lse(q, k, v, mask, block, sinks, **modifiers)
+    return o
+
+
+def online_with_lse(q, k, v, mask, block: int, sinks=None, **modifiers):
+    """(o, lse) of `_online`'s kernel: lse = m + log(sum) from its running max and sum, in float32 for 16-bit
+    inputs (-inf for a query with no key)."""
     w = work_dtype(q.dtype)
     q32, k32, v32 = (a.astype(w) for a in (q, k, v))
     lq, lk = q.shape[-2], k.shape[-2]
@@ -168,4 +175,6 @@ def _online(q, k, v, mask, block: int, sinks=None, **modifiers):
             total = total * correction + dtype_sum(p)
             acc = acc * correction + matmul(p.astype(q.dtype), vb, w)
             m = new_m
-        return np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)
+        o = np.where(total > 0, acc / np.where(total > 0, total, 1), 0).astype(q.dtype)
+        lse = np.where(total > 0, m + log(np.where(total > 0, total, 1)), -np.inf)[..., 0]
+        return o, lse.astype(q.dtype)

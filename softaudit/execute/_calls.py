@@ -55,10 +55,10 @@ class _Plan:
         options = dict(pc.case.options) or None  # (the case's keywords: cross_entropy's reduction, ...)
         own = [(pc.inputs, pc.mask, pc.output_shapes, options)]
         checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
-        leak = probes and pc.leak_probe is not None
-        if leak:
-            checks.append((pc.leak_probe[0], pc.mask, pc.output_shape))
         checks = [(arrays, mask, (shape,), options) for arrays, mask, shape in checks]
+        leak = probes and pc.leak_probe is not None
+        if leak:  # (every output of the kind; the first is compared: attention_lse's o)
+            checks.append((pc.leak_probe[0], pc.mask, pc.output_shapes, options))
         reran = splits = []
         if probes and pc.reruns is not None:
             reran = [(*call, options) for call in pc.reruns.calls(pc.output_shapes)]

@@ -85,7 +85,8 @@ def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
     worst = float(np.fmax.reduce([t.max_cond_err for t in result.tallies]))
     # Invariants steer the search (as events) but, as in `softaudit run`, are reported rather than judged.
     events = sum(
-        t.nan + t.overflow + t.mask_leak + t.nan_not_propagated + sum(t.invariants.values()) for t in result.tallies
+        t.nan + t.overflow + t.wrong_inf + t.mask_leak + t.nan_not_propagated + sum(t.invariants.values())
+        for t in result.tallies
     )
     return verdict, reasons, worst, events
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from . import _attention, _grads, _rows
 from ._kind import Kind
+from .attention_lse import ATTENTION_LSE
 from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
 from .merge_attention import MERGE_ATTENTION
 
@@ -305,6 +306,7 @@ KINDS: dict[str, Kind] = {
         LOGSUMEXP,
         MASKED_SOFTMAX,
         ATTENTION,
+        ATTENTION_LSE,
         CROSS_ENTROPY,
         MERGE_ATTENTION,
         SOFTMAX_GRAD,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _cross_entropy
-from ._attention import prepare, round_attention
+from ._attention import prepare, round_attention, round_lse
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
@@ -39,6 +39,7 @@ __all__ = [
     "cross_entropy_grad",
     "evaluate",
     "evaluate_attention",
+    "evaluate_attention_lse",
     "evaluate_cross_entropy",
     "evaluate_cross_entropy_grad",
     "evaluate_grad",
@@ -225,6 +226,20 @@ def cross_entropy_grad(logits, target, g, *, dtype, **options) -> np.ndarray:
 def evaluate_cross_entropy_grad(logits, target, g, *, dtype, **options) -> Result:
     """The full `Result` of `cross_entropy_grad` (undefined: per row)."""
     return _cross_entropy.gradient(logits, target, g, dtype, _cross_entropy.Options(**options))
+
+
+def evaluate_attention_lse(
+    q, k, v, mask=None, *, scale=None, bias=None, softcap=None, sinks=None, dtype=None, prec=113
+) -> Result:
+    """The correctly rounded log-sum-exp of each query's scores (..., Lq), as FlashAttention and FlashInfer return
+    it beside o: log sum_j e**s_j over the kept keys, with `attention`'s modifiers (a sink's e**z included). -inf for
+    a query with nothing kept (no key and no sink); NaN where `attention` is undefined. Only formats of at most 53
+    bits (`dtype`); prec is unused otherwise."""
+    problem = prepare(q, k, v, mask, scale_value(scale), bias, softcap, sinks)
+    fmt = target(dtype, prec)
+    if fmt.dtype is None or fmt.precision > 53:
+        raise ValueError(f"the attention lse reference rounds to float formats of at most 53 bits, not {fmt.name}")
+    return round_lse(problem, fmt)
 
 
 def round_to(values, dtype) -> np.ndarray:

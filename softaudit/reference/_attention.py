@@ -19,7 +19,7 @@ from . import _dd, _exact, _torch_tier
 from ._dd import TINY, U
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._formats import Format, decide_arrays, exact_mpf
-from ._rows import LIBM_EXP_REL, Approx
+from ._rows import LIBM_EXP_REL, LIBM_LOG1P_REL, Approx
 from ._validate import bool_mask, float_array
 
 _BLOCK = 1 << 20  # elements per block: matrix products want large blocks more than cache residency
@@ -312,3 +312,77 @@ def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector)
         for c, (rounded, value, err) in enumerate(row):
             if pending[b, i, c]:
                 out.put_exact((b, i, c), rounded, value, err)
+
+
+def lse_tier_a(q, k, keep, scale, bias=None, softcap=None) -> Approx:
+    """The log-sum-exp of each query's scores over its kept keys, in float64, for targets of at most 24 bits:
+    lse = m + log(sum_j e**(s_j - m)), m the largest computed score. With the scores within ds of the exact ones
+    and each term within eta (tier_a's), the sum is within relative sigma of sum_j e**(exact s_j - m), so log of
+    it within sigma (1 + sigma); log (numpy's, assumed within LIBM_LOG1P_REL as log1p is) and the final add round
+    once each. A query with nothing kept gets -inf (decided exactly)."""
+    d, lk = q.shape[1], k.shape[0]
+    scores = q @ k.T
+    size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
+    c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
+    s = c * scores
+    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    if softcap is not None:
+        capped = softcap * np.tanh(s / softcap)
+        ds = ds + (np.abs(s) * U + np.abs(capped) * (LIBM_TANH_REL + 2 * U)) * (1 + _SAFE)
+        s = capped
+    if bias is not None:
+        s = s + bias
+        ds = ds + np.abs(s) * U
+    s = np.where(keep, s, -np.inf)
+    any_key = keep.any(axis=1)
+    m = np.where(any_key, s.max(axis=1, initial=-np.inf), 0.0)
+    t = s - m[:, None]
+    e = np.where(keep, np.exp(t), 0.0)
+    first = np.where(keep, ds + U * np.abs(t), 0.0)
+    eta = np.where(keep, first * (1 + _SAFE) + LIBM_EXP_REL, 0.0)
+    total = _dd.pairwise_sum(e)[0]
+    total = np.where(any_key, total, 1.0)
+    sigma = (_dd.pairwise_sum(e * eta)[0] / total + _dd.gamma(_dd.depth(lk)) + lk * TINY) * (1 + _SAFE)
+    log = np.log(total)
+    lse = np.where(any_key, m + log, -np.inf)
+    err = (sigma * (1 + sigma) + np.abs(log) * LIBM_LOG1P_REL + U * np.abs(lse)) * (1 + _SAFE) + TINY
+    unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)
+    err = np.where(any_key, np.where(unsure, np.inf, err), 0.0)
+    return Approx(lse, np.zeros_like(lse), err, 0.0)
+
+
+def round_lse(problem: Problem, fmt: Format) -> Result:
+    """The correctly rounded log-sum-exp of each query's (modified) scores over its kept keys, the sink's included:
+    -inf for a query with nothing kept (whatever it holds); NaN where a kept key or the query is not finite."""
+    q, k, keep = problem.q, problem.k, problem.keep
+    nb, lq, d = q.shape
+    out = _Collector((nb, lq), fmt, True)
+    empty = ~keep.any(axis=2)  # log 0 = -inf, whatever the query holds
+    undefined = problem.undefined.reshape(nb, lq) & ~empty
+    out.fill(undefined, np.nan)
+    out.fill(empty, -np.inf)
+    pending = ~undefined & ~empty
+    if fast_target(fmt) and tier_a_target(fmt) and all(fast_input(a) for a in (q, k)):
+        for b in np.flatnonzero(pending.any(axis=1)):
+            qb, kb = (a[b].astype(np.float64) for a in (q, k))
+            rows = np.flatnonzero(pending[b])
+            for chunk in row_blocks(rows, k.shape[1], _BLOCK):
+                bias = None if problem.bias is None else problem.bias[b, chunk]
+                with np.errstate(all="ignore"):
+                    approx = lse_tier_a(qb[chunk], kb, keep[b, chunk], problem.scale, bias, problem.softcap)
+                    rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, 0.0, fmt)
+                decided &= pending[b, chunk]
+                out.put_block((b, chunk), rounded, approx, decided, 1)
+                pending[b, chunk] &= ~decided
+    scale = None if problem.scale is None else libmp.from_float(problem.scale)
+    for b, i in zip(*np.nonzero(pending)):
+        keys = np.flatnonzero(keep[b, i])
+        qs = [exact_mpf(x) for x in q[b, i]]
+        ks = [[exact_mpf(x) for x in k[b, j]] for j in keys]
+        bias = None if problem.bias is None else [exact_mpf(x) for x in problem.bias[b, i, keys]]
+        rounded, value, err = _exact.attention_lse_row(qs, ks, scale, d, fmt, bias, problem.softcap)
+        out.put_exact((b, i), rounded, value, err)
+    shape = problem.shape[:-1]
+    fine = None if out.fine is None else out.fine.reshape(shape)
+    parts = (out.hi, out.lo, out.err, out.tier)
+    return Result(out.array().reshape(shape), *(a.reshape(shape) for a in parts), undefined.reshape(shape), fine)

@@ -388,3 +388,59 @@ def _attention_row_spec(
         if len(done) < ncol:
             wp = _refine(wp)
     return [done[c] for c in range(ncol)]
+
+
+def attention_lse_row(
+    q: list[tuple], ks: list[list[tuple]], scale: tuple | None, d: int, fmt: Format, bias=None, softcap=None
+) -> Entry:
+    """Correctly rounded log-sum-exp of one query's scores f_j = cap(c q.k_j) + b_j over its kept keys (at least
+    one): f_top + log(|G| + sum over the others of e**(f_j - f_top)), each f_j within E_j as in
+    `_attention_row_spec`. Rational only with one group of equal scores of one key and a rational f (a given scale,
+    no cap, or a zero score): rounded exactly."""
+    raw = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
+    bias = bias or [libmp.fzero] * len(raw)
+    keys = list(zip(raw, bias))
+    cap = None if softcap is None else libmp.from_float(softcap)
+    if len(keys) == 1 and (scale is not None or raw[0] == libmp.fzero) and (cap is None or raw[0] == libmp.fzero):
+        exact = _fraction(bias[0]) + (_fraction(libmp.mpf_mul(scale, raw[0], 0)) if scale is not None else 0)
+        return _rational(exact, fmt)
+
+    def scores_at(wp):
+        factor = scale if scale is not None else libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp), wp)
+        found, bounds = [], []
+        for r, b in keys:
+            s = libmp.mpf_mul(factor, r, wp)
+            if cap is not None:
+                s = libmp.mpf_mul(cap, libmp.mpf_tanh(libmp.mpf_div(s, cap, wp), wp), wp)
+            found.append(libmp.mpf_add(s, b, wp))
+            size = libmp.mpf_add(libmp.mpf_abs(libmp.mpf_mul(factor, r, 30)), libmp.mpf_abs(b), 30, _ROUND_UP)
+            if cap is not None:
+                size = libmp.mpf_add(size, libmp.mpf_shift(cap, 1), 30, _ROUND_UP)
+            bounds.append(libmp.mpf_mul(size, _pow2(8 - wp), 30, _ROUND_UP))
+        return found, bounds
+
+    first, _ = scores_at(64)
+    top = max(range(len(keys)), key=lambda j: libmp.to_float(first[j]))
+    group = [j for j, key in enumerate(keys) if key == keys[top]]
+    others = [j for j, key in enumerate(keys) if key != keys[top]]
+    wp = fmt.precision + 32
+    while True:
+        f, bounds = scores_at(wp + 20)
+        worst = max(bounds, key=lambda e: libmp.to_float(e))
+        es = [libmp.mpf_exp(libmp.mpf_sub(f[j], f[top], wp + 10), wp + 10) for j in others]
+        total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp + 10), wp + 10)
+        value = libmp.mpf_add(f[top], libmp.mpf_log(total, wp + 10), wp)
+        # f_top within E_top; each term within 1.01 (E_j + E_top) + 2**(-wp) relative (exp, the difference), so the
+        # log of the sum within that, and the log and the add round once each
+        err = libmp.mpf_add(
+            libmp.mpf_mul(libmp.from_int(4), worst, 30, _ROUND_UP),
+            libmp.mpf_mul(
+                libmp.mpf_add(libmp.mpf_abs(value), libmp.from_int(4), 30, _ROUND_UP), _pow2(1 - wp), 30, _ROUND_UP
+            ),
+            30,
+            _ROUND_UP,
+        )
+        found = decide(value, err, 0, fmt)
+        if found is not None:
+            return found, value, err
+        wp = _refine(wp)

@@ -13,6 +13,7 @@ KINDS = [
     "logsumexp",
     "masked_softmax",
     "attention",
+    "attention_lse",
     "cross_entropy",
     "merge_attention",
     "softmax_grad",

@@ -522,6 +522,8 @@ for name, dtype in dtypes.items():
         elif c.kind == "cross_entropy_grad":
             grads = [c.call(*cast(rows * 4), labels, *cast(g_rows[:, 0]))]
             out = grads + [c.call(*cast(long), labels[:2], *cast(g_long[0, 0]), reduction="mean", softcap=30.0)]
+        elif c.kind == "attention_lse":
+            out = [*c.call(*cast(q, k, v), mask=attend), *c.call(*cast(q2, k2, v2), softcap=5.0, window=(20, 3))]
         elif c.kind == "merge_attention":
             out = [*c.call(*cast(splits["outputs"], splits["lses"]))]
         elif c.kind == "logsumexp_grad":
