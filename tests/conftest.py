@@ -17,14 +17,14 @@ os.environ["SOFTAUDIT_CACHE_DIR"] = "off"
 def counted_references(monkeypatch):
     """An empty cache of prepared families in this process (each comes from the disk or is computed), and the list
     that gains an entry for each reference the runner computes."""
-    from softaudit import prepare
-    from softaudit.kinds import _attention, _rows
+    from softaudit import prepare, reference
 
     monkeypatch.setattr(prepare, "_CACHE", type(prepare._CACHE)())
     calls = []
-    for module, name in ((_rows, "evaluate"), (_attention, "evaluate_attention")):  # (the kinds' references)
-        real = getattr(module, name)
-        monkeypatch.setattr(module, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
+    # (the forward kinds' references, softaudit/kinds/_rows.py and _attention.py, import these where they call them)
+    for name in ("evaluate", "evaluate_attention"):
+        real = getattr(reference, name)
+        monkeypatch.setattr(reference, name, lambda *a, real=real, **k: calls.append(1) or real(*a, **k))
     return calls
 
 

@@ -12,6 +12,8 @@ from softaudit.reference import format_of
 
 @pytest.mark.parametrize("kind", list(kinds.KINDS))
 def test_every_kind_has_a_budget_of_its_outputs_shapes(kind):
+    """Every kind the budget table knows; the newer kinds (cross-entropy, attention_lse, merges) have none yet,
+    and `of` says so with None (the causes then read the budget as unknown)."""
     fmt = format_of("bfloat16")
     family = kinds.get(kind).families[0]
     case = FAMILIES[family].cases(kind, fmt, "quick", 0)[0]
@@ -20,6 +22,9 @@ def test_every_kind_has_a_budget_of_its_outputs_shapes(kind):
     tiny = float(np.finfo(np.float32).tiny)
     pairwise = budget.of(kind, pc.inputs, pc.mask, exact, budget.PAIRWISE, tiny)
     running = budget.of(kind, pc.inputs, pc.mask, exact, budget.RUNNING, tiny)
+    if kind not in budget.BUDGETS:
+        assert pairwise is None and running is None
+        return
     assert len(pairwise) == len(kinds.get(kind).outputs)
     for t, r, ref in zip(pairwise, running, exact):
         defined = np.isfinite(ref)

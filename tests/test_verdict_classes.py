@@ -149,7 +149,9 @@ def attention_in_float64(q, k, v, mask=None):
 
 
 def _audit(fn, kind, dtypes, families=None):
-    return softaudit.audit(fn, kind=kind, dtypes=dtypes, suite="quick", families=families, cache=False).table
+    """The audit's rows, but the skips of the families whose keywords fn does not take (attention's softcap...)."""
+    table = softaudit.audit(fn, kind=kind, dtypes=dtypes, suite="quick", families=families, cache=False).table
+    return table[~((table.verdict == "skip") & table.note.astype(str).str.startswith("does not take"))]
 
 
 @pytest.mark.parametrize(

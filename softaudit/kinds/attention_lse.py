@@ -71,9 +71,10 @@ def _empty(kind, fmt, size, rng):
     keep[0] = False  # a query with no key: lse = -inf (FlashAttention PR #978 gave +inf)
     keep[1, 150:] = False
     arrays = {"q": q, "k": k, "v": v}
+    causal = np.arange(300)[None, :] <= np.arange(size.lq)[:, None] + 300 - size.lq  # bottom-right, as a mask
     return [
         (arrays, keep, "query 0 attends no key: its lse is -inf (FlashAttention PR #978: +inf)"),
-        (arrays, None, "causal with 300 keys, bottom-right", {}, {"causal": True}),
+        (arrays, causal, "a causal mask over 300 keys, bottom-right aligned"),
     ]
 
 
