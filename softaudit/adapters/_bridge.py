@@ -66,6 +66,7 @@ def _torch_dtype(torch, dtype: np.dtype):
         "float8_e4m3fn": "float8_e4m3fn",
         "float8_e5m2": "float8_e5m2",
         "bool": "bool",
+        "int64": "int64",  # cross_entropy's targets
     }
     found = getattr(torch, names.get(dtype.name, "-"), None)
     if found is None:
@@ -76,9 +77,9 @@ def _torch_dtype(torch, dtype: np.dtype):
 def to_torch(arr: np.ndarray, device: str | None):
     import torch
 
-    arr = np.ascontiguousarray(arr)
+    arr = np.asarray(arr, order="C")  # (not ascontiguousarray, which makes a 0-d array, a reduced loss's g, 1-d)
     target = _torch_dtype(torch, arr.dtype)
-    if arr.dtype.type.__module__ == "numpy":  # float16/32/64 and bool (float8_e5m2 also claims kind "f")
+    if arr.dtype.type.__module__ == "numpy":  # float16/32/64, bool and int64 (float8_e5m2 also claims kind "f")
         tensor = torch.from_numpy(arr.copy())
     else:  # ml_dtypes: move the bits, then reinterpret them
         bits = {1: np.uint8, 2: np.int16}[arr.dtype.itemsize]

@@ -1,5 +1,6 @@
-"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention, and their VJPs by
-jax.vjp (the *_grad kinds: `jax.nn.softmax_grad`, ..., `jax.nn.dot_product_attention_grad`).
+"""JAX's softmax (with and without where=), log_softmax, logsumexp and dot_product_attention, optax's
+cross-entropy, and their VJPs by jax.vjp (the *_grad kinds: `jax.nn.softmax_grad`, ...,
+`jax.nn.dot_product_attention_grad`, `jax.cross_entropy_grad`).
 
 Inputs arrive as jax arrays of the audited dtype (64-bit mode is switched on, scoped to each call, so float64
 stays float64), placed explicitly on the run's device (`--device cuda`; default JAX's CPU device, even where JAX
@@ -66,6 +67,45 @@ def dot_product_attention(q, k, v, mask=None):
     return out[:, :, 0, :].reshape(batch + (lq, v.shape[-1]))
 
 
+def _optax():
+    """optax, imported when first called; a skip row saying how to install it where it is missing."""
+    try:
+        import optax
+    except ImportError:
+        raise CandidateSkip("optax is not installed: pip install 'softaudit[jax]' (or pip install optax)") from None
+    return optax
+
+
+@candidate(kind="cross_entropy", name="jax.cross_entropy", framework="jax")
+def cross_entropy(
+    logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """optax.losses.softmax_cross_entropy_with_integer_labels in the logits' dtype, with what JAX training code
+    typically writes around it: ignored rows' labels set to 0 and their losses to 0, a mean over the rows
+    not ignored; label smoothing (optax has none for integer labels) as optax.smooth_labels of a one-hot in the
+    logits' dtype into optax.losses.softmax_cross_entropy; Gemma 2's softcap tanh(x / c) * c on the finite logits
+    first; PaLM's z_loss * logsumexp**2 per row."""
+    import jax
+    import jax.numpy as jnp
+
+    optax = _optax()
+    ignored = target == ignore_index
+    labels = jnp.where(ignored, 0, target)
+    z = logits if softcap is None else jnp.where(jnp.isfinite(logits), jnp.tanh(logits / softcap) * softcap, logits)
+    if label_smoothing:
+        onehot = jax.nn.one_hot(labels, z.shape[-1], dtype=z.dtype)  # (its default dtype follows 64-bit mode)
+        loss = optax.losses.softmax_cross_entropy(z, optax.smooth_labels(onehot, label_smoothing))
+    else:
+        loss = optax.losses.softmax_cross_entropy_with_integer_labels(z, labels)
+    if z_loss:
+        loss = loss + z_loss * jax.nn.logsumexp(z, axis=-1) ** 2
+    loss = jnp.where(ignored, jnp.zeros((), loss.dtype), loss)
+    if reduction == "none":
+        return loss
+    total = loss.sum()
+    return total if reduction == "sum" else total / (~ignored).sum().astype(loss.dtype)
+
+
 # --- Backward: jax.vjp of each op above, for the *_grad kinds. ---
 
 
@@ -105,3 +145,12 @@ def logsumexp_grad(x, g, axis=-1):
 def dot_product_attention_grad(q, k, v, g, mask=None):
     """The VJP of jax.nn.dot_product_attention (in the layout above), a boolean mask: (dq, dk, dv)."""
     return tuple(_vjp(lambda q, k, v: dot_product_attention(q, k, v, mask), [q, k, v], g))
+
+
+@candidate(kind="cross_entropy_grad", name="jax.cross_entropy_grad", framework="jax")
+def cross_entropy_grad(
+    logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """The VJP of `jax.cross_entropy` (optax's loss and what is written around it): dlogits for the upstream g."""
+    options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss}
+    return _vjp(lambda t: cross_entropy(t, target, **options, softcap=softcap, reduction=reduction), [logits], g)[0]

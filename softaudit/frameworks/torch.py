@@ -1,5 +1,6 @@
-"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms and scaled_dot_product_attention, and their
-backward by autograd (the *_grad kinds: `torch.softmax_grad`, ..., `torch.sdpa_bool_math_grad`).
+"""PyTorch's softmax, log_softmax, logsumexp, masked softmax idioms, scaled_dot_product_attention and
+cross_entropy, and their backward by autograd (the *_grad kinds: `torch.softmax_grad`, ...,
+`torch.sdpa_bool_math_grad`, `torch.cross_entropy_grad`).
 
 Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and float8 included), on the run's
 device (`--device cuda`, `audit(..., device="cuda")`; default the CPU). Attention goes through each SDPA backend by
@@ -62,6 +63,46 @@ def masked_fill_finfo_min(x, mask, axis=-1):
     import torch
 
     return _run(lambda: x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(axis))
+
+
+def _softcapped(x, softcap):
+    """Gemma 2's softcap as its model code writes it, tanh(x / c) * c in x's dtype, on the finite logits only: a
+    -inf lane (vocabulary padding) stays -inf, where the bare formula would make it -c (unsloth PR #10616)."""
+    import torch
+
+    if softcap is None:
+        return x
+    return torch.where(torch.isfinite(x), torch.tanh(x / softcap) * softcap, x)
+
+
+def _z_loss_term(z, ignored, z_loss, reduction):
+    """PaLM's z-loss as model code adds it beside F.cross_entropy (OLMo): z_loss * logsumexp(z)**2 per row in the
+    logits' dtype, 0 on ignored rows, then summed, or averaged over the rows not ignored (the kind's mean)."""
+    import torch
+
+    term = torch.where(ignored, 0, z_loss * z.logsumexp(-1).pow(2))
+    if reduction == "none":
+        return term
+    total = term.sum()
+    return total if reduction == "sum" else total / (~ignored).sum()
+
+
+@candidate(kind="cross_entropy", name="torch.cross_entropy", framework="torch")
+def cross_entropy(
+    logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """F.cross_entropy(logits, target, ignore_index=, label_smoothing=, reduction=) on the logits' own dtype (torch's
+    own handling of bfloat16 and float16, no upcast). torch has no softcap or z-loss: they are added around it as
+    model code does (Gemma 2's tanh(x / c) * c on the finite logits first; PaLM / OLMo's z_loss * logsumexp**2 per
+    row, reduced as the loss is)."""
+    from torch.nn.functional import cross_entropy as ce
+
+    z = _softcapped(logits, softcap)
+    options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "reduction": reduction}
+    loss = _run(lambda: ce(z, target, **options))
+    if z_loss:
+        loss = loss + _run(lambda: _z_loss_term(z, target == ignore_index, z_loss, reduction))
+    return loss
 
 
 _BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
@@ -165,6 +206,16 @@ def masked_fill_neginf_grad(x, mask, g, axis=-1):
 def masked_fill_finfo_min_grad(x, mask, g, axis=-1):
     """The backward of x.masked_fill(~mask, torch.finfo(x.dtype).min).softmax(dim)."""
     return _vjp(lambda t: masked_fill_finfo_min(t, mask, axis), [x], g)[0]
+
+
+@candidate(kind="cross_entropy_grad", name="torch.cross_entropy_grad", framework="torch")
+def cross_entropy_grad(
+    logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """The backward of `torch.cross_entropy` (autograd through F.cross_entropy, and the softcap and z-loss around
+    it): dlogits for the upstream g (per row, or a scalar for a mean or sum)."""
+    options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss}
+    return _vjp(lambda t: cross_entropy(t, target, **options, softcap=softcap, reduction=reduction), [logits], g)[0]
 
 
 def sdpa_grad(mask_style: str, backend: str, device: str | None = None):

@@ -46,3 +46,12 @@ def test_a_missing_framework_is_one_line_with_the_install_hint(tmp_path):
     target.write_text("from softaudit.frameworks._need import need\nneed('no_such_framework_xyz', 'xyz')\n")
     with pytest.raises(TargetError, match="pip install 'softaudit\\[xyz\\]'"):
         load_target(str(target))
+
+
+def test_torch_takes_int64_targets_and_0_d_arrays_as_they_are():
+    torch = pytest.importorskip("torch")
+    target = _bridge.to_torch(np.array([3, -100, 0], np.int64), None)
+    assert target.dtype == torch.int64 and target.tolist() == [3, -100, 0]
+    g = _bridge.to_torch(np.array(0.5, ml_dtypes.bfloat16), None)  # a mean's upstream gradient: a scalar, not (1,)
+    assert g.shape == () and g.dtype == torch.bfloat16 and float(g) == 0.5
+    assert _bridge.from_torch(g).shape == ()
