@@ -93,9 +93,24 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]
         own = 0.0
         if o["softcap"] is not None:  # d sech(x/c)**2 / dx = -2 sech**2 tanh / c: |r| 2 |tanh| |x| / c
             own = np.abs(exact) * 2 * np.abs(np.tanh(x / o["softcap"])) * np.abs(x) / o["softcap"]
+        # At the target, every standard algorithm forms p_y in its working precision (float32 for a 16-bit dtype:
+        # autograd's exp(log p) - 1; the dtype itself otherwise) and subtracts 1: that rounding, u_work p_y, is
+        # unavoidable for them, in units of the dtype's u. p_y rounded to a 16-bit dtype itself (Liger-Kernel PR
+        # #1329) costs 2**16 times more than this term holds, and fails.
+        work = min(24, np.finfo(np.float32).nmant + 1)
+        precision = _precision(inputs["logits"].dtype)
+        at_target = w[:, 0] * factor[rows, y] * np.abs(1 + t2) * p[rows, y] * 2.0 ** (precision - max(precision, work))
         scale = np.where(kept & ~ignored[:, None], np.abs(exact) + logits + np.nan_to_num(own), 0.0)
+        scale[rows, y] += np.where(ignored, 0.0, at_target)
         scale = np.where(ignored[:, None], 0.0, scale)
     return ({"undefined": ref.undefined, "kept_nan_rows": nan_rows, "scale": scale},)
+
+
+def _precision(dtype) -> int:
+    """The significand bits of a float dtype (ml_dtypes' included)."""
+    import ml_dtypes
+
+    return int(ml_dtypes.finfo(dtype).nmant) + 1
 
 
 def element_inputs(kind, pc, position: tuple) -> tuple[dict, None]:
