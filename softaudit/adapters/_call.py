@@ -127,8 +127,10 @@ def call_all(
             if framework != "numpy":
                 to, back = bridge.converters(framework)
                 args = tuple(to(a, candidate.device) for a in args)
-                if kwargs.get("mask") is not None:
-                    kwargs = kwargs | {"mask": to(np.asarray(kwargs["mask"]), candidate.device)}
+                # (the mask, and a case's further arrays: attention's bias, alibi_slopes, sinks)
+                kwargs = kwargs | {
+                    n: to(np.asarray(a), candidate.device) for n, a in kwargs.items() if isinstance(a, np.ndarray)
+                }
             out = candidate.call(*args, **kwargs)
             outs = (out,) if len(shapes) == 1 else _several(out, kind.outputs)
             if framework != "numpy":

@@ -154,3 +154,49 @@ def cross_entropy_grad(
     """The VJP of `jax.cross_entropy` (optax's loss and what is written around it): dlogits for the upstream g."""
     options = {"ignore_index": ignore_index, "label_smoothing": label_smoothing, "z_loss": z_loss}
     return _vjp(lambda t: cross_entropy(t, target, **options, softcap=softcap, reduction=reduction), [logits], g)[0]
+
+
+def _attend(q, k, v, mask, *, bias=None, causal=False, window=None, residual=False):
+    """jax.nn.dot_product_attention in its (batch, length, heads, dim) layout, the batch axes flattened into one
+    head each; bias in its (batch, heads, Lq, Lk) layout; is_causal and local_window_size as JAX aligns them."""
+    import jax
+    import jax.numpy as jnp
+
+    batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lq, lk = q.shape[-2], k.shape[-2]
+
+    def layout(a, length):
+        a = jnp.broadcast_to(a, batch + (length, a.shape[-1])).reshape((-1, length, a.shape[-1]))
+        return a[:, :, None, :]
+
+    if v.shape[-1] != q.shape[-1]:
+        raise CandidateSkip(f"jax.nn.dot_product_attention needs dv == d (got dv={v.shape[-1]}, d={q.shape[-1]})")
+    m = None if mask is None else jnp.broadcast_to(mask, batch + (lq, lk)).reshape((-1, 1, lq, lk))
+    b = None if bias is None else jnp.broadcast_to(bias, batch + (lq, lk)).reshape((-1, 1, lq, lk)).astype(q.dtype)
+    window = None if window is None else tuple(int(w) if w >= 0 else lk for w in window)
+    out = jax.nn.dot_product_attention(
+        layout(q, lq),
+        layout(k, lk),
+        layout(v, lk),
+        bias=b,
+        mask=m,
+        is_causal=causal,
+        local_window_size=window,
+        return_residual=residual,
+    )
+    o = (out[0] if residual else out)[:, :, 0, :].reshape(batch + (lq, v.shape[-1]))
+    return (o, out[1][:, :, 0].reshape(batch + (lq,))) if residual else o
+
+
+@candidate(kind="attention", name="jax.nn.dot_product_attention_modified", framework="jax")
+def dot_product_attention_modified(q, k, v, mask=None, *, bias=None, causal=False, window=None):
+    """jax.nn.dot_product_attention with its own bias=, is_causal= and local_window_size=(left, right) (JAX aligns
+    both top-left: query i against key i, where the attention kind's convention is bottom-right, as FlashAttention's:
+    they agree where Lq == Lk)."""
+    return _attend(q, k, v, mask, bias=bias, causal=causal, window=window)
+
+
+@candidate(kind="attention_lse", name="jax.nn.dot_product_attention_lse", framework="jax")
+def dot_product_attention_lse(q, k, v, mask=None):
+    """jax.nn.dot_product_attention(..., return_residual=True): the output and each query's logsumexp."""
+    return _attend(q, k, v, mask, residual=True)

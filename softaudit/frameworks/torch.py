@@ -238,3 +238,96 @@ sdpa_float_flash_grad = sdpa_grad("float", "flash")
 sdpa_causal_flash_grad = sdpa_grad("causal", "flash")
 sdpa_bool_efficient_grad = sdpa_grad("bool", "efficient")
 sdpa_bool_cudnn_grad = sdpa_grad("bool", "cudnn")
+
+
+def _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window):
+    """The boolean keep (..., Lq, Lk) and the float bias of the attention kind's modifiers, as torch tensors on q's
+    device: the mask with causal and window (bottom-right aligned: key j against query i + Lk - Lq) and the bias
+    with ALiBi's -slope |i + Lk - Lq - j| (float32 for 16-bit inputs)."""
+    import torch
+
+    lq, lk = q.shape[-2], k.shape[-2]
+    offset = torch.arange(lk, device=q.device)[None, :] - (torch.arange(lq, device=q.device)[:, None] + lk - lq)
+    keep = torch.ones(lq, lk, dtype=torch.bool, device=q.device) if mask is None else mask
+    if causal:
+        keep = keep & (offset <= 0)
+    if window is not None:
+        left, right = window
+        keep = keep & ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
+    extra = None if bias is None else bias
+    if alibi_slopes is not None:
+        alibi = -alibi_slopes.to(torch.float32)[:, None, None] * offset.abs().to(torch.float32)
+        extra = alibi if extra is None else extra + alibi
+    return keep, extra
+
+
+def _as_heads(q, k, v, *planes):
+    """q, k, v (and (..., Lq, Lk) planes) with their batch axes broadcast and flattened into heads of one batch
+    entry, (1, B, L, d), as the 4-D kernels take them; and the batch shape to restore."""
+    import torch
+
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+
+    def heads(a):
+        return a.expand(batch + a.shape[-2:]).reshape((1, -1) + a.shape[-2:])
+
+    return batch, heads(q), heads(k), heads(v), *(None if p is None else heads(p) for p in planes)
+
+
+@candidate(kind="attention", name="torch.flex_attention", framework="torch")
+def flex_attention(q, k, v, mask=None, *, softcap=None, bias=None, alibi_slopes=None, causal=False, window=None):
+    """torch.nn.attention.flex_attention with a score_mod for the softcap (tanh(s / c) * c, in the scores' dtype), the
+    bias and ALiBi, and the mask, causal and window applied in it (-inf), as FlexAttention's own examples write them
+    (unfused on the CPU: flex_attention without torch.compile). No sinks."""
+    import torch
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
+    planes = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    batch, q4, k4, v4, keep4, extra4 = _as_heads(
+        q, k, v, keep.expand(planes), None if extra is None else extra.expand(planes)
+    )
+
+    def score_mod(score, b, h, i, j):
+        if softcap is not None:
+            score = torch.tanh(score / softcap) * softcap
+        if extra4 is not None:
+            score = score + extra4[b, h, i, j].to(score.dtype)
+        return torch.where(keep4[b, h, i, j], score, -float("inf"))
+
+    out = _run(lambda: flex(q4, k4, v4, score_mod=score_mod))
+    return out.reshape(batch + out.shape[-2:])
+
+
+@candidate(kind="attention", name="torch.sdpa_bias", framework="torch")
+def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False, window=None):
+    """scaled_dot_product_attention with the bias, ALiBi's and the mask, causal and window limits (-inf) folded into
+    one float attn_mask in q's dtype, as model code passes a relative-position bias (T5, ALiBi) to SDPA."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+
+    keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
+    zero = torch.zeros((), dtype=q.dtype, device=q.device)
+    additive = torch.where(keep, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+    if extra is not None:
+        additive = additive + extra.to(q.dtype)
+    return _run(lambda: scaled_dot_product_attention(q, k, v, attn_mask=additive))
+
+
+@candidate(kind="attention_lse", name="torch.sdpa_flash_cpu_lse", framework="torch")
+def sdpa_flash_cpu_lse(q, k, v, mask=None):
+    """torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: SDPA's CPU flash kernel, which returns the
+    output and each query's logsumexp (float32, cast to the dtype by the audit); a mask as a float attn_mask."""
+    import torch
+
+    if q.device.type != "cpu":
+        raise CandidateSkip("the CPU flash kernel runs on the CPU")
+    additive = None
+    if mask is not None:
+        zero = torch.zeros((), dtype=q.dtype)
+        additive = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype))
+        additive = additive.expand(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + mask.shape[-2:])
+    batch, q4, k4, v4, mask4 = _as_heads(q, k, v, additive)
+    kwargs = {} if mask4 is None else {"attn_mask": mask4}
+    out, lse = _run(lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, **kwargs))
+    return out.reshape(batch + out.shape[-2:]), lse.reshape(batch + lse.shape[-1:])

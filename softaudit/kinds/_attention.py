@@ -255,6 +255,12 @@ def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
             for b in (right - 1, right + 1):
                 if b >= 0:
                     found.append((f"window ({left}, {b})", inputs, mask, options | {"window": (left, b)}))
+        if lq != lk:  # the window aligned top-left: key j against query i itself
+            offset = np.arange(lk)[None, :] - np.arange(lq)[:, None]
+            inside = ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
+            both = inside if mask is None else np.asarray(mask, bool) & inside
+            rest = {k: v for k, v in options.items() if k != "window"}
+            found.append((f"window ({left}, {right}) aligned top-left, not bottom-right", inputs, both, rest))
     if options.get("causal"):
         top_left = np.arange(lk)[None, :] <= np.arange(lq)[:, None]
         both = top_left if mask is None else np.asarray(mask, bool) & top_left

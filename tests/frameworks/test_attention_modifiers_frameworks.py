@@ -1,0 +1,70 @@
+"""PyTorch's and JAX's attention with score modifiers and with the lse, against the exact reference: FlexAttention
+and SDPA with a bias pass; JAX aligns is_causal and local windows top-left (the audit names the convention it
+matches); PyTorch's CPU flash kernel and JAX give a query with no key a finite lse where the exact one is -inf.
+Each fail is checked here outside softaudit, with the framework called directly."""
+
+import numpy as np
+import pytest
+
+import softaudit
+
+MODIFIED = ["attn_softcap", "attn_alibi", "attn_window", "attn_causal", "attn_bias"]
+
+
+def _audit(target, kind, families, dtypes=("float32",)):
+    return softaudit.audit(
+        target, kind=kind, families=families, dtypes=list(dtypes), suite="quick", isolation="none", cache_dir="off"
+    ).table
+
+
+@pytest.mark.parametrize("name", ["flex_attention", "sdpa_bias"])
+def test_torch_with_modifiers_passes_what_it_takes(name):
+    pytest.importorskip("torch")
+    table = _audit(f"softaudit.frameworks.torch:{name}", "attention", MODIFIED, ("float32", "bfloat16"))
+    ran = table[table.verdict != "skip"]
+    assert len(ran) >= 6 and set(ran.verdict) <= {"pass", "warn"}, table[["family", "verdict", "note"]]
+    assert table[table.verdict == "skip"].note.str.startswith("does not take").all()
+
+
+def test_jax_aligns_causal_and_windows_top_left_and_the_audit_says_so():
+    jax = pytest.importorskip("jax")
+    table = _audit(
+        "softaudit.frameworks.jax:dot_product_attention_modified", "attention", ["attn_causal", "attn_window"]
+    )
+    notes = dict(zip(table.family, table.note))
+    assert set(table.verdict) == {"fail"}
+    assert "matches top-left causal, not bottom-right" in notes["attn_causal"]
+    assert "matches window (256, 0) aligned top-left, not bottom-right" in notes["attn_window"]
+    # Outside softaudit: is_causal=True with 3 queries over 5 keys is the top-left mask, not the bottom-right one.
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 1, 8), (1, 5, 1, 8), (1, 5, 1, 8)))
+    causal = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    top_left = np.tril(np.ones((3, 5), bool))
+    bottom_right = np.tril(np.ones((3, 5), bool), k=2)
+    explicit = [jax.nn.dot_product_attention(q, k, v, mask=m[None, None]) for m in (top_left, bottom_right)]
+    assert np.array_equal(causal, explicit[0]) and not np.allclose(causal, explicit[1])
+
+
+def test_torch_cpu_flash_gives_a_query_with_no_key_lse_0():
+    torch = pytest.importorskip("torch")
+    table = _audit("softaudit.frameworks.torch:sdpa_flash_cpu_lse", "attention_lse", ["lse_empty"])
+    row = table[table.output == "lse"].iloc[0]
+    assert row.verdict == "fail" and row.wrong_inf > 0
+    # Outside softaudit: the kernel's logsumexp for a query whose every key is masked is 0, where log 0 = -inf.
+    q, k, v = torch.randn(1, 1, 3, 8), torch.randn(1, 1, 5, 8), torch.randn(1, 1, 5, 8)
+    mask = torch.zeros(1, 1, 3, 5)
+    mask[0, 0, 0] = float("-inf")
+    _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask)[:2]
+    assert lse[0, 0, 0].item() == 0.0 and bool(torch.isfinite(lse).all())
+
+
+def test_jax_gives_a_query_with_no_key_a_finite_lse():
+    jax = pytest.importorskip("jax")
+    table = _audit("softaudit.frameworks.jax:dot_product_attention_lse", "attention_lse", ["lse_empty"])
+    assert dict(zip(table.output, table.verdict))["lse"] == "fail"
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 1, 8), (1, 5, 1, 8), (1, 5, 1, 8)))
+    mask = np.ones((1, 1, 3, 5), bool)
+    mask[..., 0, :] = False
+    _, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, return_residual=True)
+    assert np.isfinite(np.asarray(lse)[0, 0, 0])  # log of an empty sum is -inf
