@@ -1,7 +1,7 @@
 """cross_entropy's and cross_entropy_grad's conditioning scales against central differences of the exact functions
 in mpmath at 120 digits: sum_k |d r / d x_k| |x_k| read from the scale equals the differences' (without options:
 exactly the formula; with them, the formula bounds it from above and stays within 2x). The gradient's scale at the
-target holds one more term, the standard algorithms' rounding of p_y in their working precision, taken out here."""
+target holds more: the standard algorithms' roundings of p_j and q_j in their working precision, taken out here."""
 
 import mpmath
 import numpy as np
@@ -80,14 +80,14 @@ def test_the_gradient_scale_bounds_its_sensitivity_to_the_logits(eps, zl):
         with mpmath.workdps(60):
             xs = [mpmath.mpf(float(v)) for v in x[i]]
             total = mpmath.fsum(mpmath.exp(v) for v in xs)
-            p_y, lse = float(mpmath.exp(xs[t[i]]) / total), float(mpmath.log(total))
+            p = [float(mpmath.exp(v) / total) for v in xs]
+            lse = float(mpmath.log(total))
         for j in range(5):
             fd = _sensitivity(lambda xs, i=i, j=j: _grad(xs, t[i], mpmath.mpf(eps), mpmath.mpf(zl), j, g[i]), x[i])
             inputs_part = scale[i, j] - abs(ref.hi[i, j])
-            if (
-                j == t[i]
-            ):  # float64: the standard algorithms' rounding of p_y before 1 is subtracted, u p_y |w (1 + 2 zl lse)|
-                inputs_part -= abs(g[i]) * p_y * abs(1 + 2 * zl * lse)
+            # float64: the standard algorithms' roundings of p_j and q_j, u (|1 + 2 zl lse| p_j + |q_j|) |w|
+            q_j = eps / 5 + (1 - eps) * (j == t[i]) if eps else 0.0
+            inputs_part -= abs(g[i]) * (p[j] * abs(1 + 2 * zl * lse) + q_j)
             if zl == 0:
                 assert inputs_part == pytest.approx(fd, rel=1e-9), (i, j)
             else:

@@ -93,15 +93,17 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]
         own = 0.0
         if o["softcap"] is not None:  # d sech(x/c)**2 / dx = -2 sech**2 tanh / c: |r| 2 |tanh| |x| / c
             own = np.abs(exact) * 2 * np.abs(np.tanh(x / o["softcap"])) * np.abs(x) / o["softcap"]
-        # At the target, every standard algorithm forms p_y in its working precision (float32 for a 16-bit dtype:
-        # autograd's exp(log p) - 1; the dtype itself otherwise) and subtracts 1: that rounding, u_work p_y, is
-        # unavoidable for them, in units of the dtype's u. p_y rounded to a 16-bit dtype itself (Liger-Kernel PR
-        # #1329) costs 2**16 times more than this term holds, and fails.
-        work = min(24, np.finfo(np.float32).nmant + 1)
+        # Every standard algorithm forms p_j in its working precision (float32 for a 16-bit dtype: autograd's
+        # exp(log p) - q; the dtype itself otherwise) before q_j is subtracted, and rounds q_j there too: those
+        # roundings, u_work (|1 + 2 zl lse| p_j + |q_j|), are unavoidable for them, in units of the dtype's u (where
+        # p_j - q_j cancels, at a confident target or under smoothing, they are all of the error). p_y rounded to a
+        # 16-bit dtype itself (Liger-Kernel PR #1329) costs 2**16 times more than this holds, and fails.
         precision = _precision(inputs["logits"].dtype)
-        at_target = w[:, 0] * factor[rows, y] * np.abs(1 + t2) * p[rows, y] * 2.0 ** (precision - max(precision, work))
-        scale = np.where(kept & ~ignored[:, None], np.abs(exact) + logits + np.nan_to_num(own), 0.0)
-        scale[rows, y] += np.where(ignored, 0.0, at_target)
+        work = 2.0 ** (precision - max(precision, 24))
+        q = np.full(p.shape, o["label_smoothing"] / x.shape[1])
+        q[rows, y] += 1 - o["label_smoothing"]
+        rounding = w * factor * (np.abs(1 + t2)[:, None] * p + np.where(o["label_smoothing"] > 0, q, 0.0)) * work
+        scale = np.where(kept & ~ignored[:, None], np.abs(exact) + logits + np.nan_to_num(own) + rounding, 0.0)
         scale = np.where(ignored[:, None], 0.0, scale)
     return ({"undefined": ref.undefined, "kept_nan_rows": nan_rows, "scale": scale},)
 
