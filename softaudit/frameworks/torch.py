@@ -243,7 +243,7 @@ sdpa_bool_cudnn_grad = sdpa_grad("bool", "cudnn")
 def _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window):
     """The boolean keep (..., Lq, Lk) and the float bias of the attention kind's modifiers, as torch tensors on q's
     device: the mask with causal and window (bottom-right aligned: key j against query i + Lk - Lq) and the bias
-    with ALiBi's -slope |i + Lk - Lq - j| (float32 for 16-bit inputs)."""
+    with ALiBi's -slope |i + Lk - Lq - j| (float32 for 16- and 32-bit inputs, float64 for float64)."""
     import torch
 
     lq, lk = q.shape[-2], k.shape[-2]
@@ -255,8 +255,9 @@ def _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window):
         left, right = window
         keep = keep & ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
     extra = None if bias is None else bias
-    if alibi_slopes is not None:
-        alibi = -alibi_slopes.to(torch.float32)[:, None, None] * offset.abs().to(torch.float32)
+    if alibi_slopes is not None:  # (float32 for 16-bit inputs, as FlashAttention takes the slopes; float64 stays)
+        wide = torch.float64 if q.dtype == torch.float64 else torch.float32
+        alibi = -alibi_slopes.to(wide)[:, None, None] * offset.abs().to(wide)
         extra = alibi if extra is None else extra + alibi
     return keep, extra
 
