@@ -133,22 +133,31 @@ def _finite_rows(a: np.ndarray) -> np.ndarray:
 LIBM_TANH_REL = 2.0**-46
 
 
-def tier_a(q, k, v, keep, scale, bias=None, softcap=None) -> Approx:
-    """float64, for targets of at most 24 bits. q (R, d) are queries of one batch entry; k, v its keys and values;
-    bias (R, Lk) or None and softcap as in Problem."""
-    d, lk = q.shape[1], k.shape[0]
+def _scores_a(q, k, scale, bias=None, softcap=None) -> tuple[np.ndarray, np.ndarray]:
+    """Tier A's scores in float64 and their bound ds: c q k^T within the dot-product bound gamma_d sum |q||k|
+    (true for any summation order, with or without FMA, so for any BLAS), then the softcap c tanh(s / c) (tanh' <= 1,
+    so ds stays; s / c, tanh and the product add their own) and the bias (one rounding)."""
+    d = q.shape[1]
     scores = q @ k.T
     size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
     s = c * scores
     ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
-    if softcap is not None:  # c tanh(s / c): tanh' <= 1, so ds stays; s / c, tanh and the product add their own
+    if softcap is not None:
         capped = softcap * np.tanh(s / softcap)
         ds = ds + (np.abs(s) * U + np.abs(capped) * (LIBM_TANH_REL + 2 * U)) * (1 + _SAFE)
         s = capped
     if bias is not None:
         s = s + bias
         ds = ds + np.abs(s) * U
+    return s, ds
+
+
+def tier_a(q, k, v, keep, scale, bias=None, softcap=None) -> Approx:
+    """float64, for targets of at most 24 bits. q (R, d) are queries of one batch entry; k, v its keys and values;
+    bias (R, Lk) or None and softcap as in Problem."""
+    lk = k.shape[0]
+    s, ds = _scores_a(q, k, scale, bias, softcap)
     s = np.where(keep, s, -np.inf)
     m = s.max(axis=1, keepdims=True)
     t = s - m
@@ -320,19 +329,8 @@ def lse_tier_a(q, k, keep, scale, bias=None, softcap=None) -> Approx:
     and each term within eta (tier_a's), the sum is within relative sigma of sum_j e**(exact s_j - m), so log of
     it within sigma (1 + sigma); log (numpy's, assumed within LIBM_LOG1P_REL as log1p is) and the final add round
     once each. A query with nothing kept gets -inf (decided exactly)."""
-    d, lk = q.shape[1], k.shape[0]
-    scores = q @ k.T
-    size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
-    c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
-    s = c * scores
-    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
-    if softcap is not None:
-        capped = softcap * np.tanh(s / softcap)
-        ds = ds + (np.abs(s) * U + np.abs(capped) * (LIBM_TANH_REL + 2 * U)) * (1 + _SAFE)
-        s = capped
-    if bias is not None:
-        s = s + bias
-        ds = ds + np.abs(s) * U
+    lk = k.shape[0]
+    s, ds = _scores_a(q, k, scale, bias, softcap)
     s = np.where(keep, s, -np.inf)
     any_key = keep.any(axis=1)
     m = np.where(any_key, s.max(axis=1, initial=-np.inf), 0.0)

@@ -307,6 +307,23 @@ def attention_row(
     return [done[c] for c in range(ncol)]
 
 
+def _spec_scores(keys: list, scale, d: int, cap, wp: int) -> tuple[list, list]:
+    """The scores f = cap(c raw) + b of (raw, b) keys at precision wp, and each one's error bound E: every step is
+    within a few ulps at wp (c = 1/sqrt(d) too), so 2**(8 - wp) (|c raw| + |b| + 2 cap) bounds it."""
+    factor = scale if scale is not None else libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp), wp)
+    found, bounds = [], []
+    for r, b in keys:
+        s = libmp.mpf_mul(factor, r, wp)
+        if cap is not None:
+            s = libmp.mpf_mul(cap, libmp.mpf_tanh(libmp.mpf_div(s, cap, wp), wp), wp)
+        found.append(libmp.mpf_add(s, b, wp))
+        size = libmp.mpf_add(libmp.mpf_abs(libmp.mpf_mul(factor, r, 30)), libmp.mpf_abs(b), 30, _ROUND_UP)
+        if cap is not None:
+            size = libmp.mpf_add(size, libmp.mpf_shift(cap, 1), 30, _ROUND_UP)
+        bounds.append(libmp.mpf_mul(size, _pow2(8 - wp), 30, _ROUND_UP))
+    return found, bounds
+
+
 def _attention_row_spec(
     raw: list[tuple], vs: list[list[tuple]], scale: tuple | None, d: int, fmt: Format, bias, softcap
 ) -> list[Entry]:
@@ -335,18 +352,7 @@ def _attention_row_spec(
     cap = None if softcap is None else libmp.from_float(softcap)
 
     def scores_at(wp):
-        factor = scale if scale is not None else libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp), wp)
-        found, bounds = [], []
-        for r, b in keys:
-            s = libmp.mpf_mul(factor, r, wp)
-            if cap is not None:
-                s = libmp.mpf_mul(cap, libmp.mpf_tanh(libmp.mpf_div(s, cap, wp), wp), wp)
-            found.append(libmp.mpf_add(s, b, wp))
-            size = libmp.mpf_add(libmp.mpf_abs(libmp.mpf_mul(factor, r, 30)), libmp.mpf_abs(b), 30, _ROUND_UP)
-            if cap is not None:
-                size = libmp.mpf_add(size, libmp.mpf_shift(cap, 1), 30, _ROUND_UP)
-            bounds.append(libmp.mpf_mul(size, _pow2(8 - wp), 30, _ROUND_UP))
-        return found, bounds
+        return _spec_scores(keys, scale, d, cap, wp)
 
     first, _ = scores_at(64)
     top = max(range(len(keys)), key=lambda j: libmp.to_float(first[j]))
@@ -406,18 +412,7 @@ def attention_lse_row(
         return _rational(exact, fmt)
 
     def scores_at(wp):
-        factor = scale if scale is not None else libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(d), wp), wp)
-        found, bounds = [], []
-        for r, b in keys:
-            s = libmp.mpf_mul(factor, r, wp)
-            if cap is not None:
-                s = libmp.mpf_mul(cap, libmp.mpf_tanh(libmp.mpf_div(s, cap, wp), wp), wp)
-            found.append(libmp.mpf_add(s, b, wp))
-            size = libmp.mpf_add(libmp.mpf_abs(libmp.mpf_mul(factor, r, 30)), libmp.mpf_abs(b), 30, _ROUND_UP)
-            if cap is not None:
-                size = libmp.mpf_add(size, libmp.mpf_shift(cap, 1), 30, _ROUND_UP)
-            bounds.append(libmp.mpf_mul(size, _pow2(8 - wp), 30, _ROUND_UP))
-        return found, bounds
+        return _spec_scores(keys, scale, d, cap, wp)
 
     first, _ = scores_at(64)
     top = max(range(len(keys)), key=lambda j: libmp.to_float(first[j]))
