@@ -9,8 +9,11 @@ finite logits); a case carries them in `Case.options` and the candidate gets the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from .._libm import exp, log
 from ._kind import Kind
 
 #: The options a candidate may be called with, and the defaults a case leaves out.
@@ -161,14 +164,15 @@ def _gaussian(kind, fmt, size, rng):
 
 
 def _confident_rows(v, shares, rng):
-    """Rows whose target has probability 1 - share exactly (in float64) over N(0, 1/4) others: x_y = log((1 -
-    share) / share * sum_{j != y} e**x_j)."""
+    """Rows whose target has probability 1 - share (to float64's rounding) over N(0, 1/4) others: x_y = log((1 -
+    share) / share * sum_{j != y} e**x_j), with the portable exp and log and an exact sum, so the inputs are the same
+    bits on every CPU."""
     x = rng.standard_normal((len(shares), v)) * 0.5
     t = rng.integers(0, v, len(shares))
     for i, share in enumerate(shares):
         x[i, t[i]] = 0.0
-        rest = np.exp(np.delete(x[i], t[i])).sum()
-        x[i, t[i]] = np.log((1 - share) / share * rest)
+        rest = math.fsum(exp(np.delete(x[i], t[i])))
+        x[i, t[i]] = float(log(np.array((1 - share) / share * rest)))
     return x, t
 
 
