@@ -281,30 +281,34 @@ def attention_row(
             wp = _refine(wp)
             continue
         eta = libmp.mpf_add(_pow2(2 - wp), _pow2(top_mag + 2 - wp), 30, _ROUND_UP)
-        es = [libmp.mpf_exp(t, wp) for t in ts]
-        total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
-        # 1.02 (2 eta + 3 * 2**-wp), rounded up
-        bound = libmp.mpf_mul(
-            libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
-            libmp.from_float(1.02),
-            30,
-            _ROUND_UP,
-        )
-        for c, column in diffs.items():
-            if c in done:
-                continue
-            terms = [
-                libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)
-            ]
-            corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
-            size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
-            err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
-            found = decide_sum(bases[c], corr, err, 0, fmt)
-            if found is not None:
-                done[c] = found
+        _decide_columns(ts, eta, len(group), bases, diffs, done, fmt, wp)
         if len(done) < ncol:
             wp = _refine(wp)
     return [done[c] for c in range(ncol)]
+
+
+def _decide_columns(ts, eta, group: int, bases, diffs: dict, done: dict, fmt: Format, wp: int) -> None:
+    """Round each column not yet in `done` that the bound decides: o_c = base_c + sum_j e**t_j (v_jc - base_c) /
+    (group + sum_j e**t_j), every e**t_j within relative eta, the error 1.02 (2 eta + 3 * 2**-wp) of the terms'
+    magnitude over the total (rounded up)."""
+    es = [libmp.mpf_exp(t, wp) for t in ts]
+    total = libmp.mpf_add(libmp.from_int(group), libmp.mpf_sum(es, wp), wp)
+    bound = libmp.mpf_mul(
+        libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
+        libmp.from_float(1.02),
+        30,
+        _ROUND_UP,
+    )
+    for c, column in diffs.items():
+        if c in done:
+            continue
+        terms = [libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)]
+        corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
+        size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
+        err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
+        found = decide_sum(bases[c], corr, err, 0, fmt)
+        if found is not None:
+            done[c] = found
 
 
 def _spec_scores(keys: list, scale, d: int, cap, wp: int) -> tuple[list, list]:
@@ -371,26 +375,7 @@ def _attention_row_spec(
         if top_mag + 22 > wp or libmp.mpf_cmp(eta, _pow2(-20)) > 0:
             wp = _refine(wp)
             continue
-        es = [libmp.mpf_exp(t, wp) for t in ts]
-        total = libmp.mpf_add(libmp.from_int(len(group)), libmp.mpf_sum(es, wp), wp)
-        bound = libmp.mpf_mul(
-            libmp.mpf_add(libmp.mpf_shift(eta, 1), libmp.from_man_exp(3, -wp), 30, _ROUND_UP),
-            libmp.from_float(1.02),
-            30,
-            _ROUND_UP,
-        )
-        for c, column in diffs.items():
-            if c in done:
-                continue
-            terms = [
-                libmp.mpf_mul(e, libmp.from_rational(x.numerator, x.denominator, wp), 0) for e, x in zip(es, column)
-            ]
-            corr = libmp.mpf_div(libmp.mpf_sum(terms, 0), total, wp)
-            size = libmp.mpf_sum(terms, 30, _ROUND_UP, absolute=True)
-            err = libmp.mpf_mul(libmp.mpf_div(size, total, 30, _ROUND_UP), bound, 30, _ROUND_UP)
-            found = decide_sum(bases[c], corr, err, 0, fmt)
-            if found is not None:
-                done[c] = found
+        _decide_columns(ts, eta, len(group), bases, diffs, done, fmt, wp)
         if len(done) < ncol:
             wp = _refine(wp)
     return [done[c] for c in range(ncol)]
