@@ -86,13 +86,14 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]
     return ({"undefined": ref.undefined, "nothing_kept": nothing_kept, "vsum": vsum, "scale": scale},)
 
 
-def _modified_scale(q, k, v, keep, o, found: dict) -> tuple[np.ndarray, np.ndarray]:
-    """The scale with modifiers: |o| + sum_j p_j |v_j| + sum_j p_j |v_j - o| (2 a_j f_j + |b_j| + |s'_j| [cap]) +
-    p_sink |o| |z|, a_j = c sum_t |q_t k_jt|, f_j = sech(s_j / cap)**2 (1 without a cap), s'_j the capped score:
-    the first-order change of o when q, k, v, the bias and the sink are rounded (and the cap's tanh)."""
+def modified_weights(q, k, keep, found: dict) -> tuple:
+    """In float64, with the modifiers (`spec`'s): the weights p over the kept keys (a sink's share apart), each
+    score's first-order sensitivity to rounding, 2 a_j f_j + |b_j| + |s'_j| [cap] (a_j = c sum_t |q_t k_jt|,
+    f_j = sech(s_j / cap)**2, 1 without a cap, s'_j the capped score), the sink's share and its logit (None, None
+    without a sink). A score that is not finite (a NaN or infinity in q or k, never one a defined query attends) is
+    left out."""
     with np.errstate(all="ignore"):
-        q, k, v, o = (np.asarray(a, dtype=np.float64) for a in (q, k, v, o))
-        q, k, v = (_conditioning._finite(a) for a in (q, k, v))
+        q, k = (np.asarray(a, dtype=np.float64) for a in (q, k))
         c = 1 / np.sqrt(q.shape[-1])
         kt = np.swapaxes(k, -1, -2)
         s = (q @ kt) * c
@@ -100,10 +101,12 @@ def _modified_scale(q, k, v, keep, o, found: dict) -> tuple[np.ndarray, np.ndarr
         cap = found["softcap"]
         f = np.ones_like(s) if cap is None else 1 / np.cosh(s / cap) ** 2
         s = s if cap is None else cap * np.tanh(s / cap)
-        b = 0.0 if found["bias"] is None else np.where(keep, np.broadcast_to(found["bias"], s.shape), 0.0)
+        keep = np.broadcast_to(keep, s.shape) & np.isfinite(s)
+        b = np.zeros_like(s) if found["bias"] is None else np.where(keep, np.broadcast_to(found["bias"], s.shape), 0.0)
         total = np.where(keep, s + b, -np.inf)
         z = found["sinks"]
         m = total.max(axis=-1, keepdims=True, initial=-np.inf)
+        zb = None
         if z is not None:
             zb = np.broadcast_to(z.reshape(z.shape + (1, 1)) if z.ndim else z, m.shape)
             m = np.maximum(m, zb)
@@ -111,13 +114,23 @@ def _modified_scale(q, k, v, keep, o, found: dict) -> tuple[np.ndarray, np.ndarr
         e = np.where(keep, np.exp(total - m), 0.0)
         sink = 0.0 if z is None else np.exp(zb - m)
         denominator = e.sum(axis=-1, keepdims=True) + sink
-        p = e / np.where(denominator > 0, denominator, 1.0)
+        denominator = np.where(denominator > 0, denominator, 1.0)
         weight = np.where(keep, 2 * a * f + np.abs(b) + (0.0 if cap is None else np.abs(s)), 0.0)
+        return e / denominator, weight, (None if z is None else sink / denominator), zb
+
+
+def _modified_scale(q, k, v, keep, o, found: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The scale with modifiers: |o| + sum_j p_j |v_j| + sum_j p_j |v_j - o| w_j + p_sink |o| |z|, with p and the
+    scores' sensitivities w_j of `modified_weights`: the first-order change of o when q, k, v, the bias and the sink
+    are rounded (and the cap's tanh)."""
+    p, weight, p_sink, zb = modified_weights(q, k, keep, found)
+    with np.errstate(all="ignore"):
+        v, o = (np.asarray(a, dtype=np.float64) for a in (v, o))
+        v = _conditioning._finite(v)
         vsum = p @ np.abs(v)
         spread = np.einsum("...ij,...ijc->...ic", p * weight, np.abs(v[..., None, :, :] - o[..., :, None, :]))
         scale = np.abs(o) + vsum + spread
-        if z is not None:
-            p_sink = sink / np.where(denominator > 0, denominator, 1.0)
+        if p_sink is not None:
             scale = scale + p_sink * np.abs(o) * np.abs(zb)
     return np.nan_to_num(scale), vsum
 

@@ -30,29 +30,12 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict,
     o_ref, lse_ref = references
     (o_extra,) = _attention.conditioning(kind, inputs, mask, (o_ref,), **options)
     found = _attention.spec(inputs, mask, options)
+    keep = True if found["mask"] is None else found["mask"]
+    if found["bias"] is not None:
+        keep = keep & (found["bias"] != -np.inf)
+    p, weight, _, _ = _attention.modified_weights(inputs["q"], inputs["k"], keep, found)
+    lse = lse_ref.hi + lse_ref.lo
     with np.errstate(all="ignore"):
-        q, k = (np.asarray(inputs[n], dtype=np.float64) for n in ("q", "k"))
-        c = 1 / np.sqrt(q.shape[-1])
-        kt = np.swapaxes(k, -1, -2)
-        s, a = (q @ kt) * c, (np.abs(q) @ np.abs(kt)) * c
-        cap = found["softcap"]
-        f = np.ones_like(s) if cap is None else 1 / np.cosh(s / cap) ** 2
-        s = s if cap is None else cap * np.tanh(s / cap)
-        keep = np.broadcast_to(True if found["mask"] is None else found["mask"], s.shape)
-        b = np.zeros_like(s) if found["bias"] is None else np.broadcast_to(found["bias"], s.shape)
-        keep = keep & (b != -np.inf) & np.isfinite(s)
-        total = np.where(keep, s + np.where(keep, b, 0.0), -np.inf)
-        m = total.max(axis=-1, keepdims=True, initial=-np.inf)
-        z = found["sinks"]
-        if z is not None:
-            zb = np.broadcast_to(z.reshape(z.shape + (1, 1)) if z.ndim else z, m.shape)
-            m = np.maximum(m, zb)
-        m = np.where(np.isfinite(m), m, 0.0)
-        e = np.where(keep, np.exp(total - m), 0.0)
-        denominator = e.sum(axis=-1, keepdims=True) + (0.0 if z is None else np.exp(zb - m))
-        p = e / np.where(denominator > 0, denominator, 1.0)
-        weight = np.where(keep, 2 * a * f + np.abs(b) + (0.0 if cap is None else np.abs(s)), 0.0)
-        lse = lse_ref.hi + lse_ref.lo
         scale = np.where(np.isfinite(lse), np.abs(lse) + (p * weight).sum(axis=-1) + 1.0, 0.0)
     return o_extra, {"undefined": lse_ref.undefined, "scale": np.nan_to_num(scale)}
 
