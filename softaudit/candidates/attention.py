@@ -44,7 +44,7 @@ def modified(s, mask, *, bias=None, alibi_slopes=None, softcap=None, causal=Fals
 
 
 def _sink_weights(s, keep, sinks, d):
-    """exp(s - m) over the kept scores and the sink's exp(z - m), m the largest of both (0 for none)."""
+    """exp(s - m) over the kept scores, the sink's exp(z - m), and m, the largest of both (0 for none)."""
     kept = np.ones(s.shape, bool) if keep is None else np.broadcast_to(keep, s.shape)
     m = np.where(kept, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
     z = None if sinks is None else np.broadcast_to(np.asarray(sinks).astype(d)[..., None, None], m.shape)
@@ -52,7 +52,7 @@ def _sink_weights(s, keep, sinks, d):
         m = np.maximum(m, z)
     m = np.where(np.isfinite(m), m, np.zeros((), d))
     e = np.where(kept, exp(s - m), np.zeros((), d))
-    return e, (np.zeros(m.shape, d) if z is None else exp(z - m))
+    return e, (np.zeros(m.shape, d) if z is None else exp(z - m)), m
 
 
 def naive_attention(fill, name: str, weakness: str):
@@ -64,7 +64,7 @@ def naive_attention(fill, name: str, weakness: str):
             if keep is not None:
                 s = np.where(keep, s, const(fill if fill == "finfo_min" else float(fill), s.dtype))
             if modifiers.get("sinks") is not None:
-                e, sink = _sink_weights(s, None, modifiers["sinks"], s.dtype)
+                e, sink, _ = _sink_weights(s, None, modifiers["sinks"], s.dtype)
                 return matmul(e / (dtype_sum(e) + sink), v, q.dtype)
             e = exp(s - row_max(s))
             return matmul(e / dtype_sum(e), v, q.dtype)
@@ -93,15 +93,22 @@ def upcast(q, k, v, mask=None, *, sinks=None, **modifiers):
     """Best practice: everything in float32 for 16-bit inputs, masked scores excluded with where, zeros for a
     fully masked row, rounded once; every modifier (softcap, bias, ALiBi, causal, window, sinks). Weakness: none
     known."""
+    return upcast_with_lse(q, k, v, mask, sinks=sinks, **modifiers)[0]
+
+
+def upcast_with_lse(q, k, v, mask=None, *, sinks=None, **modifiers):
+    """`upcast`'s output (rounded to q's dtype) and each query's lse = m + log(sum) in the working dtype (-inf for
+    a query with no key), from the same weights."""
     w = work_dtype(q.dtype)
     q32, k32, v32 = (a.astype(w) for a in (q, k, v))
     with np.errstate(all="ignore"):
         s = matmul(q32, np.swapaxes(k32, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
         s, keep = modified(s, mask, **modifiers)
-        e, sink = _sink_weights(s, keep, sinks, w)
+        e, sink, m = _sink_weights(s, keep, sinks, w)
         total = dtype_sum(e) + sink
         p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-        return matmul(p, v32, q.dtype)
+        lse = np.where(total > 0, m + log(np.where(total > 0, total, 1)), -np.inf)[..., 0]
+        return matmul(p, v32, q.dtype), lse
 
 
 def tiled_attention(block: int = 64):

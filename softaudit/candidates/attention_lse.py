@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..adapters import candidate
-from ._ops import dtype_sum, exp, log, matmul, row_max, work_dtype
-from .attention import _scores, _sink_weights, modified, online_with_lse
+from ._ops import dtype_sum, exp, log, matmul, row_max
+from .attention import _scores, _sink_weights, modified, online_with_lse, upcast_with_lse
 
 
 @candidate(kind="attention_lse", name="attention_lse.naive")
@@ -19,7 +19,7 @@ def naive(q, k, v, mask=None, *, sinks=None, **modifiers):
         if keep is not None:
             s = np.where(keep, s, np.array(-np.inf, s.dtype))
         if sinks is not None:
-            e, sink = _sink_weights(s, keep, sinks, s.dtype)
+            e, sink, _ = _sink_weights(s, keep, sinks, s.dtype)
             m = np.maximum(row_max(s), np.asarray(sinks).astype(s.dtype)[..., None, None])
         else:
             m = row_max(s)
@@ -32,21 +32,8 @@ def naive(q, k, v, mask=None, *, sinks=None, **modifiers):
 def upcast(q, k, v, mask=None, *, sinks=None, **modifiers):
     """Best practice: everything in float32 for 16-bit inputs, masked scores excluded with where, o = 0 and
     lse = -inf for a query with no key, each rounded once. Weakness: none known."""
-    w = work_dtype(q.dtype)
-    q32, k32, v32 = (a.astype(w) for a in (q, k, v))
-    with np.errstate(all="ignore"):
-        s = matmul(q32, np.swapaxes(k32, -1, -2), w) / np.sqrt(w.type(q.shape[-1]))
-        s, keep = modified(s, mask, **modifiers)
-        e, sink = _sink_weights(s, keep, sinks, w)
-        total = dtype_sum(e) + sink
-        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
-        kept = np.ones(s.shape, bool) if keep is None else np.broadcast_to(keep, s.shape)
-        m = np.where(kept, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
-        if sinks is not None:
-            m = np.maximum(m, np.asarray(sinks).astype(w)[..., None, None])
-        safe = np.where(np.isfinite(m), m, 0)
-        lse = np.where(total > 0, safe + log(np.where(total > 0, total, 1)), -np.inf)[..., 0]
-        return matmul(p, v32, q.dtype), lse.astype(q.dtype)
+    o, lse = upcast_with_lse(q, k, v, mask, sinks=sinks, **modifiers)
+    return o, lse.astype(q.dtype)
 
 
 @candidate(kind="attention_lse", name="attention_lse.tiled_b64")
