@@ -45,7 +45,9 @@ def _isolation_options(command):
     command = click.option(
         "--workers",
         type=_Number("workers"),
-        help=f"units run in this many processes on this machine (default {_shown('workers')}: in softaudit's process)",
+        help="units run in this many processes on this machine, or auto: one per core softaudit may use, in "
+        f"softaudit's process where that is one or the run has one unit (default {_shown('workers')}: in "
+        "softaudit's process)",
     )(command)
     command = click.option(
         "--memory-limit",
@@ -74,6 +76,8 @@ class _Number(click.ParamType):
         self.key = key
 
     def convert(self, value, param, ctx):
+        if value in settings.SETTINGS[self.key].words:
+            return value
         try:
             number = int(value) if settings.SETTINGS[self.key].type is int else float(value)
         except (TypeError, ValueError):

@@ -49,7 +49,7 @@ def audit(
     isolation: str = audit_default("isolation"),
     memory_limit_mib: int | None = audit_default("memory_limit"),
     stop=None,
-    workers: int = audit_default("workers"),
+    workers: int | str = audit_default("workers"),
     scheduler=audit_default("scheduler"),
 ) -> AuditResult:
     """Audit candidates against the reference on every family of their kind, in every dtype.
@@ -70,9 +70,10 @@ def audit(
     thread). memory_limit_mib: the worker's address-space limit (isolation "worker" only; None: none).
     stop: a threading.Event (anything with is_set()); once set, nothing new starts and the audit returns the rows
     it finished, with settings["interrupted"] True.
-    workers: units run in this many processes on this machine (1: in this process). scheduler: a Dask scheduler's
-    address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU candidates only on those
-    with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
+    workers: units run in this many processes on this machine (1: in this process; "auto": one per core this
+    process may use, in this process where that is one; a run of one unit runs in this process). scheduler: a
+    Dask scheduler's address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU
+    candidates only on those with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
     """
     import pandas as pd
 

@@ -25,7 +25,7 @@ class Setting:
     """One setting. default: softaudit run's when neither the command line nor [tool.softaudit] sets it (None:
     unset); hunt_default: softaudit hunt's, where it differs. bound: a number must be > 0 (">") or >= 0 (">=").
     keyword: audit()'s keyword taking it ("": none); audit_default: audit()'s default where it differs from the
-    command line's."""
+    command line's. words: the words a number setting also takes ("auto" workers: every core this process may use)."""
 
     type: type
     default: object = None
@@ -35,6 +35,7 @@ class Setting:
     hunt_default: object = _SAME
     keyword: str = ""
     audit_default: object = _SAME
+    words: tuple = ()
 
 
 _BOTH = ("run", "hunt")
@@ -69,7 +70,7 @@ SETTINGS = {
     "device": Setting(str, commands=_BOTH, keyword="device"),
     "isolation": Setting(str, "worker", ISOLATIONS, commands=_BOTH, keyword="isolation"),
     "memory_limit": Setting(int, bound=">", commands=_BOTH, keyword="memory_limit_mib"),
-    "workers": Setting(int, 1, bound=">", commands=_BOTH, keyword="workers"),
+    "workers": Setting(int, 1, bound=">", commands=_BOTH, keyword="workers", words=("auto",)),
     "scheduler": Setting(str, commands=_BOTH, keyword="scheduler"),
 }
 _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", int: "an integer", bool: "true or false"}
@@ -108,13 +109,16 @@ def requirement(key: str) -> str:
     bound = f" {setting.bound} 0" if setting.bound else ""
     if key == "formats":
         bound = f" among {', '.join(choices(key))}"
-    return f"must be {_TYPE_NAMES[setting.type]}{bound}"
+    words = "".join(f" or {word}" for word in setting.words)
+    return f"must be {_TYPE_NAMES[setting.type]}{bound}{words}"
 
 
 def valid(key: str, value) -> bool:
-    """Whether `value` is right for the setting `key`: its type (a bool is no number here, though Python says it
-    is an int), its choices and, for a number, its bound; nan and infinity pass no bound."""
+    """Whether `value` is right for the setting `key`: one of its words, or its type (a bool is no number here,
+    though Python says it is an int), its choices and, for a number, its bound; nan and infinity pass no bound."""
     setting, allowed = SETTINGS[key], choices(key)
+    if isinstance(value, str) and value in setting.words:
+        return True
     if setting.type is list:
         return isinstance(value, list) and all(isinstance(v, str) and (not allowed or v in allowed) for v in value)
     if allowed:

@@ -24,8 +24,11 @@ from .._libm import exp2 as exp2
 from .._libm import log as log
 from .._libm import log1p as log1p
 
-#: Largest number of elements `matmul` holds in its product temporary (32 MiB in float64).
-MATMUL_CHUNK = 2**22
+#: Largest number of elements `matmul` holds in its product temporary (2 MiB in float64): the pairwise sum then
+#: works in the CPU's cache. On attention's shapes (16 queries x 64 or 128 x 4,096 keys, 2 cores) 2**18 took 0.6x to
+#: 0.95x the time 2**22 took, and 2**14 up to 2.7x (Python's loop over more chunks); the order of the additions,
+#: and so the bits, do not depend on it.
+MATMUL_CHUNK = 2**18
 
 
 def work_dtype(dtype) -> np.dtype:

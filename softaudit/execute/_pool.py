@@ -53,16 +53,28 @@ def pool(
     folder: Path | None = None,
 ):
     """Where the units run: a Dask cluster if `scheduler` (an address or a distributed.Client) is given, else
-    `workers` processes on this machine (1: this process). folder: the cache folder, beside which Local keeps the
-    prepared families its workers map. ValueError (one line) for a bad value, or a scheduler without Dask."""
+    `workers` processes on this machine (1: this process; "auto": `usable_cores()`). folder: the cache folder,
+    beside which Local keeps the prepared families its workers map. ValueError (one line) for a bad value, or a
+    scheduler without Dask."""
     _check(isolation, memory_mib)
+    if workers == "auto":
+        workers = usable_cores()
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a whole number > 0, got {workers!r}")
+        raise ValueError(f"workers must be a whole number > 0 or auto, got {workers!r}")
     if scheduler is not None:
         from ._dask import Dask
 
         return Dask(scheduler, isolation, memory_mib)
     return Local(workers, isolation, memory_mib, folder) if workers > 1 else Serial(executor(isolation, memory_mib))
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity, which a container's or a batch system's limit sets),
+    else the machine's: how many workers "auto" starts."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # (no sched_getaffinity: macOS, Windows)
+        return os.cpu_count() or 1
 
 
 def sendable(candidate: Candidate) -> Candidate:
