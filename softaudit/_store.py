@@ -6,9 +6,10 @@ read when a measure first touches them. A file is used only by the code that wro
 one does: its name carries a fingerprint of softaudit's source, of numpy, ml_dtypes and mpmath, and of numpy's SIMD
 targets and BLAS kernels (softaudit._platform.cpu). A file that cannot be read is treated as missing and removed.
 Files are written atomically; `prune` (after an audit that wrote) removes the least recently used once the folder
-holds more than `MAX_BYTES`. What a file holds is its object's to say: a prepared case keeps its rounded inputs and
-its reference packed, and derives the rest when read (softaudit.prepare.Prepared): the main job's default suite,
-every kind in four dtypes, is 364 MB in 668 files, about 10 bytes per input element (1.8 GB, 52, before issue 26).
+holds more than `MAX_BYTES`. What a file holds is its object's to say: a prepared case keeps its reference packed
+(and a built-in one the recipe that makes its inputs again), and derives the rest when read
+(softaudit.prepare.Prepared): the main job's default suite, every kind in four dtypes, is 366 MB in 804 files
+(636 MB with the inputs kept; 1.8 GB before issue 26).
 
 These are pickles: keep the folder private (it is made 0700), as with any cache of pickled data.
 """

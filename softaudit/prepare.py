@@ -6,10 +6,11 @@ The comparisons (the plain implementation in the dtype, the other standard same-
 set the verdict's bounds; their calls go through the executor as the candidates' do. A prepared built-in family
 is kept between audits: in this process (`CACHE_BYTES`) and in a folder for later processes and for worker
 processes (softaudit/_store.py); the families are deterministic, so the same kind, dtype, suite and seed reuse it.
-In the folder a case keeps what the measures cannot derive, its rounded inputs and its reference packed (`_pack`:
-hi, and lo, fine and the rounded values only where they say more), and derives the rest when first read (ulps,
-masks, conditioning scales, the invariants' probes): about 10 bytes per input element where every array of the
-measures took 52; reading it back costs a few seconds of a warm main job that mapping them did not.
+In the folder a case keeps what the measures cannot derive cheaply, its reference packed (`_pack`: hi, and lo, fine
+and the rounded values only where they say more); a built-in case keeps its recipe and a digest of its rounded
+inputs, and its family makes them again when the file is read (about 2 s for the whole default suite, whose inputs
+were 277 of its 636 MB); the rest is derived when first read (ulps, masks, conditioning scales, the invariants'
+probes): about 6 bytes per input element of the main job, where every array of the measures took 52.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import collections.abc
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import itertools
 import math
 import os
@@ -30,7 +32,7 @@ import numpy as np
 from . import _store, invariants, kinds, reproducibility
 from . import candidates as builtin
 from .adapters import Candidate, CandidateError, CandidateSkip
-from .cases import Case
+from .cases import FAMILIES, Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
@@ -40,29 +42,33 @@ from .reference import Format, Result, round_to
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 
-    def __init__(self, case: Case, fmt: Format, case_in_family: int):
+    def __init__(self, case: Case, fmt: Format, case_in_family: int, recipe: tuple | None = None):
         self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
-        integers = kinds.get(case.kind).integers
-        self.inputs = {
-            name: np.asarray(a, np.int64) if name in integers else round_to(a, fmt.dtype)
-            for name, a in case.arrays.items()
-        }
-        self.mask = case.mask
+        #: (family, suite, seed) of a built-in family's case: a kept one is made again from it, not stored
+        self.recipe = recipe
+        self.inputs, self.mask = _rounded_inputs(case, fmt), case.mask
         #: how many finite input values overflow the dtype (what a row with nothing compared says); counted now,
         #: since a kept case holds its rounded inputs only
         self.overflowed = sum(
             int(np.count_nonzero(np.isfinite(a) & ~np.isfinite(self.inputs[n].astype(np.float64))))
             for n, a in case.arrays.items()
-            if n not in integers
+            if n not in kinds.get(case.kind).integers
         )
 
     def __getstate__(self) -> dict:
-        """What a kept case holds (softaudit/_store.py): its rounded inputs and mask, and each reference packed
-        (`_pack`); not the float64 originals, nor what is derived from the reference (the bases: ulps, masks,
-        conditioning scales) or from the inputs (the invariants' probes), which `references`, `bases` and `probes`
-        compute again when first read: the file is about 7x smaller, and the measures read the same bits."""
-        state = {name: self.__dict__[name] for name in ("fmt", "case_in_family", "inputs", "mask", "overflowed")}
-        state["case"] = dataclasses.replace(self.case, arrays={})
+        """What a kept case holds (softaudit/_store.py): each reference packed (`_pack`), and its rounded inputs and
+        mask where it has no recipe (a built-in case's are made again when it is read, `PreparedFamily`, and
+        checked against the digest kept in their place); not the float64 originals, nor what is derived from the
+        reference (the bases: ulps, masks, conditioning scales) or from the inputs (the invariants' probes), which
+        `references`, `bases` and `probes` compute again when first read: the file is about 7x smaller, and the
+        measures read the same bits."""
+        names = ("fmt", "case_in_family", "recipe", "overflowed")
+        state = {name: self.__dict__[name] for name in names}
+        if self.recipe is None:
+            state["inputs"], state["mask"] = self.inputs, self.mask
+            state["case"] = dataclasses.replace(self.case, arrays={})
+        else:
+            state["digest"], state["kind"] = _digest(self.inputs, self.mask), self.case.kind
         state["packed"] = tuple(_pack(ref) for ref in self.references)
         if self._keeps_extras:
             state["extras"] = self.__dict__.get("extras") or self._conditioning()
@@ -70,7 +76,16 @@ class Prepared:
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs))
+        if "case" in state:  # (one without a recipe: its inputs were kept; a built-in one's, `remade`)
+            self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs))
+
+    def remade(self, case: Case) -> None:
+        """Take a kept built-in case's inputs from its family made again (`case`, the same recipe's): ValueError
+        if they are not the bits it was prepared from (a family that does not make the same cases every time)."""
+        inputs = _rounded_inputs(case, self.fmt)
+        if _digest(inputs, case.mask) != self.__dict__.pop("digest") or case.kind != self.__dict__.pop("kind"):
+            raise ValueError(f"{case.family} made other inputs than those its kept references were computed from")
+        self.case, self.inputs, self.mask = case, inputs, case.mask
 
     def adopt(self, computed: Prepared) -> None:
         """Take what `computed` (the same case, computed in this process) has derived already, so that a case read
@@ -197,6 +212,24 @@ class Prepared:
 DERIVED = ("references", "bases", "probes", "leak_probe")
 
 
+def _rounded_inputs(case: Case, fmt: Format) -> dict:
+    """The case's arrays rounded to the audited dtype (this IS the input); integer inputs (class labels) as int64."""
+    integers = kinds.get(case.kind).integers
+    return {
+        name: np.asarray(a, np.int64) if name in integers else round_to(a, fmt.dtype) for name, a in case.arrays.items()
+    }
+
+
+def _digest(inputs: dict, mask) -> bytes:
+    """A digest of a case's rounded inputs and mask, names, shapes and bits."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name, a in [*sorted(inputs.items()), ("mask", mask)]:
+        a = np.zeros(0) if a is None else np.ascontiguousarray(a)
+        digest.update(f"{name} {a.dtype.str} {a.shape}".encode())
+        digest.update(a.reshape(-1).view(np.uint8))
+    return digest.digest()
+
+
 def _pack(ref: Result) -> tuple:
     """A reference Result as a kept case holds it: hi whole (errors are measured from it to its last bit), lo and
     fine only where they are not 0 (lo is 0 wherever tier A, one float64, decided: nearly everywhere below float64),
@@ -320,6 +353,19 @@ class PreparedFamily:
     others: list | None = None  # the other standard same-dtype algorithms, each a list
     stored: Path | None = None  # the store file it was read from (what worker processes map), if any
 
+    def __setstate__(self, state: dict) -> None:
+        """A kept family as read: its built-in cases' inputs made again, once per recipe (about 2 s for every
+        family of the default suite, where storing them took 277 of the main job's 636 MB)."""
+        self.__dict__.update(state)
+        remake = collections.defaultdict(list)
+        for pc in self.prepared:
+            if "inputs" not in pc.__dict__:
+                remake[pc.recipe].append(pc)
+        for (name, suite, seed), pcs in remake.items():
+            made = FAMILIES[name].cases(pcs[0].__dict__["kind"], pcs[0].fmt, suite, seed)
+            for pc in pcs:
+                pc.remade(made[pc.case_in_family])
+
     @property
     def comparisons(self) -> list[Comparison]:
         """Every comparison of every output."""
@@ -390,7 +436,8 @@ def family(
     path = folder / f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}.pkl" if folder else None
     found = _mapped(path) if path else None
     if found is None:
-        found = PreparedFamily([Prepared(case, fmt, i) for i, case in enumerate(family.cases(kind, fmt, suite, seed))])
+        made = family.cases(kind, fmt, suite, seed)
+        found = PreparedFamily([Prepared(case, fmt, i, (family.name, suite, seed)) for i, case in enumerate(made)])
         # (a family whose comparisons failed to run is not kept)
         if path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex):
             for pc in found.prepared:

@@ -323,6 +323,74 @@ def test_a_kept_family_is_its_inputs_and_one_or_two_float64_per_output(tmp_path)
         assert size <= 1.1 * (inputs + per_output * outputs) + 8192, (dtype, size, inputs, outputs)
 
 
+def _built_in(family: str, kind: str, dtype: str, suite: str = "quick") -> prepare.PreparedFamily:
+    """A built-in family as `prepare.family` makes it: each case with its recipe (family, suite, seed)."""
+    fmt = format_of(dtype)
+    cases = FAMILIES[family].cases(kind, fmt, suite, 0)
+    return prepare.PreparedFamily([prepare.Prepared(c, fmt, i, (family, suite, 0)) for i, c in enumerate(cases)])
+
+
+@pytest.mark.parametrize(
+    ("family", "kind", "dtype"),
+    [
+        ("gaussian", "softmax", "bfloat16"),
+        ("mask_grid", "masked_softmax", "float16"),
+        ("ce_ignored", "cross_entropy", "float32"),
+        ("attn_alibi", "attention", "float64"),
+    ],
+)
+def test_a_built_in_family_keeps_its_recipe_not_its_inputs(tmp_path, family, kind, dtype):
+    """A built-in case's inputs are made again from its recipe when read (issue 26: they were 277 of the main job's
+    636 MB): the file holds the references and no input, and the case read back has the computed one's inputs, mask,
+    options and float64 originals, bit for bit (class labels still int64)."""
+    computed = _built_in(family, kind, dtype)
+    _store.save(tmp_path / "f.pkl", computed)
+    without = prepare.PreparedFamily([prepare.Prepared(pc.case, pc.fmt, i) for i, pc in enumerate(computed.prepared)])
+    _store.save(tmp_path / "inputs.pkl", without)  # (the same cases, no recipe: inputs kept)
+    inputs = sum(a.nbytes for pc in computed.prepared for a in pc.inputs.values())
+    assert (tmp_path / "f.pkl").stat().st_size <= (tmp_path / "inputs.pkl").stat().st_size - inputs
+    kept = _store.load(tmp_path / "f.pkl")
+    for pc, back in zip(computed.prepared, kept.prepared):
+        assert _same(back.inputs, pc.inputs) and _same(back.mask, pc.mask) and back.overflowed == pc.overflowed
+        assert _same(dict(back.case.arrays), dict(pc.case.arrays)) and back.case.options == pc.case.options
+        assert back.case.description == pc.case.description and "digest" not in back.__dict__
+
+
+def test_a_family_that_makes_other_inputs_than_its_file_is_computed_again(tmp_path, monkeypatch):
+    """The digest kept in the inputs' place: a family that made other cases than those the references were
+    computed from (a generator changed without the code's digest seeing it, or not deterministic) reads as a
+    damaged file: removed, and the audit computes the family again and gives the fresh table."""
+    fresh = softaudit.audit(good, cache_dir="off", cache=False, **OPTIONS).table
+    prepare.clear_cache()
+    softaudit.audit(good, cache_dir=tmp_path, **OPTIONS)
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    real = FAMILIES["gaussian"].make
+    monkeypatch.setitem(
+        FAMILIES,
+        "gaussian",
+        dataclasses.replace(FAMILIES["gaussian"], make=lambda *a: [({"x": m[0]["x"] * 1.5}, *m[1:]) for m in real(*a)]),
+    )
+    path = next(p for p in tmp_path.iterdir() if "-gaussian-" in p.name)
+    assert _store.load(path) is None and not path.exists()  # (removed, as a damaged file is)
+    monkeypatch.setitem(FAMILIES, "gaussian", dataclasses.replace(FAMILIES["gaussian"], make=real))
+    prepare.clear_cache()
+    again = softaudit.audit(good, cache_dir=tmp_path, **OPTIONS).table
+    assert sorted(p.name for p in tmp_path.iterdir()) == kept
+    assert again.drop(columns="seconds").equals(fresh.drop(columns="seconds"))
+
+
+def test_a_family_without_a_recipe_keeps_its_inputs(tmp_path):
+    """Cases of case files and the corpus (no recipe) keep their rounded inputs in the file."""
+    fmt = format_of("float16")
+    cases = FAMILIES["gaussian"].cases("softmax", fmt, "quick")
+    fam = prepare.PreparedFamily([prepare.Prepared(c, fmt, i) for i, c in enumerate(cases)])
+    _store.save(tmp_path / "f.pkl", fam)
+    back = _store.load(tmp_path / "f.pkl")
+    assert all(_same(b.inputs, pc.inputs) for pc, b in zip(fam.prepared, back.prepared))
+    inputs = sum(a.nbytes for pc in fam.prepared for a in pc.inputs.values())
+    assert (tmp_path / "f.pkl").stat().st_size >= inputs
+
+
 def test_packing_keeps_the_values_hi_alone_would_round_otherwise():
     """Where hi + lo rounds otherwise than hi alone (hi a float16 midpoint, lo deciding), a NaN with its sign set,
     -0.0, an overflow to inf: every array comes back bit for bit, and the rounded values are kept only where hi

@@ -18,8 +18,7 @@ from click.testing import CliRunner
 import softaudit
 from softaudit import Candidate
 from softaudit.cli import main
-from softaudit.execute import NOT_AGAIN
-from softaudit.execute import _pool
+from softaudit.execute import NOT_AGAIN, _pool
 from softaudit.execute._pool import task
 from softaudit.hunt import hunt
 
@@ -219,7 +218,14 @@ def test_usable_cores_follow_the_affinity_a_container_sets():
         pytest.skip("no CPU affinity on this platform")
     assert _pool.usable_cores() == len(os.sched_getaffinity(0)) >= 1
     one = subprocess.run(
-        ["taskset", "-c", "0", sys.executable, "-c", "from softaudit.execute import _pool; print(_pool.usable_cores())"],
+        [
+            "taskset",
+            "-c",
+            "0",
+            sys.executable,
+            "-c",
+            "from softaudit.execute._pool import usable_cores as u; print(u())",
+        ],
         capture_output=True,
         text=True,
     )
@@ -252,3 +258,145 @@ def test_auto_workers_from_the_config_give_the_table_of_one_process(monkeypatch,
         tables.append(pd.read_csv(tmp_path / out / "results.csv", dtype=str, keep_default_na=False))
     assert widths == [2, 1]
     assert tables[0].drop(columns="seconds").equals(tables[1].drop(columns="seconds"))
+
+
+def test_a_stop_keeps_the_finished_units_of_a_parallel_run(serial):
+    stop = threading.Event()
+    stopped = softaudit.audit(
+        FAULTY + ["softaudit.candidates.softmax:naive"],
+        workers=2,
+        stop=stop,
+        progress=lambda done, total, label: stop.set(),
+        **OPTIONS,
+    )
+    assert stopped.settings["interrupted"] is True
+    kept = stopped.table.drop(columns="seconds")
+    assert 0 < len(kept) < len(serial.table)
+    whole = serial.table.drop(columns="seconds").merge(kept, how="inner")
+    assert len(whole) == len(kept)  # every kept row is the serial run's row, whole
+
+
+def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
+    process = start_run(tmp_path, 0.05, "--workers", "2")
+    wait_for(tmp_path / "started", process)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    for name in REPORTS:
+        assert (tmp_path / "out" / name).is_file(), name
+    table = rows(tmp_path / "out")
+    assert 0 < len(table) < 2 * 12 and "Traceback" not in output  # (12 families each: not all of them ran)
+
+
+def _inner_pid(*, ex) -> int:
+    """A task that calls a candidate through its worker's executor: the pid of the process the call ran in."""
+    pid = Candidate("softmax", "pid", lambda x, axis=-1: np.full(x.shape, float(os.getpid())))
+    return int(ex.call(pid, {"x": np.zeros((1, 2))}, None, (1, 2), np.float64, 60)[0][0, 0])
+
+
+def _retire_after_each_task() -> None:
+    """A loky worker's initializer: it counts as leaking memory after a task or two, so loky retires it."""
+    import loky.process_executor
+
+    loky.process_executor._MAX_MEMORY_LEAK_SIZE = -1  # (any growth, none included)
+    loky.process_executor._MEMORY_LEAK_CHECK_DELAY = 0.0
+
+
+@pytest.mark.filterwarnings("ignore:A worker was restarted:UserWarning")  # (it is made to)
+def test_a_worker_that_retires_closes_its_isolated_calls_first():
+    """loky retires a worker whose memory grew (in an audit, mapped families grow it): on its way out,
+    multiprocessing waits for the worker's children, so the isolated calls' own worker must be gone by then (it was
+    not: the worker, and with it the whole run, waited forever)."""
+    from loky import ProcessPoolExecutor
+
+    workers = ProcessPoolExecutor(max_workers=1, initializer=_retire_after_each_task)
+    try:
+        pids = [workers.submit(task, _inner_pid, "worker", None).result(timeout=60) for _ in range(4)]
+    finally:
+        workers.shutdown(wait=False, kill_workers=True)  # (a worker stuck on its way out would block `with`)
+    assert len(set(pids)) > 1  # (a retired worker's calls ran in a child of its own)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)
+
+
+def test_the_hunt_spreads_its_searches_over_workers(tmp_path, monkeypatch, cluster):
+    monkeypatch.setenv("CI", "1")
+    (tmp_path / "broken.py").write_text(BROKEN)
+    findings = hunt(str(tmp_path / "broken.py"), dtypes=["float32"], budget=30, corpus=tmp_path / "corpus", workers=2)
+    assert [f.failed for f in findings] == [True, True, True]
+    assert len(list((tmp_path / "corpus").rglob("*.json"))) == 3
+    on_dask = hunt(
+        f"{tmp_path / 'broken.py'}:fill_minus_30",
+        dtypes=["float16"],
+        budget=10,
+        corpus=None,
+        scheduler=cluster.scheduler_address,
+    )
+    assert [f.failed for f in on_dask] == [True]
+
+
+def test_private_folders_of_killed_audits_are_removed_by_the_next(tmp_path):
+    from softaudit.execute._pool import Local
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    abandoned = tmp_path / f".share-{int(dead.stdout)}-x"  # (a process that has exited)
+    live = tmp_path / f".share-{os.getpid()}-y"
+    for folder in (abandoned, live):
+        folder.mkdir()
+        (folder / "1.pkl").write_bytes(b"a family")
+    mine = Local(2, "worker", None, tmp_path)
+    try:
+        assert mine.share.parent == tmp_path and mine.share.is_dir()
+        assert not abandoned.exists() and live.exists()
+    finally:
+        mine.close()
+    assert not mine.share.exists()
+
+
+def test_each_family_is_prepared_once_per_dtype_for_all_the_units_on_workers(monkeypatch):
+    """The prepared families (inputs, references) are computed once per kind x dtype x family and handed to every
+    unit that audits them, not recomputed per unit: five candidates, one preparation each."""
+    from softaudit import runner
+
+    submitted = []
+    original = runner._prepare_all
+
+    def counting(group, where, job, stopped):
+        submitted.extend((source.name, group.fmt.name) for source in group.sources)
+        return original(group, where, job, stopped)
+
+    monkeypatch.setattr(runner, "_prepare_all", counting)
+    names = ("naive", "max_shifted", "max_shifted_running", "exp2", "max_shifted_f32acc")
+    five = [f"softaudit.candidates.softmax:{name}" for name in names]
+    result = softaudit.audit(five, workers=2, **(OPTIONS | {"timeout": 30}))
+    assert sorted(submitted) == sorted({(f, d) for f in OPTIONS["families"] for d in OPTIONS["dtypes"]})
+    assert len(result.table) == 5 * len(submitted)  # every unit audited, each against a family prepared once
+
+
+def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
+    """A worker's start (an interpreter, softaudit's imports) would only add to a single unit: `--workers 2` runs it
+    here, as a serial run does; two units go to the workers."""
+    seen = tmp_path / "pids"
+
+    def softmax(x, axis=-1):
+        with open(seen, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    def pids(families):
+        seen.write_text("")
+        softaudit.audit(
+            softmax,
+            kind="softmax",
+            dtypes=["float32"],
+            suite="quick",
+            families=families,
+            workers=2,
+            isolation="none",
+            cache_dir="off",
+        )
+        return set(map(int, seen.read_text().split()))
+
+    assert pids(["textbook"]) == {os.getpid()}
+    assert os.getpid() not in pids(["textbook", "gaussian"])
