@@ -341,5 +341,22 @@ def round_array(values, fmt: Format) -> np.ndarray:
         return cast_exact(v, fmt)
     finite = np.isfinite(v)
     with np.errstate(all="ignore"):
-        rounded, _ = _decide_general(np.where(finite, v, 0.0), None, np.zeros(v.shape), fmt)
+        if fmt.min_subnormal_exp < -1022:  # (no such format below 53 bits; kept general all the same)
+            rounded, _ = _decide_general(np.where(finite, v, 0.0), None, np.zeros(v.shape), fmt)
+        else:
+            rounded = _round_narrow(np.where(finite, v, 0.0), fmt)
     return cast_exact(np.where(finite, rounded, v), fmt)
+
+
+def _round_narrow(v: np.ndarray, fmt: Format) -> np.ndarray:
+    """Finite float64 values rounded to nearest-even on fmt's grid, as float64 (overflow: inf), for a format whose
+    spacings are all normal float64 powers of two (fmt.min_subnormal_exp >= -1022): v over its spacing 2**qe (an
+    exact scaling), rint (ties to even), scaled back; _decide_general's rounding without its decision, about 2x as
+    fast (reading the main job's kept cases makes their inputs again, and rounds them)."""
+    binade = ((v.view(np.int64) >> 52) & 0x7FF) - 1023  # (a float64 subnormal reads -1023: max() lifts it)
+    qe = np.maximum(binade, fmt.emin) - (fmt.precision - 1)
+    rounded = np.rint(v * ((1023 - qe) << 52).view(np.float64))
+    rounded *= ((1023 + qe) << 52).view(np.float64)
+    if np.abs(v).max(initial=0.0) >= fmt.max_float / 2:  # only then can a value overflow
+        rounded = np.where(np.abs(rounded) > fmt.max_float, np.copysign(np.inf, v), rounded)
+    return rounded
