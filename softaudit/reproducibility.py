@@ -25,8 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import kinds
-from .invariants import _differ
-from .reference import round_to
+from .invariants import _differ, round_to
 
 #: Cases whose inputs hold more elements than this are not rerun (each rerun is another call, the embedding batch
 #: twice the case): rows of 4,096 and the attention families' sizes already show a batch heuristic.

@@ -198,3 +198,23 @@ def test_marking_a_candidate_loads_neither_the_reference_nor_mpmath():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_candidates_worker_process_loads_neither_the_reference_nor_mpmath():
+    """An isolated worker imports softaudit.execute and the candidate, and calls it: the reference (mpmath with it)
+    stays out, as it was 0.1 s of the worker's 0.24 s start (issue 26: isolation's cost on a short audit)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np\n"
+        "from softaudit.execute._worker import _call\n"
+        "from softaudit.adapters import call_all, load_target\n"
+        "(c,) = load_target('softaudit.candidates.softmax:max_shifted', 'softmax')\n"
+        "x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(4, 16)\n"
+        "(y,), note = call_all(c, {'x': x}, None, [x.shape], np.float32, None)\n"
+        "assert y.shape == x.shape and note == '', note\n"
+        "assert not {'softaudit.reference', 'mpmath'} & set(sys.modules), sorted(sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

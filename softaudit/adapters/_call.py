@@ -15,7 +15,6 @@ import threading
 import numpy as np
 
 from .. import kinds
-from ..reference import format_of
 from . import _bridge as bridge
 from ._candidate import Candidate
 
@@ -181,6 +180,8 @@ def _checked(out, shape: tuple, dtype, label: str):
         raise CandidateError(f"{label}returned shape {out.shape}, expected {tuple(shape)}{hint}")
     note = ""
     if out.dtype != dtype:
+        from ..reference import format_of  # (here: a worker process that never needs it does not import mpmath)
+
         try:
             format_of(out.dtype)
         except ValueError:
