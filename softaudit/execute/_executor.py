@@ -93,6 +93,10 @@ class Executor:
             answers.append((outs, note, time.perf_counter() - start))
         return answers
 
+    def start(self) -> None:
+        """Begin starting what the calls will need (a worker process), without waiting for it: an audit starts it
+        before it plans and reads its families, so that the worker's start overlaps them."""
+
     def close(self) -> None:
         """Release what the executor holds (worker processes); calling it twice is harmless."""
 

@@ -142,10 +142,14 @@ class Isolated(Executor):
             raise CandidateError(answer[1])
         self._ready.add(key)
 
-    def _wait(self, fn, args: tuple, timeout: float | None, late: str, watched: bool = False):
-        """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises.
-        watched: fn makes several calls, each marked in the arena as it starts; each gets `timeout` from its own
-        start (the round trip as long as they take)."""
+    def start(self) -> None:
+        """Start the worker (an interpreter and softaudit's imports: about 0.2 s) and return at once; the first
+        call waits for what is left of its start."""
+        if self._pool is None:
+            self._submit(_worker.ready)
+
+    def _submit(self, fn, *args):
+        """fn(*args) submitted to the worker, started first if there is none; its future."""
         if self._pool is None:
             from loky import ProcessPoolExecutor
 
@@ -154,7 +158,13 @@ class Isolated(Executor):
             )
             self._oom_kills = _oom_kills()
         with _may_start_processes():  # (loky starts its worker in submit, on this thread)
-            future = self._pool.submit(fn, *args)
+            return self._pool.submit(fn, *args)
+
+    def _wait(self, fn, args: tuple, timeout: float | None, late: str, watched: bool = False):
+        """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises.
+        watched: fn makes several calls, each marked in the arena as it starts; each gets `timeout` from its own
+        start (the round trip as long as they take)."""
+        future = self._submit(fn, *args)
         try:
             return self._watch(future, timeout) if watched and timeout else future.result(timeout)
         except TimeoutError:

@@ -139,6 +139,8 @@ class Serial:
     def __enter__(self):
         if isinstance(self.ex, InProcess):  # (the SIGALRM handler installed once; each call only sets its timer)
             self._limits.enter_context(time_limits())
+        if self.ex is not None:
+            self.ex.start()  # (an isolated worker starts while the audit plans and reads its families)
         return self
 
     def __exit__(self, kind, *exc) -> None:
@@ -219,6 +221,7 @@ def task(fn, isolation: str, memory_mib: int | None, *args):
     key = (isolation, memory_mib)
     if key not in executors:
         executors[key] = executor(isolation, memory_mib)
+        executors[key].start()  # (its worker starts while this task reads or prepares its family)
         # Closed before multiprocessing joins the worker's children on its way out (loky retires a worker whose
         # memory grew, mapped families included): an isolated executor's own worker would otherwise be waited
         # for forever.

@@ -79,6 +79,10 @@ def setup(memory_mib: int | None) -> None:
         _limit_mib.append(memory_mib)
 
 
+def ready() -> None:
+    """Nothing: what `Isolated.start` submits, so that the worker starts (and imports) before it is needed."""
+
+
 def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tuple:
     """Load a candidate's callable (its source target, else its cloudpickled callable) and keep it: ("ok",) or
     ("error", message)."""
