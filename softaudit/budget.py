@@ -35,11 +35,30 @@ def RUNNING(n):
     return np.maximum(np.asarray(n, dtype=np.float64) - 1, 0)
 
 
-def of(kind: str, inputs: dict, mask, exact: tuple, sums=PAIRWISE, tiny: float = 0.0) -> tuple[np.ndarray, ...] | None:
+def of(
+    kind: str,
+    inputs: dict,
+    mask,
+    exact: tuple,
+    sums=PAIRWISE,
+    tiny: float = 0.0,
+    options: dict | None = None,
+    u: float = 0.0,
+) -> tuple[np.ndarray, ...] | None:
     """The rounding budget T of each output of `kind` on a case (inputs in the dtype, the exact results), for a
-    dtype whose smallest normal is `tiny`; None for a kind `BUDGETS` has no formula for (its budget is unknown)."""
+    dtype whose smallest normal is `tiny`; None for a kind `BUDGETS` has no formula for (its budget is unknown).
+    options: the case's keywords (cross-entropy's smoothing, z-loss, softcap, reduction; attention's modifiers are
+    not read: its budget is that of the plain scores). u: the dtype's unit roundoff, for what exp makes of an
+    argument's error (`_grown`); 0: first order throughout."""
     entry, formula = kinds.get(kind), BUDGETS.get(kind)
-    return None if formula is None else formula(entry, inputs, mask, exact, sums, tiny)
+    return None if formula is None else formula(entry, inputs, mask, exact, sums, tiny, u, **(options or {}))
+
+
+def _grown(e, u: float):
+    """What exp makes of an argument off by up to u e, in units of u: (e**(u e) - 1) / u, which is e to first order
+    and more where u e is not small (a bfloat16 lse near 800 is off by 3, and a weight exp(lse_s - lse) by a factor
+    e**3); u = 0: e."""
+    return e if u == 0 else np.expm1(u * e) / u
 
 
 def _row(x, mask, sums):
@@ -63,7 +82,7 @@ def _row(x, mask, sums):
     return kept, p, log_s, m, big_e
 
 
-def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
     """softmax and masked_softmax: p E; log_softmax: |r| + |x - m| + log s + sum p |x - m| + sums(n) + 4 (the shift,
     the log of a sum that carries its terms' errors, the subtraction); logsumexp: the same about m + log s."""
     with np.errstate(all="ignore"):
@@ -74,10 +93,10 @@ def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray
             return ((np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True))[..., 0] + r + tiny,)
         if kind.logarithmic:
             return (np.where(kept, r + log_s + big_e + tiny, 0.0),)
-        return (np.where(kept, p * big_e + 2 * tiny, 0.0),)
+        return (np.where(kept, p * _grown(big_e, u) + 2 * tiny, 0.0),)
 
 
-def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
     """dx = p (g - <g, p>): p_i's error (p E + tiny) times |g_i - gbar|; the dot's, p_i sum_k (p_k |g_k| (E_k +
     sums(n) + 1) + tiny (|g_k| + 1)) (each product p_k g_k carries p_k's error and its own, and the sum its own,
     with sum(p) != 1 in it); the subtraction and the products, p_i (|g_i| + |gbar|) and |r_i| (p g - p gbar rounds
@@ -89,12 +108,13 @@ def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np
         ag = np.abs(g)
         gbar = (p * g).sum(axis=-1, keepdims=True)
         n = kept.sum(axis=-1, keepdims=True)
-        dot = (p * ag * (big_e + sums(n) + 1) + tiny * (ag + 1)).sum(axis=-1, keepdims=True)
-        terms = (p * big_e + tiny) * np.abs(g - gbar) + p * (ag + np.abs(gbar) + dot)
+        grown = _grown(big_e, u)
+        dot = (p * ag * (grown + sums(n) + 1) + tiny * (ag + 1)).sum(axis=-1, keepdims=True)
+        terms = (p * grown + tiny) * np.abs(g - gbar) + p * (ag + np.abs(gbar) + dot)
         return (np.where(kept, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
 
-def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
     """dx = g - p sum(g): p_i's error (p E + tiny) times |sum(g)|; the sum's, p_i sums(n) sum |g|; the product and the
     subtraction, |g_i| and |r_i|. At a -inf logit (p = 0) dx = g exactly: 2 |g_i| covers a g - 0 too."""
     with np.errstate(all="ignore"):
@@ -104,21 +124,21 @@ def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tupl
         g = np.where(read, np.asarray(inputs["g"], dtype=np.float64), 0.0)
         total = np.abs(g.sum(axis=-1, keepdims=True))
         n = read.sum(axis=-1, keepdims=True)
-        pe = p * big_e + tiny
+        pe = p * _grown(big_e, u) + tiny
         terms = np.abs(g) + pe * total + p * (total + sums(n) * np.abs(g).sum(axis=-1, keepdims=True))
         return (np.where(read, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
 
-def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
     """dx = p g (g one value per row): p_i's error and the product's, (p_i (E_i + 1) + tiny) |g|, and |r_i|."""
     with np.errstate(all="ignore"):
         x = np.asarray(inputs["x"], dtype=np.float64)
         kept, p, _, _, big_e = _row(x, mask, sums)
         ag = np.abs(np.asarray(inputs["g"], dtype=np.float64))[..., None]
-        return (np.where(kept, (p * (big_e + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
+        return (np.where(kept, (p * (_grown(big_e, u) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
-def _attention_weights(q, k, keep, sums, tiny):
+def _attention_weights(q, k, keep, sums, tiny, u=0.0):
     """P, the scores' |q| |k| c (a), and P E + tiny, P's absolute error coefficient: each score is a dot of d terms
     rounded sums(d) + 2 times (its error at most that many u of a_j, and of sum_l P_l a_l through the row's shift
     and sum), then a row kind's E over the scores (with |lse| for exp(s - lse))."""
@@ -135,7 +155,7 @@ def _attention_weights(q, k, keep, sums, tiny):
     dots = sums(q.shape[-1]) + 2
     spread = (p * d).sum(axis=-1, keepdims=True)
     big_e = dots * (a + (p * a).sum(axis=-1, keepdims=True)) + d + spread + sums(n) + 4 + lse
-    return p, np.where(keep, p * big_e + tiny, 0.0), n, c
+    return p, np.where(keep, p * _grown(big_e, u) + tiny, 0.0), n, c, np.where(keep, big_e, 0.0)
 
 
 def _setting(inputs: dict, mask):
@@ -145,17 +165,17 @@ def _setting(inputs: dict, mask):
     return q, k, v, keep
 
 
-def attention(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray]:
+def attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
     """o = P V: each P_j's error and the sum's, sum_j (P_j E_j + tiny + P_j (sums(n) + 2)) |v_j|, each product's
     floor, and |o|."""
     with np.errstate(all="ignore"):
         q, k, v, keep = _setting(inputs, mask)
-        p, pe, n, _ = _attention_weights(q, k, keep, sums, tiny)
+        p, pe, n, _, _ = _attention_weights(q, k, keep, sums, tiny, u)
         o = np.abs(np.asarray(exact[0], dtype=np.float64))
         return ((pe + p * (sums(n) + 2)) @ np.abs(v) + o + (n + 2) * tiny,)
 
 
-def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[np.ndarray, ...]:
+def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
     """dS = P (dP - D), dP = g v^T (b = |g| |v|^T), D = sum_j P_j dP_j (or rowsum(dO o O): the same terms):
     dS's error coefficient sigma = (P E + tiny) |dP - D| + P (sums(dv) b + delta_D + |dP| + |D|) + |dS|, with
     delta_D = sum_j (P_j E_j + tiny + P_j (sums(n) + sums(dv) + 3)) (|dP_j| + b_j); then dq = c dS k and
@@ -164,7 +184,7 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[
     with np.errstate(all="ignore"):
         q, k, v, keep = _setting(inputs, mask)
         g = np.asarray(inputs["g"], dtype=np.float64)
-        p, pe, n, c = _attention_weights(q, k, keep, sums, tiny)
+        p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u)
         vt = np.swapaxes(v, -1, -2)
         dp = np.where(keep, g @ vt, 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
@@ -183,6 +203,130 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny) -> tuple[
         )
 
 
+def _cross_entropy_rows(inputs: dict, sums, o: dict):
+    """The rows of a cross-entropy case in float64, by name: the (softcapped) logits z, |z| and their row quantities
+    (`_row`: kept, p, big_e), the targets y (0 where ignored), the ignored rows, lse, the log-sum-exp's budget
+    t_lse (logsumexp's, plus 3 |z| for each softcapped logit's own roundings: the division, tanh, the product) and
+    the softcap's sech**2 factors."""
+    x = np.asarray(inputs["logits"], dtype=np.float64)
+    t = np.asarray(inputs["target"], np.int64)
+    ignored = t == o["ignore_index"]
+    y = np.where(ignored, 0, t)
+    cap = o["softcap"]
+    z = x if cap is None else np.where(np.isfinite(x), cap * np.tanh(x / cap), x)
+    kept, p, log_s, m, big_e = _row(z, None, sums)
+    lse = m + log_s
+    az = np.where(kept, np.abs(z), 0.0)
+    t_lse = np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True) + np.abs(lse)
+    if cap is not None:
+        t_lse = t_lse + 3 * az.max(axis=-1, keepdims=True)
+    factor = 1.0 if cap is None else np.where(kept, 1 / np.cosh(x / cap) ** 2, 0.0)
+    return {
+        "z": z,
+        "kept": kept,
+        "p": p,
+        "big_e": big_e,
+        "y": y,
+        "ignored": ignored,
+        "lse": lse,
+        "t_lse": t_lse,
+        "az": az,
+        "factor": factor,
+    }
+
+
+def cross_entropy(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
+    """loss = lse - (1 - eps) z_y - eps mean(z) + zl lse**2 per row: the log-sum-exp's budget T_lse (logsumexp's,
+    over the softcapped logits, each of those carrying 3 roundings of its own), the target's logit (|z_y|, and 3
+    |z_y| more under a softcap), smoothing's mean (eps (sums(V) + 2) mean |z|), the z-loss (2 zl |lse| T_lse + 2 zl
+    lse**2), and the row's own additions (2 |loss|). A mean or sum adds the rows' budgets and its own sum's
+    roundings (sums(N) sum |loss_i|), over N for a mean. Ignored rows cost nothing (exactly 0)."""
+    from .kinds.cross_entropy import _options
+
+    o = _options(options)
+    with np.errstate(all="ignore"):
+        c = _cross_entropy_rows(inputs, sums, o)
+        z, kept, y, ignored, lse, t_lse, az = (c[n] for n in ("z", "kept", "y", "ignored", "lse", "t_lse", "az"))
+        rows = np.arange(len(z))
+        eps, zl = o["label_smoothing"], o["z_loss"]
+        zy = np.abs(z[rows, y])[:, None]
+        v = kept.sum(axis=-1, keepdims=True)
+        mean_z = az.sum(axis=-1, keepdims=True) / np.maximum(v, 1)
+        loss = np.abs(lse - (1 - eps) * z[rows, y][:, None] - eps * mean_z + zl * lse**2)
+        per = t_lse + (1 - eps + eps / np.maximum(v, 1)) * zy * (1 if o["softcap"] is None else 4)
+        per = per + eps * (sums(v) + 2) * mean_z + 2 * abs(zl) * np.abs(lse) * t_lse + 2 * abs(zl) * lse**2
+        per = np.where(ignored[:, None], 0.0, per + 2 * loss)[:, 0]
+        loss = np.where(ignored[:, None], 0.0, loss)[:, 0]
+        r = np.abs(np.asarray(exact[0], dtype=np.float64))
+        if o["reduction"] == "none":
+            return (per + r + tiny,)
+        counted = int((~ignored).sum())
+        div = max(counted, 1) if o["reduction"] == "mean" else 1
+        total = (per.sum() + sums(max(counted, 1)) * loss.sum()) / div
+        return (total + r + tiny,)
+
+
+def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
+    """dlogits_j = w f_j ((1 + 2 zl lse) p_j - q_j), w = g (over N for a mean), f_j = sech**2(x_j / c) (1 without a
+    softcap): p_j's error ((p E + tiny) |1 + 2 zl lse|), the z-loss's lse (2 zl p_j T_lse), q_j's rounding (|q_j|),
+    and the subtraction and the products with w and f (2 |a_j|, and under a softcap f's own roundings, 3 + 2 |t
+    tanh t| with t = x_j / c); then |r_j|. Ignored rows are exactly 0."""
+    from .kinds.cross_entropy import _options
+
+    o = _options(options)
+    with np.errstate(all="ignore"):
+        c = _cross_entropy_rows(inputs, sums, o)
+        z, kept, p, big_e, y, ignored, lse, t_lse = (
+            c[n] for n in ("z", "kept", "p", "big_e", "y", "ignored", "lse", "t_lse")
+        )
+        n, v = z.shape
+        rows = np.arange(n)
+        counted = int((~ignored).sum())
+        div = max(counted, 1) if o["reduction"] == "mean" else 1
+        w = np.abs(np.broadcast_to(np.asarray(inputs["g"], dtype=np.float64), (n,)) / div)[:, None]
+        eps, zl = o["label_smoothing"], o["z_loss"]
+        t2 = np.abs(1 + 2 * zl * lse)
+        q = np.full(z.shape, eps / v)
+        q[rows, y] += 1 - eps
+        a = np.abs(t2 * p - q)
+        own = 2.0
+        if o["softcap"] is not None:  # sech**2(x / c): the division's (2 |t tanh t|, t = x / c), cosh, 1 / cosh, **2
+            t = np.asarray(inputs["logits"], dtype=np.float64) / o["softcap"]
+            own = 5 + 2 * np.abs(t * np.tanh(t))
+        terms = (p * _grown(big_e, u) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
+        r = np.abs(np.asarray(exact[0], dtype=np.float64))
+        found = np.where(kept, w * c["factor"] * terms + 2 * r + tiny, 0.0)
+        return (np.where(ignored[:, None], 0.0, found),)
+
+
+def attention_lse(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
+    """o: attention's. lse = m + log sum exp(s - m) over the scores: the largest of its terms' error coefficients
+    (E with the scores' dots, as attention's), and the two additions (2 |lse|)."""
+    with np.errstate(all="ignore"):
+        (o,) = attention(kind, inputs, mask, exact[:1], sums, tiny, u)
+        q, k, _, keep = _setting(inputs, mask)
+        _, _, n, _, big_e = _attention_weights(q, k, keep, sums, tiny)
+        lse = np.abs(np.asarray(exact[1], dtype=np.float64))
+        # log sum_j p_j e**(u E_j) <= u max_j E_j, whatever the weights (a mean of the errors would not bound it)
+        return o, big_e.max(axis=-1, initial=0.0) + 2 * lse + (n[..., 0] + 2) * tiny
+
+
+def merge_attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
+    """The weights w_s = exp(lse_s - lse) of the S splits are a softmax over the lses (a row kind's E over them);
+    o = sum_s w_s o_s: sum_s (w_s E_s + tiny + w_s (sums(S) + 2)) |o_s| and |o|; lse: logsumexp's budget over the
+    lses. Splits whose lse is -inf weigh nothing."""
+    with np.errstate(all="ignore"):
+        lses = np.moveaxis(np.asarray(inputs["lses"], dtype=np.float64), 0, -1)  # (..., Lq, S)
+        outs = np.moveaxis(np.abs(np.asarray(inputs["outputs"], dtype=np.float64)), 0, -2)  # (..., Lq, S, dv)
+        kept, w, log_s, m, big_e = _row(lses, None, sums)
+        splits = kept.sum(axis=-1, keepdims=True)
+        coefficient = np.where(kept, w * _grown(big_e, u) + tiny + w * (sums(splits) + 2), 0.0)
+        o = (coefficient[..., None] * np.where(kept[..., None], outs, 0.0)).sum(axis=-2)
+        o = o + np.abs(np.asarray(exact[0], dtype=np.float64)) + (splits + 2) * tiny
+        lse = np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True, initial=0.0)
+        return o, lse[..., 0] + np.abs(np.asarray(exact[1], dtype=np.float64)) + tiny
+
+
 #: Each kind's budget, by name: a budget is a formula of the kind's standard algorithm, not of its shape. A kind
 #: missing here has none, and the causes read its errors against the conditioning scale alone (causes.classify).
 BUDGETS = {
@@ -197,4 +341,8 @@ BUDGETS = {
     # (masked softmax's VJP is softmax's over the kept entries)
     "masked_softmax_grad": softmax_grad,
     "attention_grad": attention_grad,
+    "cross_entropy": cross_entropy,
+    "cross_entropy_grad": cross_entropy_grad,
+    "attention_lse": attention_lse,
+    "merge_attention": merge_attention,
 }

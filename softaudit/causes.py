@@ -257,7 +257,11 @@ def budget_at(kind: str, pc, flat: int) -> tuple[float, float] | None:
     whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
     tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
     exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)
-    found = [budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny) for sums in (budget.PAIRWISE, budget.RUNNING)]
+    options = dict(whole.case.options)
+    found = [
+        budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny, options)
+        for sums in (budget.PAIRWISE, budget.RUNNING)
+    ]
     if found[0] is None:
         return None
     return tuple(float(np.asarray(t[index]).reshape(-1)[flat]) for t in found)

@@ -20,6 +20,7 @@ def round_to(values, dtype) -> np.ndarray:
 
     return rounded(values, dtype)
 
+
 #: Cases with more output elements than this are not checked: the checks call the candidate three or four times
 #: more, and rows of 4096 already carry what long rows show (the max early, late, anywhere).
 MAX_ELEMENTS = 1 << 16
