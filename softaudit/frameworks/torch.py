@@ -300,6 +300,37 @@ def flex_attention(q, k, v, mask=None, *, softcap=None, bias=None, alibi_slopes=
     return out.reshape(batch + out.shape[-2:])
 
 
+@candidate(kind="attention", name="torch.flex_attention_block_mask", framework="torch")
+def flex_attention_block_mask(
+    q, k, v, mask=None, *, softcap=None, bias=None, alibi_slopes=None, causal=False, window=None
+):
+    """torch.nn.attention.flex_attention with the mask, causal and window as a mask_mod made into a BlockMask
+    (create_block_mask: blocks with no kept key are skipped, as the fused kernels skip them) and the softcap, bias and
+    ALiBi in a score_mod, as FlexAttention's documentation writes causal and sliding-window attention. No sinks."""
+    import torch
+    from torch.nn.attention.flex_attention import create_block_mask
+    from torch.nn.attention.flex_attention import flex_attention as flex
+
+    keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
+    planes = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    batch, q4, k4, v4, keep4, extra4 = _as_heads(
+        q, k, v, keep.expand(planes), None if extra is None else extra.expand(planes)
+    )
+
+    def mask_mod(b, h, i, j):
+        return keep4[b, h, i, j]
+
+    def score_mod(score, b, h, i, j):
+        if softcap is not None:
+            score = torch.tanh(score / softcap) * softcap
+        return score if extra4 is None else score + extra4[b, h, i, j].to(score.dtype)
+
+    blocks = create_block_mask(mask_mod, 1, q4.shape[1], q4.shape[2], k4.shape[2], device=q.device.type)
+    modified = softcap is not None or extra4 is not None
+    out = _run(lambda: flex(q4, k4, v4, score_mod=score_mod if modified else None, block_mask=blocks))
+    return out.reshape(batch + out.shape[-2:])
+
+
 @candidate(kind="attention", name="torch.sdpa_bias", framework="torch")
 def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False, window=None):
     """scaled_dot_product_attention with the bias, ALiBi's and the mask, causal and window limits (-inf) folded into

@@ -17,13 +17,35 @@ def _audit(target, kind, families, dtypes=("float32",)):
     ).table
 
 
-@pytest.mark.parametrize("name", ["flex_attention", "sdpa_bias"])
+@pytest.mark.parametrize("name", ["flex_attention", "flex_attention_block_mask", "sdpa_bias"])
 def test_torch_with_modifiers_passes_what_it_takes(name):
     pytest.importorskip("torch")
     table = _audit(f"softaudit.frameworks.torch:{name}", "attention", MODIFIED, ("float32", "bfloat16"))
     ran = table[table.verdict != "skip"]
     assert len(ran) >= 6 and set(ran.verdict) <= {"pass", "warn"}, table[["family", "verdict", "note"]]
     assert table[table.verdict == "skip"].note.str.startswith("does not take").all()
+
+
+def test_flex_attentions_block_mask_keeps_what_the_mask_keeps_and_gives_a_query_with_no_key_zeros():
+    """The mask as FlexAttention's mask_mod and BlockMask (blocks of 128 keys with nothing kept are skipped): on a
+    mask with kept keys scattered over three blocks and a query with none, the kept keys' outputs are the score_mod
+    form's and the exact ones (float64), and the query with no key gets zeros, as with the score_mod (the audit's
+    fully_masked rule: zeros)."""
+    torch = pytest.importorskip("torch")
+    from softaudit.frameworks.torch import flex_attention, flex_attention_block_mask
+
+    rng = np.random.default_rng(3)
+    q, k, v = (torch.tensor(rng.standard_normal(shape)) for shape in ((2, 6, 16), (2, 300, 16), (2, 300, 8)))
+    keep = torch.tensor(rng.random((2, 6, 300)) < 0.02)
+    keep[:, :, 250] = True
+    keep[1, 3] = False  # a query with no key
+    blocked, scored = flex_attention_block_mask(q, k, v, keep), flex_attention(q, k, v, keep)
+    exact = softaudit.reference.attention(q.numpy(), k.numpy(), v.numpy(), keep.numpy(), dtype="float64")
+    assert torch.equal(blocked[1, 3], torch.zeros(8, dtype=torch.float64))
+    defined = np.ones((2, 6), bool)
+    defined[1, 3] = False
+    assert np.allclose(blocked.numpy()[defined], exact[defined], rtol=1e-12, atol=1e-14)
+    assert np.allclose(blocked.numpy(), scored.numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_jax_aligns_causal_and_windows_top_left_and_the_audit_says_so():
