@@ -196,6 +196,29 @@ def dot_product_attention_modified(q, k, v, mask=None, *, bias=None, causal=Fals
     return _attend(q, k, v, mask, bias=bias, causal=causal, window=window)
 
 
+@candidate(kind="attention", name="jax.nn.dot_product_attention_sinks", framework="jax")
+def dot_product_attention_sinks(q, k, v, mask=None, *, sinks=None, bias=None):
+    """jax.nn.dot_product_attention with each head's sink as one more key whose score is the sink's logit (its bias)
+    and whose value is 0, as model code adds sinks to a kernel without them (gpt-oss's JAX port); the mask as its
+    boolean mask, the sink's column always kept. A case without sinks is skipped."""
+    import jax.numpy as jnp
+
+    if sinks is None:
+        raise CandidateSkip("takes a case with sinks (without them it is jax.nn.dot_product_attention_modified)")
+    lq, lk = q.shape[-2], k.shape[-2]
+    heads = jnp.asarray(sinks).reshape(sinks.shape + (1, 1))  # (one per head: the axis before Lq)
+    batch = jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], heads.shape[:-2])
+    scores_bias = jnp.zeros(batch + (lq, lk), q.dtype) if bias is None else jnp.broadcast_to(bias, batch + (lq, lk))
+    full_bias = jnp.concatenate(
+        [scores_bias.astype(q.dtype), jnp.broadcast_to(heads, batch + (lq, 1)).astype(q.dtype)], -1
+    )
+    keep = jnp.ones(batch + (lq, lk), bool) if mask is None else jnp.broadcast_to(mask, batch + (lq, lk))
+    full_mask = jnp.concatenate([keep, jnp.ones(batch + (lq, 1), bool)], axis=-1)
+    k1 = jnp.concatenate([jnp.broadcast_to(k, batch + k.shape[-2:]), jnp.zeros(batch + (1, k.shape[-1]), k.dtype)], -2)
+    v1 = jnp.concatenate([jnp.broadcast_to(v, batch + v.shape[-2:]), jnp.zeros(batch + (1, v.shape[-1]), v.dtype)], -2)
+    return _attend(q, k1, v1, full_mask, bias=full_bias)
+
+
 @candidate(kind="attention_lse", name="jax.nn.dot_product_attention_lse", framework="jax")
 def dot_product_attention_lse(q, k, v, mask=None):
     """jax.nn.dot_product_attention(..., return_residual=True): the output and each query's logsumexp."""

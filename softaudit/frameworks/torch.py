@@ -346,6 +346,31 @@ def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False,
     return _run(lambda: scaled_dot_product_attention(q, k, v, attn_mask=additive))
 
 
+@candidate(kind="attention", name="torch.sdpa_sinks", framework="torch")
+def sdpa_sinks(q, k, v, mask=None, *, sinks=None, bias=None, alibi_slopes=None, causal=False, window=None):
+    """scaled_dot_product_attention with each head's sink as one more key whose score is the sink's logit and whose
+    value is 0 (k = 0, the logit in the float attn_mask: the concatenated sink column of gpt-oss's reference
+    attention, as model code writes sinks for a kernel without them); the mask, causal, window, bias and ALiBi in
+    the same attn_mask. A case without sinks is sdpa_bias's (a skip)."""
+    import torch
+    from torch.nn.functional import scaled_dot_product_attention
+
+    if sinks is None:
+        raise CandidateSkip("takes a case with sinks (without them it is torch.sdpa_bias)")
+    keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
+    additive = torch.where(keep, torch.zeros((), dtype=q.dtype), torch.tensor(float("-inf"), dtype=q.dtype))
+    if extra is not None:
+        additive = additive + extra.to(q.dtype)
+    lq, lk = q.shape[-2], k.shape[-2]
+    heads = sinks.to(q.dtype).reshape(sinks.shape + (1, 1))  # (one per head: the axis before Lq)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], additive.shape[:-2], heads.shape[:-2])
+    additive = torch.cat([additive.expand(batch + (lq, lk)), heads.expand(batch + (lq, 1))], dim=-1)
+    k1 = torch.cat([k.expand(batch + k.shape[-2:]), k.new_zeros(batch + (1, k.shape[-1]))], dim=-2)
+    v1 = torch.cat([v.expand(batch + v.shape[-2:]), v.new_zeros(batch + (1, v.shape[-1]))], dim=-2)
+    q1 = q.expand(batch + q.shape[-2:])
+    return _run(lambda: scaled_dot_product_attention(q1, k1, v1, attn_mask=additive))
+
+
 @candidate(kind="attention_lse", name="torch.sdpa_flash_cpu_lse", framework="torch")
 def sdpa_flash_cpu_lse(q, k, v, mask=None):
     """torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: SDPA's CPU flash kernel, which returns the

@@ -311,14 +311,15 @@ def conventions(kind, pc, y) -> str:
         return ""
     y = np.asarray(y, dtype=np.float64)
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
-    per_u = pc.basis.inv_scale * 2.0**pc.fmt.precision  # 1 / (u scale), 0 where not compared
+    with np.errstate(over="ignore"):  # (a scale below 2**-1000 has no 1 / (u scale) in float64: inf, not compared)
+        per_u = pc.basis.inv_scale * 2.0**pc.fmt.precision  # 1 / (u scale), 0 where not compared
 
     def distance(r):
         r = np.asarray(r, dtype=np.float64)
-        both = np.isfinite(r) & np.isfinite(y) & (per_u > 0)
+        both = np.isfinite(r) & np.isfinite(y) & (per_u > 0) & np.isfinite(per_u)
         if not both.any():
             return np.inf
-        return float((np.abs(y - r) * per_u)[both].max())
+        return float((np.abs(y[both] - r[both]) * per_u[both]).max())
 
     stated = distance(pc.reference.value)
     best = None

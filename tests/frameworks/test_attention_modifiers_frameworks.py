@@ -48,6 +48,38 @@ def test_flex_attentions_block_mask_keeps_what_the_mask_keeps_and_gives_a_query_
     assert np.allclose(blocked.numpy(), scored.numpy(), rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("target", ["torch:sdpa_sinks", "jax:dot_product_attention_sinks"])
+def test_sinks_as_one_more_key_of_value_zero_pass_and_a_query_with_no_key_gives_zeros(target):
+    """No PyTorch or JAX attention op takes sinks; model code adds each head's sink as a key whose score is the
+    sink's logit and whose value is 0. Both forms pass attn_sinks (learned sinks and softmax1) in float32 and
+    bfloat16, skip cases without sinks, and give a query with no key zeros (it attends the sink alone), as the exact
+    result is."""
+    framework, name = target.split(":")
+    pytest.importorskip(framework)
+    table = _audit(
+        f"softaudit.frameworks.{target}", "attention", ["attn_sinks", "attn_gaussian"], ("float32", "bfloat16")
+    )
+    by = table.set_index(["dtype", "family"]).verdict
+    assert set(by.xs("attn_sinks", level="family")) <= {"pass", "warn"}, table[["family", "verdict", "note"]]
+    assert set(by.xs("attn_gaussian", level="family")) == {"skip"}
+    module = __import__(f"softaudit.frameworks.{framework}", fromlist=[name])
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal(shape).astype(np.float32) for shape in ((1, 2, 3, 8), (1, 2, 20, 8), (1, 2, 20, 8)))
+    keep = rng.random((3, 20)) < 0.5
+    keep[1] = False
+    sinks = np.array([1.5, -0.5], np.float32)
+    if framework == "torch":
+        import torch
+
+        out = getattr(module, name)(*map(torch.tensor, (q, k, v)), torch.tensor(keep), sinks=torch.tensor(sinks))
+    else:
+        out = getattr(module, name)(q, k, v, keep, sinks=sinks)
+    out = np.asarray(out, dtype=np.float64)
+    exact = softaudit.reference.attention(q, k, v, keep, dtype="float64", sinks=sinks.astype(np.float64))
+    assert np.array_equal(out[:, :, 1], np.zeros((1, 2, 8)))
+    assert np.allclose(out, exact, rtol=2e-6, atol=2e-7)
+
+
 def test_jax_aligns_causal_and_windows_top_left_and_the_audit_says_so():
     jax = pytest.importorskip("jax")
     table = _audit(
