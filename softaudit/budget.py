@@ -22,6 +22,7 @@ import math
 import numpy as np
 
 from . import kinds
+from .kinds.cross_entropy import OPTIONS as CROSS_ENTROPY_OPTIONS
 from .conditioning import _summed_to, _weights
 
 
@@ -241,9 +242,7 @@ def cross_entropy(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **o
     |z_y| more under a softcap), smoothing's mean (eps (sums(V) + 2) mean |z|), the z-loss (2 zl |lse| T_lse + 2 zl
     lse**2), and the row's own additions (2 |loss|). A mean or sum adds the rows' budgets and its own sum's
     roundings (sums(N) sum |loss_i|), over N for a mean. Ignored rows cost nothing (exactly 0)."""
-    from .kinds.cross_entropy import _options
-
-    o = _options(options)
+    o = CROSS_ENTROPY_OPTIONS | options
     with np.errstate(all="ignore"):
         c = _cross_entropy_rows(inputs, sums, o)
         z, kept, y, ignored, lse, t_lse, az = (c[n] for n in ("z", "kept", "y", "ignored", "lse", "t_lse", "az"))
@@ -271,9 +270,7 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
     softcap): p_j's error ((p E + tiny) |1 + 2 zl lse|), the z-loss's lse (2 zl p_j T_lse), q_j's rounding (|q_j|),
     and the subtraction and the products with w and f (2 |a_j|, and under a softcap f's own roundings, 3 + 2 |t
     tanh t| with t = x_j / c); then |r_j|. Ignored rows are exactly 0."""
-    from .kinds.cross_entropy import _options
-
-    o = _options(options)
+    o = CROSS_ENTROPY_OPTIONS | options
     with np.errstate(all="ignore"):
         c = _cross_entropy_rows(inputs, sums, o)
         z, kept, p, big_e, y, ignored, lse, t_lse = (

@@ -20,9 +20,12 @@ The parent's signal handlers and interval timers are never touched: time is kept
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
+import functools
 import multiprocessing
+import os
 import re
 import signal
 import time
@@ -60,6 +63,8 @@ class Isolated(Executor):
         self._here = InProcess()
         self._arena = None
         self._oom_kills = None
+        self._last = None  # the last future submitted to the worker
+        self._started = None  # the context (`_context`) the worker started in
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
         key, pickled, unsendable = self._ticket(candidate)
@@ -149,16 +154,28 @@ class Isolated(Executor):
             self._submit(_worker.ready)
 
     def _submit(self, fn, *args):
-        """fn(*args) submitted to the worker, started first if there is none; its future."""
+        """fn(*args) submitted to the worker, started first if there is none (or the one an earlier executor of
+        this process kept, told to forget its candidates); its future."""
+        if self._pool is None:
+            context = _context(self.memory_mib)
+            self._pool = _KEPT.pop(context, None)
+            if self._pool is not None:
+                try:
+                    self._pool.submit(_worker.forget)
+                    self._started = context
+                except BrokenExecutor:  # (it died while kept)
+                    self._pool = None
+            self._oom_kills = _oom_kills()
         if self._pool is None:
             from loky import ProcessPoolExecutor
 
             self._pool = ProcessPoolExecutor(
                 max_workers=1, initializer=_worker.setup, initargs=(self.memory_mib,), env=_worker.ENV
             )
-            self._oom_kills = _oom_kills()
+            self._started = _context(self.memory_mib)
         with _may_start_processes():  # (loky starts its worker in submit, on this thread)
-            return self._pool.submit(fn, *args)
+            self._last = self._pool.submit(fn, *args)
+            return self._last
 
     def _wait(self, fn, args: tuple, timeout: float | None, late: str, watched: bool = False):
         """fn(*args) in the worker; a worker that dies or is late is killed and replaced, and the call raises.
@@ -195,11 +212,48 @@ class Isolated(Executor):
         self._pool = None
         self._ready.clear()
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Release the worker: with keep, kept for the next executor of this process (with the same memory limit)
+        where it is sound, idle and has loaded no framework (an audit of numpy code names none, and torch's or JAX's
+        threads and memory leave with the worker), else killed; and the arena. keep=False where the process is on
+        its way out (a pool's worker process: multiprocessing would wait for a kept child forever)."""
+        idle = self._last is None or self._last.done()  # (a call still running, as when stopped: killed)
+        context = _context(self.memory_mib)
+        sound = self._pool is not None and idle and not self._frameworks and self._started == context
+        if keep and sound and not _KEPT:
+            _KEPT[context], self._pool = self._pool, None
+            self._ready.clear()
+            _close_kept_at_exit()
         self._replace()
         if self._arena is not None:
             self._arena.close()
             self._arena = None
+
+
+#: context -> the one worker an executor of this process closed, kept for the next executor started in the same
+#: context (its start, an interpreter and softaudit's imports, was 0.16 s of a 0.74 s warm audit of the softmax
+#: built-ins on the quick suite, and is paid again by every audit a test suite or a notebook runs).
+_KEPT: dict = {}
+
+
+def _context(memory_mib: int | None) -> tuple:
+    """What a worker takes from its start and a later executor must find the same to reuse it: the memory limit,
+    the working folder (a file candidate's relative path) and the environment (a candidate reads it; torch and
+    the BLAS read theirs when they load)."""
+    return memory_mib, os.getcwd(), hash(frozenset(os.environ.items()))
+
+
+@functools.cache
+def _close_kept_at_exit() -> None:
+    """Kill the kept workers when the process exits (registered once; a kept worker also ends itself once its
+    parent is gone, _worker.setup)."""
+
+    def close() -> None:
+        for pool in _KEPT.values():
+            pool.shutdown(wait=False, kill_workers=True)
+        _KEPT.clear()
+
+    atexit.register(close)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import dataclasses
+import functools
 import multiprocessing.util
 import os
 import shutil
@@ -214,6 +215,14 @@ def _alive(pid: int) -> bool:
 _held = threading.local()  # per worker thread: (isolation, memory_mib) -> its executor
 
 
+def _close_for_good(ex: Executor) -> None:
+    """Close a worker process's executor as the process ends: its isolated worker killed, never kept."""
+    if isinstance(ex, Isolated):
+        ex.close(keep=False)
+    else:
+        ex.close()
+
+
 def task(fn, isolation: str, memory_mib: int | None, *args):
     """What a worker runs: fn(*args, ex=...) with this thread's executor, made on first use and closed when the
     process exits, scoped to this task."""
@@ -225,5 +234,5 @@ def task(fn, isolation: str, memory_mib: int | None, *args):
         # Closed before multiprocessing joins the worker's children on its way out (loky retires a worker whose
         # memory grew, mapped families included): an isolated executor's own worker would otherwise be waited
         # for forever.
-        multiprocessing.util.Finalize(None, executors[key].close, exitpriority=10)
+        multiprocessing.util.Finalize(None, functools.partial(_close_for_good, executors[key]), exitpriority=10)
     return fn(*args, ex=Scoped(executors[key]))

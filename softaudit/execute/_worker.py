@@ -83,6 +83,12 @@ def ready() -> None:
     """Nothing: what `Isolated.start` submits, so that the worker starts (and imports) before it is needed."""
 
 
+def forget() -> None:
+    """Forget the candidates loaded here: a worker kept for the next audit of the process (`Isolated.close`) starts
+    it as a fresh one would, but for the modules it imported (as the process's own imports stay)."""
+    _loaded.clear()
+
+
 def load(key: str, kind: str, source: str | None, pickled: bytes | None) -> tuple:
     """Load a candidate's callable (its source target, else its cloudpickled callable) and keep it: ("ok",) or
     ("error", message)."""

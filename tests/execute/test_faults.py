@@ -129,17 +129,60 @@ def test_a_timeout_off_the_main_thread():
     assert not thread.is_alive() and "no answer in 2 s" in str(raised[0].value)
 
 
-def test_close_kills_the_worker():
+def _pid_of(executor, candidate) -> int:
+    return int(executor.call(candidate, {"x": X}, None, X.shape, np.float64, LIMIT)[0][0, 0])
+
+
+def test_close_keeps_a_sound_worker_for_the_next_executor_which_forgets_its_candidates():
+    """A closed executor's worker is kept for the next executor of the process (its start was most of a short
+    audit's isolation cost): the next one's calls run in it, and a callable sent under the same key
+    ("pickled:0") is the new executor's, not the old one's; a second worker closed while one is kept is killed."""
     from softaudit import Candidate
+    from softaudit.execute import _isolated
+
+    for pool in _isolated._KEPT.values():
+        pool.shutdown(wait=True, kill_workers=True)
+    _isolated._KEPT.clear()
+    pid = Candidate("softmax", "pid", lambda x, axis=-1: np.full(x.shape, float(os.getpid())))
+    first, other = Isolated(), Isolated()
+    worker, second = _pid_of(first, pid), _pid_of(other, pid)
+    assert worker not in (second, os.getpid())
+    first.close()
+    os.kill(worker, 0)  # kept, alive
+    other.close()
+    with pytest.raises(ProcessLookupError):  # (one is kept already)
+        _wait_gone(second)
+    after = Isolated()
+    seven = Candidate("softmax", "seven", lambda x, axis=-1: np.full(x.shape, 7.0))
+    assert after.call(seven, {"x": X}, None, X.shape, np.float64, LIMIT)[0][0, 0] == 7.0
+    assert _pid_of(after, pid) == worker
+    after.close()
+
+
+def test_close_kills_a_worker_that_loaded_a_framework():
+    """A worker that has loaded torch or JAX is not kept: its threads and memory go with it, and the next audit's
+    table names only the frameworks its own candidates loaded."""
+    from softaudit import Candidate
+    from softaudit.execute import _isolated
 
     pid = Candidate("softmax", "pid", lambda x, axis=-1: np.full(x.shape, float(os.getpid())))
+    for pool in _isolated._KEPT.values():
+        pool.shutdown(wait=True, kill_workers=True)
+    _isolated._KEPT.clear()
     executor = Isolated()
-    worker = int(executor.call(pid, {"x": X}, None, X.shape, np.float64, LIMIT)[0][0, 0])
-    assert worker != os.getpid()
-    os.kill(worker, 0)  # alive
+    worker = _pid_of(executor, pid)
+    executor._frameworks["torch"] = "2.13.0"  # (as a call that imported torch reports it)
     executor.close()
     with pytest.raises(ProcessLookupError):
-        os.kill(worker, 0)
+        _wait_gone(worker)
+    assert not _isolated._KEPT
+
+
+def _wait_gone(pid: int) -> None:
+    """os.kill(pid, 0) until it raises ProcessLookupError (a killed process is reaped within moments)."""
+    for _ in range(100):
+        os.kill(pid, 0)
+        time.sleep(0.05)
 
 
 def test_in_process_too_a_candidate_past_its_limit_is_not_called_again():

@@ -236,8 +236,11 @@ def test_usable_cores_follow_the_affinity_a_container_sets():
 
 def test_auto_workers_from_the_config_give_the_table_of_one_process(monkeypatch, tmp_path):
     """The config's "auto" reaches the run (two cores here), and its table is `--workers 1`'s, text for text."""
+    from softaudit import runner
+
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runner, "AUTO_MIN_UNITS", 2)  # (its 12 units would stay in softaudit's process)
     widths = []
     real = _pool.pool
 
@@ -400,3 +403,36 @@ def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
 
     assert pids(["textbook"]) == {os.getpid()}
     assert os.getpid() not in pids(["textbook", "gaussian"])
+
+
+def test_auto_runs_a_plan_of_few_units_in_this_process(tmp_path, monkeypatch):
+    """`workers="auto"` on two cores: a plan of fewer than AUTO_MIN_UNITS units stays in softaudit's process (the
+    workers' start would cost more than they give), a larger one goes to the workers."""
+    from softaudit import runner
+
+    monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
+    seen = tmp_path / "pids"
+
+    def softmax(x, axis=-1):
+        with open(seen, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        e = np.exp(x - x.max(axis=axis, keepdims=True))
+        return e / e.sum(axis=axis, keepdims=True)
+
+    def pids():
+        seen.write_text("")
+        softaudit.audit(
+            softmax,
+            kind="softmax",
+            dtypes=["float32"],
+            suite="quick",
+            families=["textbook", "gaussian"],
+            workers="auto",
+            isolation="none",
+            cache_dir="off",
+        )
+        return set(map(int, seen.read_text().split()))
+
+    assert pids() == {os.getpid()}  # (2 units)
+    monkeypatch.setattr(runner, "AUTO_MIN_UNITS", 2)
+    assert os.getpid() not in pids()
