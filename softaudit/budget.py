@@ -22,8 +22,8 @@ import math
 import numpy as np
 
 from . import kinds
-from .kinds.cross_entropy import OPTIONS as CROSS_ENTROPY_OPTIONS
 from .conditioning import _summed_to, _weights
+from .kinds.cross_entropy import OPTIONS as CROSS_ENTROPY_OPTIONS
 
 
 def PAIRWISE(n):
