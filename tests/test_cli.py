@@ -574,7 +574,7 @@ def test_device_cpu_gives_the_same_table_as_no_device(project):
     plain, on_cpu = (
         pd.read_csv(project / folder / "results.csv").drop(columns="seconds") for folder in ("plain", "cpu")
     )
-    assert len(plain) == 10 and plain.equals(on_cpu)  # (8 SDPA forms, flex_attention, sdpa_bias)
+    assert len(plain) == 12 and plain.equals(on_cpu)  # (8 SDPA forms, 2 FlexAttention forms, sdpa_bias, sdpa_sinks)
 
 
 # --- Local code imports as the user's own scripts would; `python -m softaudit` is the command line. ---
