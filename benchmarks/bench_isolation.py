@@ -6,8 +6,9 @@ Per input size, a candidate that does nothing (returns an input: the pure overhe
 InProcess and through Isolated: milliseconds per call, the difference and the ratio. Then what a worker's start
 costs: the first call (a fresh interpreter, softaudit's imports, loading the candidate; torch's import when torch
 is here) and a call after a timeout (the hung worker killed, a new one started). Last, a whole audit (the softmax
-built-ins, the quick suite, float32) with `isolation="worker"` and `"none"`, interleaved: cold (references and
-comparisons computed, as `softaudit run` with no cache) and warm (prepared families kept: the calls and judging).
+built-ins, the quick suite, float32) with `isolation="none"`, `"worker"` on the worker the process's last audit
+kept, and `"worker"` on a fresh one, interleaved: cold (references and comparisons computed, as `softaudit run`
+with no cache) and warm (prepared families kept: the calls and judging).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import numpy as np
 import softaudit
 from softaudit import Candidate, runner
 from softaudit.candidates import builtins
-from softaudit.execute import InProcess, Isolated
+from softaudit.execute import InProcess, Isolated, _isolated
 
 
 def per_call(executors, candidate, arrays, shape, repeat: int) -> list[float]:
@@ -94,6 +95,7 @@ def main() -> None:
         isolated.call(named["softmax.max_shifted"], softmax_in, None, (16, 4096), np.float32, 60)
         after = time.perf_counter() - start
 
+    _forget_kept_workers()
     start = first_call(named["softmax.max_shifted"], softmax_in, (16, 4096))
     print(f"\nfirst call, numpy built-in (start a worker, import, load): {start:.2f} s")
     print(f"a timeout: killing the hung worker {timed_out:.2f} s, the next call (new worker, load) {after:.2f} s")
@@ -105,33 +107,47 @@ def main() -> None:
         candidate = Candidate(
             "softmax", "torch.softmax", torch_ops.softmax, "torch", source="softaudit.frameworks.torch:softmax"
         )
+        _forget_kept_workers()
         start = first_call(candidate, softmax_in, (16, 4096))
         print(f"first call, torch.softmax (torch imported in the worker): {start:.2f} s")
     whole_audit(rounds=2 if quick else 3)
 
 
+def _forget_kept_workers() -> None:
+    """Kill the worker an earlier executor of this process kept (softaudit/execute/_isolated.py): the next isolated
+    call starts a fresh one, as the first audit of a new process does."""
+    for pool in _isolated._KEPT.values():
+        pool.shutdown(wait=True, kill_workers=True)
+    _isolated._KEPT.clear()
+
+
 def whole_audit(rounds: int) -> None:
     """Seconds for an audit of the softmax built-ins (quick suite, float32), isolated and in process: best of
-    `rounds`, the two interleaved."""
+    `rounds`, the three interleaved: in process, isolated on the worker the last audit of the process kept (a test
+    suite's or a notebook's next audit), and isolated on a fresh worker (a new process's first audit)."""
     print(
-        f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'isolated':>10} {'ratio':>6}"
+        f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'kept':>10} {'ratio':>6}"
+        f" {'fresh':>10} {'ratio':>6}"
     )
     for label, cache in (("cold: references and comparisons computed", False), ("warm: prepared families kept", True)):
-        best = {"none": float("inf"), "worker": float("inf")}
+        best = {"none": float("inf"), "worker": float("inf"), "fresh": float("inf")}
         for _ in range(rounds):
-            for isolation in best:
+            for mode in best:
+                isolation = "none" if mode == "none" else "worker"
                 runner.clear_cache()
                 if cache:  # (prepared once, untimed: what is timed is the candidates' calls and their judging)
                     softaudit.audit(
                         kind="softmax", dtypes=["float32"], suite="quick", isolation="none", cache_dir="off"
                     )
+                if mode == "fresh":
+                    _forget_kept_workers()
                 start = time.perf_counter()
                 softaudit.audit(
                     kind="softmax", dtypes=["float32"], suite="quick", isolation=isolation, cache=cache, cache_dir="off"
                 )
-                best[isolation] = min(best[isolation], time.perf_counter() - start)
-        a, b = best["none"], best["worker"]
-        print(f"{label:52} {a:8.2f} s {b:8.2f} s {b / a:5.2f}x")
+                best[mode] = min(best[mode], time.perf_counter() - start)
+        a, b, c = best["none"], best["worker"], best["fresh"]
+        print(f"{label:52} {a:8.2f} s {b:8.2f} s {b / a:5.2f}x {c:8.2f} s {c / a:5.2f}x")
 
 
 if __name__ == "__main__":
