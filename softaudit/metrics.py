@@ -315,7 +315,9 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         chosen = np.take_along_axis(b.rounded, chosen[..., None], -1)[..., 0]
         t.argmax_flips = int(np.count_nonzero(rows_ok & (chosen < b.best)))
     if "sum_zero" in kind.measures and y.size and y.shape[-1]:  # softmax's VJP: sum_i dx_i = 0 exactly
-        with np.errstate(divide="ignore"):  # u sum_i scale_i: at least u sum |r_i|, and not 0 where r is
+        # u sum_i scale_i: at least u sum |r_i|, and not 0 where r is (a scale past float64's largest, whose
+        # 1 / inv_scale overflows: inf, and the row's sum reads 0 against it)
+        with np.errstate(divide="ignore", over="ignore"):
             size = np.where(b.inv_scale > 0, 1 / b.inv_scale, 0.0).sum(axis=-1) * 2.0**-b.fmt.precision
         sums = np.abs(_finite_row_sums(y, finite_y))
         with np.errstate(all="ignore"):
