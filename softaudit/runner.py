@@ -72,9 +72,9 @@ def audit(
     it finished, with settings["interrupted"] True.
     workers: units run in this many processes on this machine (1: in this process; "auto": one per core this
     process may use, in this process where that is one or the plan has fewer than AUTO_MIN_UNITS units; a run of
-    one unit runs in this process). scheduler: a
-    Dask scheduler's address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU
-    candidates only on those with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
+    one unit runs in this process). scheduler: a Dask scheduler's address ("tcp://HOST:PORT") or a
+    distributed.Client: units run on its workers (GPU candidates only on those with a GPU resource;
+    docs/scale.md). The table is the same whatever runs the units.
     """
     import pandas as pd
 

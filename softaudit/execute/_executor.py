@@ -97,8 +97,9 @@ class Executor:
         """Begin starting what the calls will need (a worker process), without waiting for it: an audit starts it
         before it plans and reads its families, so that the worker's start overlaps them."""
 
-    def close(self) -> None:
-        """Release what the executor holds (worker processes); calling it twice is harmless."""
+    def close(self, keep: bool = True) -> None:
+        """Release what the executor holds (worker processes); calling it twice is harmless. keep: a worker may be
+        kept for the next executor of this process (Isolated's); False as the process ends."""
 
     def __enter__(self):
         return self

@@ -215,14 +215,6 @@ def _alive(pid: int) -> bool:
 _held = threading.local()  # per worker thread: (isolation, memory_mib) -> its executor
 
 
-def _close_for_good(ex: Executor) -> None:
-    """Close a worker process's executor as the process ends: its isolated worker killed, never kept."""
-    if isinstance(ex, Isolated):
-        ex.close(keep=False)
-    else:
-        ex.close()
-
-
 def task(fn, isolation: str, memory_mib: int | None, *args):
     """What a worker runs: fn(*args, ex=...) with this thread's executor, made on first use and closed when the
     process exits, scoped to this task."""
@@ -233,6 +225,6 @@ def task(fn, isolation: str, memory_mib: int | None, *args):
         executors[key].start()  # (its worker starts while this task reads or prepares its family)
         # Closed before multiprocessing joins the worker's children on its way out (loky retires a worker whose
         # memory grew, mapped families included): an isolated executor's own worker would otherwise be waited
-        # for forever.
-        multiprocessing.util.Finalize(None, functools.partial(_close_for_good, executors[key]), exitpriority=10)
+        # for forever (so it is never kept, either).
+        multiprocessing.util.Finalize(None, functools.partial(executors[key].close, keep=False), exitpriority=10)
     return fn(*args, ex=Scoped(executors[key]))

@@ -123,8 +123,7 @@ def _attend(q, k, v, mask, mask_style: str, backend: str):
                 raise CandidateSkip("is_causal serves causal masks only")
             kwargs["is_causal"] = True
         elif mask_style == "float":
-            zero = torch.zeros((), dtype=q.dtype, device=q.device)
-            kwargs["attn_mask"] = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
+            kwargs["attn_mask"] = _additive(q, mask)
         else:
             kwargs["attn_mask"] = mask
     # The fused kernels take (batch, heads, length, dim), as models call them.
@@ -262,6 +261,19 @@ def _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window):
     return keep, extra
 
 
+def _additive(q, keep, extra=None):
+    """A boolean mask as a float attn_mask in q's dtype and device (0 where kept, -inf elsewhere), plus an additive
+    bias (the bias and ALiBi's, rounded to q's dtype) where there is one."""
+    import torch
+
+    additive = torch.where(
+        keep,
+        torch.zeros((), dtype=q.dtype, device=q.device),
+        torch.tensor(float("-inf"), dtype=q.dtype, device=q.device),
+    )
+    return additive if extra is None else additive + extra.to(q.dtype)
+
+
 def _as_heads(q, k, v, *planes):
     """q, k, v (and (..., Lq, Lk) planes) with their batch axes broadcast and flattened into heads of one batch
     entry, (1, B, L, d), as the 4-D kernels take them; and the batch shape to restore."""
@@ -335,15 +347,10 @@ def flex_attention_block_mask(
 def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False, window=None):
     """scaled_dot_product_attention with the bias, ALiBi's and the mask, causal and window limits (-inf) folded into
     one float attn_mask in q's dtype, as model code passes a relative-position bias (T5, ALiBi) to SDPA."""
-    import torch
     from torch.nn.functional import scaled_dot_product_attention
 
     keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
-    zero = torch.zeros((), dtype=q.dtype, device=q.device)
-    additive = torch.where(keep, zero, torch.tensor(float("-inf"), dtype=q.dtype, device=q.device))
-    if extra is not None:
-        additive = additive + extra.to(q.dtype)
-    return _run(lambda: scaled_dot_product_attention(q, k, v, attn_mask=additive))
+    return _run(lambda: scaled_dot_product_attention(q, k, v, attn_mask=_additive(q, keep, extra)))
 
 
 @candidate(kind="attention", name="torch.sdpa_sinks", framework="torch")
@@ -358,9 +365,7 @@ def sdpa_sinks(q, k, v, mask=None, *, sinks=None, bias=None, alibi_slopes=None, 
     if sinks is None:
         raise CandidateSkip("takes a case with sinks (without them it is torch.sdpa_bias)")
     keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
-    additive = torch.where(keep, torch.zeros((), dtype=q.dtype), torch.tensor(float("-inf"), dtype=q.dtype))
-    if extra is not None:
-        additive = additive + extra.to(q.dtype)
+    additive = _additive(q, keep, extra)
     lq, lk = q.shape[-2], k.shape[-2]
     heads = sinks.to(q.dtype).reshape(sinks.shape + (1, 1))  # (one per head: the axis before Lq)
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2], additive.shape[:-2], heads.shape[:-2])
@@ -381,9 +386,7 @@ def sdpa_flash_cpu_lse(q, k, v, mask=None):
         raise CandidateSkip("the CPU flash kernel runs on the CPU")
     additive = None
     if mask is not None:
-        zero = torch.zeros((), dtype=q.dtype)
-        additive = torch.where(mask, zero, torch.tensor(float("-inf"), dtype=q.dtype))
-        additive = additive.expand(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + mask.shape[-2:])
+        additive = _additive(q, mask).expand(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + mask.shape[-2:])
     batch, q4, k4, v4, mask4 = _as_heads(q, k, v, additive)
     kwargs = {} if mask4 is None else {"attn_mask": mask4}
     out, lse = _run(lambda: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, **kwargs))

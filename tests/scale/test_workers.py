@@ -376,10 +376,9 @@ def test_each_family_is_prepared_once_per_dtype_for_all_the_units_on_workers(mon
     assert len(result.table) == 5 * len(submitted)  # every unit audited, each against a family prepared once
 
 
-def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
-    """A worker's start (an interpreter, softaudit's imports) would only add to a single unit: `--workers 2` runs it
-    here, as a serial run does; two units go to the workers."""
-    seen = tmp_path / "pids"
+def _pids(seen: Path, families: list, workers) -> set:
+    """The processes a softmax audit (quick suite, float32, in-process calls) called its candidate in."""
+    seen.write_text("")
 
     def softmax(x, axis=-1):
         with open(seen, "a") as f:
@@ -387,22 +386,25 @@ def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
         e = np.exp(x - x.max(axis=axis, keepdims=True))
         return e / e.sum(axis=axis, keepdims=True)
 
-    def pids(families):
-        seen.write_text("")
-        softaudit.audit(
-            softmax,
-            kind="softmax",
-            dtypes=["float32"],
-            suite="quick",
-            families=families,
-            workers=2,
-            isolation="none",
-            cache_dir="off",
-        )
-        return set(map(int, seen.read_text().split()))
+    softaudit.audit(
+        softmax,
+        kind="softmax",
+        dtypes=["float32"],
+        suite="quick",
+        families=families,
+        workers=workers,
+        isolation="none",
+        cache_dir="off",
+    )
+    return set(map(int, seen.read_text().split()))
 
-    assert pids(["textbook"]) == {os.getpid()}
-    assert os.getpid() not in pids(["textbook", "gaussian"])
+
+def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
+    """A worker's start (an interpreter, softaudit's imports) would only add to a single unit: `--workers 2` runs it
+    here, as a serial run does; two units go to the workers."""
+    seen = tmp_path / "pids"
+    assert _pids(seen, ["textbook"], 2) == {os.getpid()}
+    assert os.getpid() not in _pids(seen, ["textbook", "gaussian"], 2)
 
 
 def test_auto_runs_a_plan_of_few_units_in_this_process(tmp_path, monkeypatch):
@@ -411,28 +413,7 @@ def test_auto_runs_a_plan_of_few_units_in_this_process(tmp_path, monkeypatch):
     from softaudit import runner
 
     monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
-    seen = tmp_path / "pids"
-
-    def softmax(x, axis=-1):
-        with open(seen, "a") as f:
-            f.write(f"{os.getpid()}\n")
-        e = np.exp(x - x.max(axis=axis, keepdims=True))
-        return e / e.sum(axis=axis, keepdims=True)
-
-    def pids():
-        seen.write_text("")
-        softaudit.audit(
-            softmax,
-            kind="softmax",
-            dtypes=["float32"],
-            suite="quick",
-            families=["textbook", "gaussian"],
-            workers="auto",
-            isolation="none",
-            cache_dir="off",
-        )
-        return set(map(int, seen.read_text().split()))
-
-    assert pids() == {os.getpid()}  # (2 units)
+    seen, two = tmp_path / "pids", ["textbook", "gaussian"]
+    assert _pids(seen, two, "auto") == {os.getpid()}  # (2 units)
     monkeypatch.setattr(runner, "AUTO_MIN_UNITS", 2)
-    assert os.getpid() not in pids()
+    assert os.getpid() not in _pids(seen, two, "auto")
