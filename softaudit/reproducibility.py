@@ -167,16 +167,24 @@ class Reruns:
         queries = arrays["q"].shape[-2] if "q" in arrays else 0
         if not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1:
             # (a query's output is its own only in the forward: the gradients' dk and dv sum over the queries)
-            last = {n: a[:, -1:] if n == "q" else a for n, a in arrays.items()}
+            last = {n: a[:, -1:] if n in ("q", "bias") else a for n, a in arrays.items()}  # (bias: (Lq, Lk) each)
             self.reruns.append(_Rerun(last, None if mask is None else mask[:, -1:], every, every, last_query=True))
 
     def _items(self):
         """The case's arrays and mask with the batch items along axis 0, or None where an input does not have
         them (k and v shared by every batch entry: their gradients sum over the batch)."""
         lead, count = self.lead, self.items
-        if any(a.shape[: len(lead)] != lead for a in self.inputs.values()):
-            return None
-        arrays = {n: a.reshape((count,) + a.shape[len(lead) :]) for n, a in self.inputs.items()}
+        arrays = {}
+        for name, a in self.inputs.items():
+            own = self.kind.extras.get(name)
+            if own is not None:  # (attention's bias, ALiBi slopes, sinks: broadcast against the batch)
+                try:
+                    a = np.broadcast_to(a, lead + a.shape[a.ndim - own :] if own else lead)
+                except ValueError:
+                    return None
+            elif a.shape[: len(lead)] != lead:
+                return None
+            arrays[name] = a.reshape((count,) + a.shape[len(lead) :])
         if self.mask is None:
             return arrays, None
         first = self.inputs[self.kind.inputs[0]]

@@ -169,7 +169,7 @@ def test_a_kind_with_several_outputs_is_called_for_a_tuple_of_them():
 def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
     """The hunt draws each kind by its shape, the causes read a NaN by it, and the budgets know every kind (by name:
     a budget is a formula of the kind's standard algorithm); a kind whose inputs the hunt does not draw (class
-    labels: cross_entropy; split results: merge_attention) gets no strategy, and the hunt says so in one line."""
+    labels beside rows of x) gets no strategy, and the hunt says so in one line."""
     import dataclasses
 
     from softaudit import budget, causes
@@ -188,9 +188,9 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "logsumexp_grad": "gradients",
         "masked_softmax_grad": "gradients",
         "attention_grad": "gradients",
-        "cross_entropy": None,
-        "cross_entropy_grad": None,
-        "merge_attention": None,
+        "cross_entropy": "cross_entropy",
+        "cross_entropy_grad": "cross_entropy",
+        "merge_attention": "merge",
         "attention_lse": "attention",
     }
     assert set(budget.BUDGETS) == set(KINDS)

@@ -123,6 +123,29 @@ def test_attention_reruns_the_last_query_alone_and_split_kv_moves_between_batche
     assert (split.batch_differ > 0).all() and (split.verdict == "pass").all()
 
 
+def test_modified_attention_reruns_carry_the_bias_and_per_head_arrays_with_their_batch_items():
+    """A bias of (Lq, Lk) and a sink per head go along with each rerun's batch items (found by the hunt: the last
+    query's rerun kept the whole (Lq, Lk) bias, which broadcast its output to (Lq, Lq, dv) and failed a sound
+    candidate for its shape): every rerun's output has its shape, and the best built-in is batch-invariant."""
+    from softaudit.candidates.attention import upcast
+
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.standard_normal((2, 3, n, 8)).astype(np.float32) for n in (4, 6, 6))
+    inputs = {"q": q, "k": k, "v": v, "bias": rng.standard_normal((4, 6)), "sinks": rng.standard_normal(3)}
+    reruns = Reruns("attention", inputs, None, np.float32, seed=1)
+    last = reruns.reruns[-1]
+    assert last.last_query and last.arrays["bias"].shape == (6, 1, 6) and last.arrays["sinks"].shape == (6,)
+    np.testing.assert_array_equal(last.arrays["bias"][0, 0], inputs["bias"][-1])
+    outputs = []
+    for arrays, mask, (shape,) in reruns.calls((q.shape[:-1] + (8,),)):
+        extra = {n: a for n, a in arrays.items() if n not in "qkv"}
+        out = upcast(arrays["q"], arrays["k"], arrays["v"], mask, **extra)
+        assert out.shape == shape
+        outputs.append((out,))
+    moved = reruns.compare(0, outputs[0][0], outputs)
+    assert moved.batch_checked == q.size and moved.batch_moved == 0
+
+
 def test_the_built_ins_with_a_fixed_reduction_order_are_batch_invariant_and_deterministic():
     targets = ["softaudit.candidates.softmax:max_shifted_f32acc", "softaudit.candidates.attention:tiled_b64"]
     t = softaudit.audit(targets, dtypes=["float32", "bfloat16"], suite="quick", isolation="none").table

@@ -21,6 +21,7 @@ _PUBLIC = {
     "CandidateError": "._call",
     "call": "._call",
     "call_all": "._call",
+    "taken": "._call",
     "time_limits": "._call",
     "TargetError": "._targets",
     "load_target": "._targets",
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from ._call import CandidateError as CandidateError
     from ._call import call as call
     from ._call import call_all as call_all
+    from ._call import taken as taken
     from ._call import time_limits as time_limits
     from ._candidate import Candidate as Candidate
     from ._candidate import candidate as candidate

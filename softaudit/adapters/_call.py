@@ -145,6 +145,12 @@ def call_all(
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for _, n in checked if n))
 
 
+def taken(call, names) -> list[str]:
+    """Those of `names` the callable takes as keywords (all of them where it takes **kwargs or has no signature)."""
+    missing = _not_taken(call, list(names))
+    return [name for name in names if name not in missing]
+
+
 def _not_taken(call, names: list[str]) -> list[str]:
     """The case's keywords the callable does not take (none where it takes **kwargs or has no signature): a
     candidate without softcap is skipped on a softcapped case, not called wrongly."""

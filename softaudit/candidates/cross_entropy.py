@@ -158,9 +158,14 @@ def f32acc(logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0
         d = m[:, 0] - x[rows, y]
         loss = d + l1p
         if label_smoothing:
-            eps = np.array(label_smoothing, w)
-            mean_d = dtype_sum(m - x)[:, 0] / np.array(v, w)
-            loss = (np.array(1, w) - eps) * d + eps * mean_d + l1p
+            # eps mean_j (m - x_j), each term divided by V before the sum (a sum of the spans overflows for logits
+            # near the dtype's largest), a span past it as m / V - x_j / V; with eps = 1 the target's own term is 0,
+            # even where d is inf (a -inf target: the loss is inf, not 0 x inf)
+            eps, n_v = np.array(label_smoothing, w), np.array(v, w)
+            span = m - x
+            terms = np.where(np.isinf(span) & np.isfinite(x), m / n_v - x / n_v, span / n_v)
+            smooth = eps * dtype_sum(terms)[:, 0] + l1p
+            loss = smooth if label_smoothing == 1 else (np.array(1, w) - eps) * d + smooth
         if z_loss:
             lse = m[:, 0] + l1p
             loss = loss + np.array(z_loss, w) * lse * lse

@@ -34,7 +34,10 @@ def _finish(dz, x, w, softcap, dtype):
 
 
 def _p_minus_q(p, y, v, label_smoothing, z_loss, lse, one_minus=None):
-    """(1 + 2 zl lse) p - q in p's dtype; at y from one_minus (1 - p_y) where given, else p_y - 1."""
+    """(1 + 2 zl lse) p - q in p's dtype; at y, p_y - (1 - eps) - eps / V, or where one_minus (1 - p_y) is given
+    and p_y > eps (V - 1) / V, -(1 - p_y) + eps (V - 1) / V (+ the z-loss's term): of the two, the one whose
+    roundings are the smaller (u (1 - p_y + eps (V - 1) / V) against u (p_y + q_y)). With label smoothing near 1
+    the second would cancel where p_y is near eps / V, as the first does where p_y is near 1 without smoothing."""
     d = p.dtype
     rows = np.arange(len(p))
     eps = np.array(label_smoothing, d)
@@ -42,11 +45,13 @@ def _p_minus_q(p, y, v, label_smoothing, z_loss, lse, one_minus=None):
     if z_loss:
         a = (np.array(1, d) + np.array(2 * z_loss, d) * lse)[:, None] * p
     a = a - eps / np.array(v, d)
+    direct = a[rows, y] - (np.array(1, d) - eps)
     if one_minus is None:
-        a[rows, y] = a[rows, y] - (np.array(1, d) - eps)
+        a[rows, y] = direct
     else:
         extra = np.array(2 * z_loss, d) * lse * p[rows, y] if z_loss else np.zeros(len(p), d)
-        a[rows, y] = -one_minus + extra + eps * np.array((v - 1) / v, d)
+        rest = np.array(label_smoothing * (v - 1) / v, d)
+        a[rows, y] = np.where(p[rows, y] > rest, -one_minus + extra + rest, direct)
     return a
 
 
@@ -102,4 +107,5 @@ def f32acc(logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=
         others = p.copy()
         others[rows, y] = 0
         a = _p_minus_q(p, y, x.shape[1], label_smoothing, z_loss, (m + log(s))[:, 0], dtype_sum(others)[:, 0])
-        return _finish(a, logits, _weights(g, ignored, reduction, w), softcap, logits.dtype)
+        out = _finish(a, logits, _weights(g, ignored, reduction, w), softcap, logits.dtype)
+        return np.where(ignored[:, None], np.zeros((), out.dtype), out)  # (an ignored row of NaN or -inf logits: 0)

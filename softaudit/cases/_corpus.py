@@ -22,9 +22,20 @@ def corpus_file(corpus: Path, candidate: str) -> Path:
     return Path(corpus) / (re.sub(r"[^A-Za-z0-9_.-]+", "_", candidate).strip("_") + ".json")
 
 
-def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask, reason: str, error: float) -> Path:
+def save(
+    corpus: Path,
+    candidate: str,
+    kind: str,
+    dtype: str,
+    inputs: dict,
+    mask,
+    reason: str,
+    error: float,
+    options: dict | None = None,
+) -> Path:
     """Add one failing input to the candidate's corpus file (an identical input is not added twice); error: its
-    conditioning-scaled error."""
+    conditioning-scaled error; options: the call's keywords (Case.options), kept where there are any (integer
+    targets are exact as hex floats too)."""
     path = corpus_file(corpus, candidate)
     data = (
         json.loads(path.read_text(encoding="utf-8"))
@@ -44,7 +55,10 @@ def save(corpus: Path, candidate: str, kind: str, dtype: str, inputs: dict, mask
         },
         "mask": None if mask is None else {"shape": list(mask.shape), "values": np.asarray(mask).reshape(-1).tolist()},
     }
-    if all(c["inputs"] != entry["inputs"] or c["mask"] != entry["mask"] or c["dtype"] != dtype for c in data["cases"]):
+    if options:
+        entry["options"] = json.loads(json.dumps(dict(options)))  # (a window's tuple as a list: as read back)
+    same = ("inputs", "mask", "dtype", "options")
+    if all(any(c.get(n) != entry.get(n) for n in same) for c in data["cases"]):
         data["cases"].append(entry)
     return write_atomic(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
@@ -73,5 +87,6 @@ def load(corpus, kind: str, dtype: str) -> list[Case]:
                 if entry["mask"] is None
                 else np.array(entry["mask"]["values"], bool).reshape(entry["mask"]["shape"])
             )
-            cases.append(Case(kind, "corpus", arrays, mask, None, f"{path.name}: {entry['reason']}"))
+            options = entry.get("options", {})
+            cases.append(Case(kind, "corpus", arrays, mask, None, f"{path.name}: {entry['reason']}", options=options))
     return cases

@@ -15,8 +15,9 @@ _UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def ordered(dtype) -> bool:
-    """Whether the dtype's values can be stepped through by key (a 1, 2, 4 or 8 byte binary float)."""
-    return np.dtype(dtype).itemsize in _UINT
+    """Whether the dtype's values can be stepped through by key (a 1, 2, 4 or 8 byte binary float: not an integer
+    array, a cross-entropy's targets, nor a boolean one)."""
+    return np.dtype(dtype).itemsize in _UINT and np.dtype(dtype).kind not in "biu"
 
 
 def _sign_bit(dtype) -> int:

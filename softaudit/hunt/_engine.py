@@ -22,6 +22,7 @@ from hypothesis.errors import Flaky
 
 from .. import kinds
 from .._store import folder as cache_folder
+from ..adapters import taken
 from ..cases import Case, save_corpus
 from ..execute import Executor, calls, needs_gpu, pool
 from ..judge import unit
@@ -54,9 +55,11 @@ class Finding:
     corpus_file: str | None
     inputs: dict | None = None
     mask: object = None
+    #: The keywords the failing input was called with (Case.options: attention's modifiers, cross_entropy's options).
+    options: dict = dataclasses.field(default_factory=dict)
 
 
-def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
+def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Executor):
     """(verdict, reasons, max conditioning-scaled error, events) for one input, judged as `softaudit run` judges a
     family (softaudit.prepare, execute, judge: the candidate's calls with the invariants' and the leak probe's,
     the rows' rules, a candidate error an `error`, a comparison that cannot run a note); ex: the executor every
@@ -64,7 +67,8 @@ def judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex: Executor):
 
     The comparisons run only where they can change the verdict (the bounds are never below their floors): the
     input is judged against the floors first, and again with the comparisons when its errors pass a floor."""
-    case = Case(kind, "hunt", {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}, mask, None, "hunt")
+    arrays = {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}
+    case = Case(kind, "hunt", arrays, mask, None, "hunt", options=dict(options))
     fam = PreparedFamily([Prepared(case, fmt, 0)])
     seen = []  # (the outputs stay valid: reuse=False)
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
@@ -108,7 +112,9 @@ def _strategy(kind: str):
 
 def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: Executor) -> Finding:
     kind = candidate.kind
-    strategy = _strategy(kind)(kind, fmt)
+    # the keywords the candidate takes among those the hunt draws (a candidate without softcap gets no cap)
+    takes = frozenset(taken(candidate.call, _strategies.keywords(kinds.get(kind))))
+    strategy = _strategy(kind)(kind, fmt, takes)
     state = {"examples": 0, "last": None}
     start = time.monotonic()
 
@@ -126,15 +132,15 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     def probe(drawn):
         if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
             raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
-        inputs, mask = drawn
+        inputs, mask, options = drawn
         state["examples"] += 1
-        verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
+        verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
         if verdict == "skip":
             return
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
         if policy.failed([verdict]):
-            state["last"] = (inputs, mask, reasons, error)
+            state["last"] = (inputs, mask, options, reasons, error)
             raise AssertionError("; ".join(reasons))
 
     try:
@@ -144,21 +150,24 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         pass
     except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
         if state["last"] is None:
-            state["last"] = (None, None, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
+            state["last"] = (None, None, {}, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
     if state["last"] is None:
         seconds = time.monotonic() - start
         return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
-    inputs, mask, reasons, error = state["last"]
+    inputs, mask, options, reasons, error = state["last"]
     if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
 
-        def judged(inputs, mask):
-            return judge(candidate, kind, fmt, inputs, mask, policy, timeout, ex)
+        def judged(inputs, mask, options):
+            return judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
 
         fails = _shrink.fails_as(reasons[0], judged, policy)
-        inputs, mask = _shrink.to_boundary(kind, inputs, mask, fails, time.monotonic() + budget / 2)
-        _, reasons, error, _ = judged(inputs, mask)
+        deadline = time.monotonic() + budget / 2
+        inputs, mask, options = _shrink.to_boundary(kind, inputs, mask, options, fails, deadline)
+        _, reasons, error, _ = judged(inputs, mask, options)
     seconds, found, reason = time.monotonic() - start, inputs is not None, "; ".join(reasons)
-    return Finding(candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask)
+    return Finding(
+        candidate.name, kind, fmt.name, state["examples"], found, reason, error, seconds, None, inputs, mask, options
+    )
 
 
 @contextlib.contextmanager
@@ -256,6 +265,7 @@ def _saved(finding: Finding, candidate, corpus) -> Finding:
             finding.mask,
             finding.reason,
             finding.max_cond_err,
+            finding.options,
         )
         finding.corpus_file = str(path)
     return finding

@@ -17,9 +17,11 @@ def describe(finding) -> str:
     """A failed finding (softaudit.hunt.Finding) in a few lines: its reason, its input, its corpus file."""
     lines = [f"{finding.candidate} {finding.dtype}: {finding.reason}"]
     for name, a in (finding.inputs or {}).items():
-        lines += _array(name, np.asarray(a), _value)
+        lines += _array(name, np.asarray(a), _value if np.asarray(a).dtype.kind not in "biu" else str)
     if finding.mask is not None:
         lines += _mask(np.asarray(finding.mask, bool))
+    if finding.options:
+        lines.append("  called with " + ", ".join(f"{n}={v!r}" for n, v in finding.options.items()))
     lines.append(f"  corpus: {finding.corpus_file}" if finding.corpus_file else "  corpus: not saved")
     return "\n".join(lines)
 

@@ -3,7 +3,9 @@
 Hypothesis shrinks the drawn recipe toward simple draws, which leaves an input that fails but need not sit where the
 failure begins: a logit of 12 overflows float16's exp as 11.09 does, and a batch can keep rows the failure does not
 need. Starting from the shrunk input, and keeping the failure (`fails`: the same first reason), this
-1. drops what the failure does not need, along each axis in turn (batch entries, rows or queries, keys, columns),
+0. drops each keyword the failure does not need (a softcap, a window, label smoothing: back to the default);
+1. drops what the failure does not need, along each axis in turn (batch entries, rows or queries, keys, columns,
+   splits),
    halves first, then smaller blocks, down to single entries: a sum over the whole array keeps two rows, a NaN on a
    fully masked row keeps that one row;
 2. sets to 0 every element the failure does not need (whole arrays first, then halves, down to single elements);
@@ -24,9 +26,22 @@ import numpy as np
 from .. import kinds
 from . import _bits
 
-#: The axes of each input's trailing dimensions; leading ones are batch axes, matched from the right.
-_ROW_AXES = {"x": ("n",), "g": ("n",), "mask": ("n",)}
-_ATTENTION_AXES = {"q": ("lq", "d"), "k": ("lk", "d"), "v": ("lk", "dv"), "g": ("lq", "dv"), "mask": ("lq", "lk")}
+#: The axes of each input's trailing dimensions; leading ones are batch axes, matched from the right (a row kind's
+#: rows are its batch axis: a cross-entropy target has one per row). merge_attention's inputs lead with the splits.
+_ROW_AXES = {"x": ("n",), "logits": ("n",), "target": (), "g": ("n",), "mask": ("n",)}
+_ATTENTION_AXES = {
+    "q": ("lq", "d"),
+    "k": ("lk", "d"),
+    "v": ("lk", "dv"),
+    "g": ("lq", "dv"),
+    "mask": ("lq", "lk"),
+    "bias": ("lq", "lk"),
+    "sinks": (),
+    "alibi_slopes": (),
+    "outputs": ("lq", "dv"),
+    "lses": ("lq",),
+}
+_LEADING = {"outputs": ("splits",), "lses": ("splits",)}
 #: The most elements whose threshold is bisected (the largest first): each costs up to 64 judged calls.
 MAX_BISECTED = 16
 
@@ -38,14 +53,14 @@ def signature(reason: str) -> str:
 
 
 def fails_as(first: str, judged, policy):
-    """The test that an input fails as the one found did, whose first reason was `first`: judged(inputs, mask) gives
-    a failing verdict whose first reason is `first`, numbers aside. An input the judge cannot judge (a skip, a
-    comparison that raises) does not."""
+    """The test that an input fails as the one found did, whose first reason was `first`: judged(inputs, mask,
+    options) gives a failing verdict whose first reason is `first`, numbers aside. An input the judge cannot judge (a
+    skip, a comparison that raises) does not."""
     want = signature(first)
 
-    def fails(inputs: dict, mask) -> bool:
+    def fails(inputs: dict, mask, options: dict) -> bool:
         try:
-            verdict, reasons = judged(inputs, mask)[:2]
+            verdict, reasons = judged(inputs, mask, options)[:2]
         except Exception:
             return False
         return policy.failed([verdict]) and bool(reasons) and signature(reasons[0]) == want
@@ -53,14 +68,20 @@ def fails_as(first: str, judged, policy):
     return fails
 
 
-def to_boundary(kind: str, inputs: dict, mask, fails, deadline: float) -> tuple[dict, np.ndarray | None]:
-    """(inputs, mask) moved to the boundary of the failure `fails(inputs, mask)` tests, by `deadline` (a
-    time.monotonic() value) at the latest."""
+def to_boundary(kind: str, inputs: dict, mask, options: dict, fails, deadline: float) -> tuple:
+    """(inputs, mask, options) moved to the boundary of the failure `fails(inputs, mask, options)` tests, by
+    `deadline` (a time.monotonic() value) at the latest."""
+    options = dict(options)
+    for name in list(options):
+        fewer = {n: v for n, v in options.items() if n != name}
+        if time.monotonic() < deadline and fails(inputs, mask, fewer):
+            options = fewer
     arrays = dict(inputs) | ({} if mask is None else {"mask": np.asarray(mask)})
     labels = _labels(kind, arrays)
 
     def still(trial: dict) -> bool:
-        return time.monotonic() < deadline and fails({n: a for n, a in trial.items() if n != "mask"}, trial.get("mask"))
+        values = {n: a for n, a in trial.items() if n != "mask"}
+        return time.monotonic() < deadline and fails(values, trial.get("mask"), options)
 
     for label in dict.fromkeys(label for names in labels.values() for label in names):
         arrays = _drop(arrays, labels, label, still)
@@ -70,21 +91,23 @@ def to_boundary(kind: str, inputs: dict, mask, fails, deadline: float) -> tuple[
         arrays = _zero(arrays, name, still)
     for name, index in _largest(arrays, values)[:MAX_BISECTED]:
         arrays = _bisect(arrays, name, index, still)
-    return {n: arrays[n] for n in values}, arrays.get("mask")
+    return {n: arrays[n] for n in values}, arrays.get("mask"), options
 
 
 def _labels(kind: str, arrays: dict) -> dict[str, tuple[str, ...]]:
     """Each array's axes by name: trailing ones from the kind (x: n; q: lq, d; ...), leading ones batch0 (the
-    innermost), batch1, ... A row kind's g with one value per row has no n."""
-    row_wise = kinds.get(kind).row_wise
-    trailing = _ROW_AXES if row_wise else _ATTENTION_AXES
+    innermost), batch1, ... after merge's splits. A row kind's g with one value per row (or one in all: a
+    cross-entropy mean's) has no n."""
+    entry = kinds.get(kind)
+    trailing = _ROW_AXES if entry.row_wise else _ATTENTION_AXES
+    reduced = entry.reduction[0]
     out = {}
     for name, a in arrays.items():
-        core = trailing[name]
-        if row_wise and name == "g" and a.ndim < arrays["x"].ndim:
+        core, first = trailing[name], _LEADING.get(name, ())
+        if entry.row_wise and name == "g" and a.ndim < arrays[reduced].ndim:
             core = ()
-        lead = tuple(f"batch{i}" for i in reversed(range(max(0, a.ndim - len(core)))))
-        out[name] = (lead + core)[len(lead + core) - a.ndim :]
+        lead = tuple(f"batch{i}" for i in reversed(range(max(0, a.ndim - len(core) - len(first)))))
+        out[name] = (first + lead + core)[len(first + lead + core) - a.ndim :]
     return out
 
 

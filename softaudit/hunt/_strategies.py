@@ -119,18 +119,18 @@ def _in_dtype(value, fmt: Format) -> np.ndarray:
 
 
 @st.composite
-def rows(draw, kind: str, fmt: Format):
-    """(inputs dict in the dtype, mask or None) for softmax, log_softmax, logsumexp and masked_softmax: x of
-    rows x n."""
-    if _seeds(kind, fmt) and draw(st.integers(0, 3)) == 3:
-        return draw(_seeded(kind, fmt))
+def rows(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(inputs dict in the dtype, mask or None, options) for softmax, log_softmax, logsumexp and masked_softmax: x
+    of rows x n (no options)."""
+    if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt, takes))
     count = draw(st.integers(1, 4) | st.integers(5, 16))
     n = draw(st.integers(1, 64) | st.sampled_from(EDGE_LENGTHS) | st.integers(65, 2048))
     n = max(1, min(n, MAX_ROW_ELEMENTS // count))
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     x = _logits(draw, rng, fmt, (count, n))
     if not kinds.get(kind).masked:
-        return {"x": x}, None
+        return {"x": x}, None, {}
     mask = rng.random(x.shape) < draw(st.floats(0, 1))
     if draw(st.booleans()):
         mask[:, : draw(st.integers(0, n))] = False  # a padding-like run, possibly the whole row
@@ -138,7 +138,7 @@ def rows(draw, kind: str, fmt: Format):
     junk = _junk(draw, fmt)
     if junk is not None:
         x = np.where(mask, x, _in_dtype(junk, fmt))
-    return {"x": x}, mask
+    return {"x": x}, mask, {}
 
 
 def _attention_mask(draw, rng, batch: tuple, lq: int, lk: int) -> np.ndarray | None:
@@ -164,11 +164,12 @@ def _unattended_keys(mask: np.ndarray, lk: int) -> np.ndarray:
 
 
 @st.composite
-def attention(draw, kind: str, fmt: Format):
-    """(q, k, v in the dtype, mask or None) for attention and attention_grad: q (batch..., Lq, d), k (kv batch...,
-    Lk, d), v (kv batch..., Lk, dv), K and V broadcast against q along some batch axes."""
-    if _seeds(kind, fmt) and draw(st.integers(0, 3)) == 3:
-        return draw(_seeded(kind, fmt))
+def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(q, k, v in the dtype, mask or None, options) for attention, attention_lse and attention_grad: q (batch...,
+    Lq, d), k (kv batch..., Lk, d), v (kv batch..., Lk, dv), K and V broadcast against q along some batch axes; for
+    the forward kinds, the modifiers the candidate takes (`_modifiers`)."""
+    if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt, takes))
     forward = kinds.get(kind).upstream is None
     batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
     kv_batch = tuple(1 if draw(st.booleans()) else b for b in batch)  # K, V broadcast along this axis
@@ -200,21 +201,59 @@ def attention(draw, kind: str, fmt: Format):
         if junk is not None and forward:
             free = _unattended_keys(mask, lk)
             k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
+    extra, options = _modifiers(draw, rng, takes, batch, lq, lk) if forward else ({}, {})
     with np.errstate(over="ignore"):
-        return {name: round_to(a, fmt.dtype) for name, a in (("q", q), ("k", k), ("v", v))}, mask
+        arrays = {"q": q, "k": k, "v": v} | extra
+        return {name: round_to(a, fmt.dtype) for name, a in arrays.items()}, mask, options
+
+
+#: Attention's modifiers (softaudit/kinds/_attention.py): options, and arrays passed as keywords.
+ATTENTION_KEYWORDS = ("softcap", "causal", "window", "bias", "alibi_slopes", "sinks")
+
+
+def _modifiers(draw, rng, takes: frozenset, batch: tuple, lq: int, lk: int) -> tuple[dict, dict]:
+    """(arrays, options): each modifier the candidate takes, drawn or not: a tanh softcap (Gemma 2's 30 and 50
+    among others), causal, a sliding window (a side of -1 is unbounded; 0 keeps the diagonal alone), an additive
+    bias with -inf padding, ALiBi's slopes (one per head, the axis before Lq; powers of two for 8 heads, as
+    published, else rounded to float32 so the bias stays exact) and sink logits per head (0 among them: softmax1)."""
+    arrays, options = {}, {}
+    if "softcap" in takes and draw(st.booleans()):
+        options["softcap"] = draw(st.sampled_from([30.0, 50.0, 5.0, 1.0]) | st.floats(0.25, 100))
+    if "causal" in takes and draw(st.booleans()):
+        options["causal"] = True
+    if "window" in takes and draw(st.booleans()):
+        options["window"] = (draw(st.integers(-1, lk)), draw(st.integers(-1, lk)))
+    if "bias" in takes and draw(st.booleans()):
+        shape = (batch if draw(st.booleans()) else ()) + (lq, lk)
+        bias = rng.standard_normal(shape) * 10.0 ** draw(st.floats(-1, 2))
+        bias[..., lk - draw(st.integers(0, lk)) :] = -np.inf  # padded keys (the whole row, possibly)
+        arrays["bias"] = bias
+    heads = batch[-1:]
+    if "alibi_slopes" in takes and heads and draw(st.booleans()):
+        h = heads[0]
+        arrays["alibi_slopes"] = (2.0 ** (-8.0 * np.arange(1, h + 1) / h)).astype(np.float32).astype(np.float64)
+    if "sinks" in takes and draw(st.booleans()):
+        sinks = rng.standard_normal(heads) * 10.0 ** draw(st.floats(-1, 2))
+        arrays["sinks"] = np.zeros(heads) if draw(st.booleans()) else sinks
+    return arrays, options
 
 
 @st.composite
-def gradients(draw, kind: str, fmt: Format):
-    """(inputs in the dtype with an upstream gradient g, mask or None) for the gradient kinds: the forward kind's
-    inputs, and g Gaussian, constant along the row (softmax's exact VJP is then 0), one-hot, or spread over
+def gradients(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(inputs in the dtype with an upstream gradient g, mask or None, options) for the gradient kinds: the forward
+    kind's inputs, and g Gaussian, constant along the row (softmax's exact VJP is then 0), one-hot, or spread over
     8 decades."""
     entry = kinds.get(kind)
-    inputs, mask = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt))
+    inputs, mask, options = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt))
     if "g" in inputs:  # a seed: the family gave its g
-        return inputs, mask
+        return inputs, mask, options
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
     g = entry.upstream(entry, inputs, mask, rng)
+    return inputs | {"g": _upstream(draw, rng, g, fmt)}, mask, options
+
+
+def _upstream(draw, rng, g: np.ndarray, fmt: Format) -> np.ndarray:
+    """g as drawn (Gaussian), constant, one-hot along its last axis, or spread over 8 decades; in the dtype."""
     style = draw(st.sampled_from(["gaussian", "constant", "onehot", "wide"]))
     if style == "constant":
         g = np.full(g.shape, draw(st.floats(-100, 100, allow_subnormal=False)))
@@ -223,14 +262,99 @@ def gradients(draw, kind: str, fmt: Format):
     elif style == "wide":
         g = g * 10.0 ** rng.uniform(-4, 4, g.shape)
     with np.errstate(over="ignore"):
-        return inputs | {"g": round_to(g, fmt.dtype)}, mask
+        return round_to(g, fmt.dtype)
+
+
+#: cross_entropy's options (softaudit/kinds/cross_entropy.py): PyTorch's, PaLM's z-loss, Gemma 2's softcap.
+CROSS_ENTROPY_KEYWORDS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")
+#: The most logits a drawn softcapped cross_entropy input has: each capped row's reference is mpmath's (a tanh has
+#: no fast tier), about 0.1 s a row of 1,003.
+MAX_CAPPED_LOGITS = 2048
+
+
+@st.composite
+def cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(logits (N, V) in the dtype and int64 targets (N,), no mask, options) for cross_entropy, and with g for its
+    gradient (one per row for reduction 'none', else a scalar): logits from the rows' recipe, each row's target at
+    random, at its largest logit (confident rows) or at its smallest, a share of the rows ignored (all of them, some
+    or none), and the options the candidate takes: ignore_index -100 (the default), -1 or 0 (a padding class),
+    label smoothing in [1e-3, 1] and z-loss in [1e-6, 1e-3] (0.1 and 1e-4 first: values people train with, not
+    ones a float32 or float16 hyperparameter rounds to 0), a softcap, the three reductions."""
+    if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt, takes))
+    options = {}
+    if "softcap" in takes and draw(st.booleans()):
+        options["softcap"] = draw(st.sampled_from([30.0, 5.0]) | st.floats(0.25, 100))
+    count = draw(st.integers(1, 4) | st.integers(5, 16))
+    v = draw(st.integers(1, 64) | st.sampled_from(EDGE_LENGTHS) | st.integers(65, 4096))
+    v = max(1, min(v, (MAX_CAPPED_LOGITS if options else MAX_ROW_ELEMENTS) // count))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    logits = _logits(draw, rng, fmt, (count, v))
+    with np.errstate(invalid="ignore"):
+        finite = np.where(np.isnan(logits.astype(np.float64)), -np.inf, logits.astype(np.float64))
+    style = draw(st.sampled_from(["random", "largest", "smallest"]))
+    target = {
+        "random": rng.integers(0, v, count),
+        "largest": finite.argmax(axis=1),
+        "smallest": np.where(np.isfinite(finite), finite, np.inf).argmin(axis=1),
+    }[style]
+    ignore = -100
+    if "ignore_index" in takes and draw(st.booleans()):
+        ignore = options["ignore_index"] = draw(st.sampled_from([-1, 0]))
+    target = np.where(rng.random(count) < draw(st.sampled_from([0.0, 0.5, 1.0])), ignore, target).astype(np.int64)
+    if "label_smoothing" in takes and draw(st.booleans()):
+        options["label_smoothing"] = draw(st.sampled_from([0.1, 1.0]) | st.floats(1e-3, 1))
+    if "z_loss" in takes and draw(st.booleans()):
+        options["z_loss"] = draw(st.sampled_from([1e-4, 0.0]) | st.floats(1e-6, 1e-3))
+    if "reduction" in takes and draw(st.booleans()):
+        options["reduction"] = draw(st.sampled_from(["mean", "sum"]))
+    inputs = {"logits": logits, "target": target}
+    if kinds.get(kind).upstream is not None:
+        per_row = options.get("reduction", "none") == "none"
+        g = rng.standard_normal(count) if per_row else np.array(1.0)
+        inputs["g"] = _upstream(draw, rng, g, fmt)
+    return inputs, None, options
+
+
+#: The most elements a drawn merge's outputs have (splits x batch x Lq x dv).
+MAX_MERGE_ELEMENTS = 2**15
+
+
+@st.composite
+def merge(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(outputs (S, batch..., Lq, dv), lses (S, batch..., Lq) in the dtype, no mask, no options) for merge_attention:
+    1 to 16 splits whose lses per query come from the rows' recipe (spread, offsets past exp's overflow, a split
+    standing out, ties, the dtype's thresholds), a share of them empty (lse -inf, every split of a query among them
+    at times) with outputs holding zeros or junk (NaN, inf, the dtype's max), other outputs Gaussian."""
+    if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
+        return draw(_seeded(kind, fmt, takes))
+    splits = draw(st.integers(1, 4) | st.integers(5, 16))
+    batch = tuple(draw(st.lists(st.integers(1, 3), max_size=2)))
+    lq = draw(st.integers(1, 8) | st.integers(9, 64))
+    dv = draw(st.sampled_from([1, 8, 64, 128]))
+    lq = max(1, min(lq, MAX_MERGE_ELEMENTS // (splits * math.prod(batch) * dv)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    lses = np.moveaxis(_logits(draw, rng, fmt, batch + (lq, splits)), -1, 0).astype(np.float64)
+    empty = rng.random(lses.shape) < draw(st.sampled_from([0.0, 0.25, 0.5, 1.0]))
+    lses[empty] = -np.inf
+    outputs = rng.standard_normal((splits, *batch, lq, dv)) * 10.0 ** draw(st.floats(-2, 2))
+    junk = _junk(draw, fmt)
+    if junk is not None:  # (vLLM PR #39148: an empty split's output is junk, never to be read)
+        outputs[empty] = junk
+    with np.errstate(over="ignore"):
+        return {"outputs": round_to(outputs, fmt.dtype), "lses": round_to(lses, fmt.dtype)}, None, {}
 
 
 def for_kind(kind) -> Callable | None:
     """The strategy that draws the inputs of `kind` (a Kind), chosen by its shape: `rows` for a row-wise kind of
-    logits x (and a mask), `attention` for q, k and v (and a mask), `gradients` for either with an upstream g.
-    None for any other kind (inputs these strategies do not draw: class labels, say): the hunt has none for it."""
+    logits x (and a mask), `attention` for q, k and v (and a mask), `gradients` for either with an upstream g,
+    `cross_entropy` for logits and integer targets (with g or not), `merge` for split outputs and their lses. None
+    for any other kind: the hunt has none for it."""
     forward = tuple(n for n in kind.inputs if n != "g") if kind.upstream is not None else kind.inputs
+    if forward == ("logits", "target") and kind.row_wise:
+        return cross_entropy
+    if forward == ("outputs", "lses"):
+        return merge
     if forward == ("x",) and kind.row_wise:
         drawn = rows
     elif forward == ("q", "k", "v") and not kind.row_wise:
@@ -240,35 +364,64 @@ def for_kind(kind) -> Callable | None:
     return drawn if kind.upstream is None else gradients
 
 
+def keywords(kind) -> tuple[str, ...]:
+    """The keywords the hunt may draw for `kind` (a Kind): a search draws those its candidate takes."""
+    strategy = for_kind(kind)
+    if strategy is cross_entropy:
+        return CROSS_ENTROPY_KEYWORDS
+    return ATTENTION_KEYWORDS if strategy is attention else ()
+
+
 @functools.cache
-def _seeds(kind: str, fmt: Format) -> tuple:
-    """The kind's cases of its reported-bug families (quick suite, up to MAX_SEED_ELEMENTS elements each), rounded
-    to the dtype: (inputs, mask) pairs."""
+def _seeds(kind: str, fmt: Format, takes: frozenset) -> tuple:
+    """The kind's cases of its reported-bug families and its own families (quick suite, up to MAX_SEED_ELEMENTS
+    elements each), rounded to the dtype, those with a keyword the candidate does not take left out:
+    (inputs, mask, options) triples."""
     found = []
+    entry = kinds.get(kind)
+    own = {name for each in kinds.KINDS.values() for name in each.makers}
     for family in families_for(kind):
-        if family.name not in REPORTED:
+        if family.name not in REPORTED and family.name not in own:
             continue
         for case in family.cases(kind, fmt, "quick"):
+            extra = [n for n in case.arrays if n not in entry.arguments]
+            if any(n not in takes for n in [*case.options, *extra]):
+                continue
             if sum(a.size for a in case.arrays.values()) <= MAX_SEED_ELEMENTS:
                 with np.errstate(over="ignore"):
-                    found.append(({n: round_to(a, fmt.dtype) for n, a in case.arrays.items()}, case.mask))
+                    arrays = {
+                        n: a.astype(np.int64) if n in entry.integers else round_to(a, fmt.dtype)
+                        for n, a in case.arrays.items()
+                    }
+                found.append((arrays, case.mask, dict(case.options)))
     return tuple(found)
 
 
+#: The axis along which a seed is cut to a run of its rows or queries, by input name (a mask: the same as the
+#: kind's first input's). merge_attention's seeds are taken whole.
+_CUT_AXES = {"x": 0, "logits": 0, "target": 0, "q": -2, "bias": -2}
+
+
 @st.composite
-def _seeded(draw, kind: str, fmt: Format):
-    """A reported-bug case, cut to a run of its rows (row kinds) or its queries (attention)."""
-    seeds = _seeds(kind, fmt)
-    inputs, mask = seeds[draw(st.integers(0, len(seeds) - 1))]
-    axis = 0 if kinds.get(kind).row_wise else -2
-    names = ("x", "g") if kinds.get(kind).row_wise else ("q", "g")
-    size = inputs[names[0]].shape[axis]
+def _seeded(draw, kind: str, fmt: Format, takes: frozenset):
+    """A case of the kind's seeding families, cut to a run of its rows (row kinds, cross_entropy) or its queries
+    (attention)."""
+    seeds = _seeds(kind, fmt, takes)
+    inputs, mask, options = seeds[draw(st.integers(0, len(seeds) - 1))]
+    first = kinds.get(kind).inputs[0]
+    if first not in _CUT_AXES:
+        return inputs, mask, options
+    axis = _CUT_AXES[first]
+    size = inputs[first].shape[axis]
     start = draw(st.integers(0, size - 1))
     keep = slice(start, start + draw(st.integers(1, size - start)))
+    axes = _CUT_AXES | {"g": axis, "mask": axis}
 
-    def cut(a):
-        if a is None or a.ndim < -axis or a.shape[axis] == 1:
+    def cut(name, a):
+        if a is None or name not in axes or a.ndim < (axes[name] + 1 if axes[name] >= 0 else -axes[name]):
             return a
-        return np.moveaxis(np.moveaxis(a, axis, 0)[keep], 0, axis)
+        if a.shape[axes[name]] == 1:
+            return a
+        return np.moveaxis(np.moveaxis(a, axes[name], 0)[keep], 0, axes[name])
 
-    return {n: cut(a) if n in names else a for n, a in inputs.items()}, cut(mask)
+    return {n: cut(n, a) for n, a in inputs.items()}, cut("mask", mask), options

@@ -15,6 +15,8 @@ from .. import conditioning as _conditioning
 #: causal (True: key j <= i + Lk - Lq, FlashAttention's bottom-right alignment) and window (left, right): keys
 #: i + Lk - Lq - left <= j <= i + Lk - Lq + right, -1 for a side without bound (FlashAttention's window_size).
 MODIFIERS = ("softcap", "causal", "window")
+#: The arrays beside q, k and v (Kind.extras): each with its axes per batch item.
+EXTRAS = {"bias": 2, "alibi_slopes": 0, "sinks": 0}
 
 
 def spec(inputs: dict, mask, options: dict) -> dict:

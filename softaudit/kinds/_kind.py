@@ -81,6 +81,9 @@ class Kind:
     conventions: Callable | None = None
     #: Inputs that are integer arrays (class labels): kept as int64, never rounded to the audited dtype.
     integers: tuple[str, ...] = ()
+    #: The arrays a case may pass beside the arguments, by name, each with its number of axes per batch item (the
+    #: others broadcast against the batch): attention's bias (Lq, Lk), ALiBi's slopes and the sinks (one per head).
+    extras: Mapping[str, int] = dataclasses.field(default_factory=dict, hash=False)
     #: The kind's own case families, name -> (description, make): softaudit.cases registers them after its own
     #: (make(kind, fmt, size, rng) -> list of (arrays, mask, description[, params[, options]]), as there).
     makers: Mapping[str, tuple[str, Callable]] = dataclasses.field(default_factory=dict, hash=False)

@@ -164,6 +164,7 @@ ATTENTION = Kind(
     leak="outputs move when masked keys change",
     conventions=_attention.conventions,
     makers=_attention.MAKERS,
+    extras=_attention.EXTRAS,
     max_floor=6.0,
     fixes={
         "nan": "subtract each query's largest score before exp and form the scores in {wide}",

@@ -102,4 +102,5 @@ ATTENTION_LSE = Kind(
     max_floor=6.0,
     fixes={"nan": "give a query with no key lse = -inf and o = 0 (where over the kept keys), not -inf - -inf"},
     makers=_MAKERS,
+    extras=_attention.EXTRAS,
 )

@@ -40,7 +40,9 @@ def reference(kind, inputs: dict, mask, dtype) -> tuple:
     q, k, v, keep, lead, empty = _problem(inputs["outputs"], inputs["lses"])
     with np.errstate(invalid="ignore"):
         o = evaluate_attention(q, k, v, keep, scale=1.0, dtype=dtype)
-    lse = evaluate("logsumexp", np.moveaxis(np.asarray(inputs["lses"], np.float64), 0, -1), None, dtype=dtype)
+    lses = np.moveaxis(np.asarray(inputs["lses"], np.float64), 0, -1)
+    lse = evaluate("logsumexp", lses, None, dtype=dtype)
+    lse.undefined = lse.undefined | (lses == np.inf).any(axis=-1)  # (a +inf lse leaves the query undefined)
     o.value[empty] = 0.0  # every split empty: o = 0, exactly (the attention reference says "nothing to attend")
     o.hi[empty], o.lo[empty], o.err[empty], o.tier[empty] = 0.0, 0.0, 0.0, 0
     o.undefined[empty] = False
@@ -66,7 +68,9 @@ def conditioning(kind, inputs: dict, mask, references) -> tuple[dict, dict]:
         al = np.where(kept, np.abs(lses), 0.0)
         o = o_ref.hi + o_ref.lo
         finite_o = np.where(kept[..., None], outputs, 0.0)
-        o_scale = np.abs(o) + (w[..., None] * (np.abs(finite_o) + np.abs(finite_o - o) * al[..., None])).sum(axis=0)
+        # (w al first: an empty-looking split, w = 0 beside |lse| near float64's largest, adds 0, not 0 x inf)
+        spread = w[..., None] * np.abs(finite_o) + (w * al)[..., None] * np.abs(finite_o - o)
+        o_scale = np.abs(o) + spread.sum(axis=0)
         lse = lse_ref.hi + lse_ref.lo
         lse_scale = np.where(kept.any(axis=0), np.abs(lse) + (w * al).sum(axis=0) + 1.0, 0.0)
     return (

@@ -20,7 +20,7 @@ def test_rows_come_in_batches_with_fully_masked_rows_beside_kept_ones():
         kept = drawn[1].any(axis=-1)
         return kept.any() and not kept.all()
 
-    inputs, mask = find(rows("masked_softmax", F16), wanted, settings=QUICK)
+    inputs, mask, _ = find(rows("masked_softmax", F16), wanted, settings=QUICK)
     assert inputs["x"].shape[0] >= 2 and inputs["x"].shape == mask.shape
 
 
@@ -31,7 +31,7 @@ def test_attention_has_batch_and_head_axes_broadcast_k_and_v_and_fully_masked_qu
         lonely = mask is not None and (~mask.any(axis=-1)).any() and mask.any()
         return broadcast and lonely and q.shape[-2] != k.shape[-2]
 
-    inputs, _ = find(attention("attention", F16), wanted, settings=QUICK)
+    inputs, _, _ = find(attention("attention", F16), wanted, settings=QUICK)
     q, k, v = (inputs[n] for n in "qkv")
     assert np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) == q.shape[:-2]
 
@@ -54,7 +54,7 @@ def test_attention_grad_draws_shared_k_and_v_that_its_reference_takes():
         q, k = drawn[0]["q"], drawn[0]["k"]
         return q.ndim == k.ndim >= 4 and k.shape[-3] == 1 < q.shape[-3]
 
-    inputs, mask = find(gradients("attention_grad", F16), shared, settings=QUICK)
+    inputs, mask, _ = find(gradients("attention_grad", F16), shared, settings=QUICK)
     q, k, v, g = (inputs[n] for n in ("q", "k", "v", "g"))
     assert g.shape[:-2] == q.shape[:-2] and k.shape[:-2] == v.shape[:-2]
     dq, dk, dv = attention_grad(q, k, v, g, mask, dtype="float16")
@@ -65,7 +65,7 @@ def test_the_reported_bug_families_seed_the_search():
     def wanted(drawn):
         return drawn[0]["x"].shape[-1] == 512 and (drawn[0]["x"] == 0).all()
 
-    inputs, _ = find(rows("softmax", BF16), wanted, settings=QUICK)
+    inputs, _, _ = find(rows("softmax", BF16), wanted, settings=QUICK)
     assert inputs["x"].shape[-1] == 512  # uniform_512's row of 512 zeros (ExecuTorch PR #20089)
 
 
@@ -101,7 +101,7 @@ def test_attention_grad_draws_run_s_key_lengths_where_its_reference_is_fast():
     def long_keys(drawn):
         return drawn[0]["k"].shape[-2] >= 128
 
-    inputs, _ = find(gradients("attention_grad", BF16), long_keys, settings=QUICK)
+    inputs, _, _ = find(gradients("attention_grad", BF16), long_keys, settings=QUICK)
     assert (
         inputs["k"].shape[-2] >= 128
         and math.prod(inputs["q"].shape[:-1]) * inputs["k"].shape[-2] * inputs["q"].shape[-1]
@@ -114,3 +114,61 @@ def test_attention_grad_draws_run_s_key_lengths_where_its_reference_is_fast():
 
     with pytest.raises(NoSuchExample):
         find(gradients("attention_grad", BF16), long_and_large, settings=QUICK)
+
+
+def test_cross_entropy_draws_integer_targets_ignored_rows_and_only_the_options_the_candidate_takes():
+    from softaudit.hunt._strategies import CROSS_ENTROPY_KEYWORDS, cross_entropy
+
+    every = frozenset(CROSS_ENTROPY_KEYWORDS)
+
+    def wanted(drawn):
+        inputs, _, options = drawn
+        ignored = inputs["target"] == options.get("ignore_index", -100)
+        return ignored.any() and not ignored.all() and options.get("reduction") == "mean" and "softcap" in options
+
+    inputs, mask, options = find(cross_entropy("cross_entropy_grad", BF16, every), wanted, settings=QUICK)
+    logits, target = inputs["logits"], inputs["target"]
+    assert mask is None and logits.dtype == BF16.dtype and target.dtype == np.int64
+    kept = target != options.get("ignore_index", -100)
+    assert ((target[kept] >= 0) & (target[kept] < logits.shape[1])).all()
+    assert inputs["g"].shape == ()  # (a mean's g is one value)
+    assert logits.size <= 2048  # (a capped row's reference is mpmath's)
+    per_row = find(cross_entropy("cross_entropy_grad", BF16, every), lambda d: "reduction" not in d[2], settings=QUICK)
+    assert per_row[0]["g"].shape == per_row[0]["target"].shape
+    with pytest.raises(NoSuchExample):  # a candidate that takes no option is called with none
+        find(cross_entropy("cross_entropy", BF16, frozenset()), lambda d: bool(d[2]), settings=QUICK)
+
+
+def test_merge_draws_empty_splits_with_junk_and_queries_with_every_split_empty():
+    from softaudit.hunt._strategies import merge
+
+    def wanted(drawn):
+        outputs, lses = drawn[0]["outputs"], drawn[0]["lses"]
+        empty = np.isneginf(lses.astype(np.float64))
+        return outputs.ndim >= 4 and empty.all(axis=0).any() and not empty.all() and np.isnan(outputs).any()
+
+    inputs, mask, options = find(merge("merge_attention", F16), wanted, settings=QUICK)
+    outputs, lses = inputs["outputs"], inputs["lses"]
+    assert outputs.shape[:-1] == lses.shape and mask is None and options == {}
+    assert not np.isnan(outputs[~np.isneginf(lses.astype(np.float64))]).any()  # (junk only in empty splits)
+
+
+def test_attention_modifiers_are_drawn_where_the_candidate_takes_them_and_the_reference_takes_what_is_drawn():
+    from softaudit import kinds
+    from softaudit.hunt._strategies import ATTENTION_KEYWORDS
+
+    every = frozenset(ATTENTION_KEYWORDS)
+    attention_kind = kinds.get("attention")
+
+    def all_of_them(drawn):
+        inputs, _, options = drawn
+        return {"bias", "alibi_slopes", "sinks"} <= set(inputs) and {"softcap", "window"} <= set(options)
+
+    inputs, mask, options = find(attention("attention", F16, every), all_of_them, settings=QUICK)
+    (ref,) = attention_kind.reference(attention_kind, inputs, mask, "float16", **options)
+    assert ref.value.shape == inputs["q"].shape[:-1] + (inputs["v"].shape[-1],)
+    assert inputs["sinks"].shape == inputs["alibi_slopes"].shape == inputs["q"].shape[-3:-2]  # (per head)
+    with pytest.raises(NoSuchExample):
+        find(attention("attention", F16, frozenset({"softcap"})), lambda d: set(d[0]) != set("qkv"), settings=QUICK)
+    with pytest.raises(NoSuchExample):  # (the gradient kind takes none)
+        find(gradients("attention_grad", F16), lambda d: bool(d[2]) or set(d[0]) != set("qkvg"), settings=QUICK)
