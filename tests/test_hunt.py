@@ -80,6 +80,20 @@ def test_the_best_practice_built_ins_give_no_failures(tmp_path):
     assert not (tmp_path / "corpus").exists()
 
 
+def test_the_new_kinds_best_practice_built_ins_give_no_failures_in_float16(tmp_path):
+    """cross_entropy's and its gradient's f32acc and merge_attention's textbook merge (the hunt found edge cases of
+    the first two while its strategies were written: a -inf target under label smoothing 1, an ignored row of -inf
+    logits, a smoothing sum past float32's largest, p_y - q_y cancelling under smoothing 1; each fixed)."""
+    targets = [
+        "softaudit.candidates.cross_entropy:f32acc",
+        "softaudit.candidates.cross_entropy_grad:f32acc",
+        "softaudit.candidates.merge_attention:textbook",
+    ]
+    findings = hunt(targets, dtypes=["float16"], budget=12, corpus=tmp_path / "corpus")
+    assert not any(f.failed for f in findings), [(f.candidate, f.reason) for f in findings]
+    assert all(f.examples > 20 for f in findings), [(f.candidate, f.examples) for f in findings]
+
+
 def test_the_search_is_deterministic_when_ci_is_set(broken, tmp_path, monkeypatch):
     monkeypatch.setenv("CI", "true")
     first = hunt(f"{broken}:fill_minus_30", dtypes=["float16"], budget=30, corpus=None)[0]
