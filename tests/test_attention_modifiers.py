@@ -117,7 +117,7 @@ sinks_dropped = _with(lambda q, k, v, mask=None, *, sinks=None: builtin.upcast(q
     "candidate, family, matches",
     [
         (softcap_dropped, "attn_softcap", "matches no softcap (the cap dropped)"),
-        (cap_after_mask, "attn_softcap", None),
+        (cap_after_mask, "attn_softcap", "matches the cap after the mask: masked keys score -softcap"),
         (window_off_by_one, "attn_window", "matches window (255, 0), left side off by -1"),
         (top_left_causal, "attn_causal", "matches top-left causal, not bottom-right"),
         (slopes_in_float16, "attn_alibi", "matches ALiBi slopes rounded to float16"),
@@ -133,8 +133,8 @@ sinks_dropped = _with(lambda q, k, v, mask=None, *, sinks=None: builtin.upcast(q
     ],
 )
 def test_a_reported_convention_bug_fails_its_family_and_best_practice_passes(candidate, family, matches):
-    """And the note names the convention the bug implements, where a neighbouring one explains the output (a cap
-    after the mask has none: its masked keys' score, exactly -c, is no float bias away from the capped scores)."""
+    """And the note names the convention the bug implements: the neighbouring convention whose exact result
+    explains the output."""
 
     def audited(target):
         return softaudit.audit(

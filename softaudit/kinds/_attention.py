@@ -284,6 +284,7 @@ def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
         found.append(
             ("no softcap (the cap dropped)", inputs, mask, {k: v for k, v in options.items() if k != "softcap"})
         )
+        found += _cap_after_mask(inputs, mask, options)
     if inputs.get("sinks") is not None:
         found.append(("no sink (the sink dropped)", {n: a for n, a in inputs.items() if n != "sinks"}, mask, options))
     if inputs.get("alibi_slopes") is not None:
@@ -301,6 +302,30 @@ def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
                     )
                 )
     return found
+
+
+def _cap_after_mask(inputs: dict, mask, options: dict) -> list:
+    """The cap after the mask (FlashAttention PR #1025): each masked score's -inf fill capped to -c, so every masked
+    key takes weight e**-c. As a neighbour, [] where nothing is masked, else one: no mask, and a bias that brings each
+    masked key's capped score to -c, computed in float64 (-c - c tanh(s / c), within float64's rounding of c: what
+    the match reads is the dtype's error, far above it). ALiBi's and the case's own bias stay on the kept keys."""
+    found = spec(inputs, mask, options)
+    if found["mask"] is None or found["mask"].all():
+        return []
+    c = options["softcap"]
+    with np.errstate(all="ignore"):
+        q, k = (np.asarray(inputs[n], np.float64) for n in ("q", "k"))
+        s = (q @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
+        shape = np.broadcast_shapes(
+            s.shape, found["mask"].shape, np.shape(found["bias"]) if found["bias"] is not None else ()
+        )
+        bias = np.zeros(shape) if found["bias"] is None else np.broadcast_to(found["bias"], shape)
+        bias = np.where(np.broadcast_to(found["mask"], shape), bias, -c - c * np.tanh(np.broadcast_to(s, shape) / c))
+    rest = {n: a for n, a in inputs.items() if n != "alibi_slopes"}
+    unmasked = {n: v for n, v in options.items() if n not in ("causal", "window")}
+    return [
+        ("the cap after the mask: masked keys score -softcap and take weight", rest | {"bias": bias}, None, unmasked)
+    ]
 
 
 def conventions(kind, pc, y) -> str:
