@@ -310,7 +310,7 @@ def exp_sum(inputs: dict, mask) -> float | None:
     kept = np.isfinite(x) if mask is None else np.isfinite(x) & np.asarray(mask).reshape(-1)
     if not kept.any():
         return None
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore", over="ignore"):  # (x - max past float64's range: -inf, whose exp is 0)
         return float(np.exp(x[kept] - x[kept].max()).sum())
 
 

@@ -188,10 +188,13 @@ def _reduced_loss(r: _Rows, fmt: Format, o: Options, todo) -> Result:
     for run in _tiers(fmt) if o.softcap is None else ():
         parts = [_loss_approx(run, r, at, o) for at in _blocks(rows, r.x.shape[1])]
         h, lw, e = (np.concatenate(a) for a in zip(*parts))
-        sh, sl = _dd.pairwise_sum(h[None, :], lw[None, :], one_sign=True)
-        total_err = float(_dd.pairwise_sum(e)[0]) * (1 + _dd.gamma(_dd.depth(len(h)))) + float(sh[0]) * _OPS * len(h)
-        mh, ml = _dd.div(sh, sl, np.array([float(div)]), np.zeros(1))
-        me = np.array([(total_err / div + abs(float(mh[0])) * _OPS) * _SECOND_ORDER])
+        with np.errstate(all="ignore"):  # (a sum near float64's largest: inf or NaN bounds, which decide nothing)
+            sh, sl = _dd.pairwise_sum(h[None, :], lw[None, :], one_sign=True)
+            total_err = float(_dd.pairwise_sum(e)[0]) * (1 + _dd.gamma(_dd.depth(len(h)))) + float(sh[0]) * _OPS * len(
+                h
+            )
+            mh, ml = _dd.div(sh, sl, np.array([float(div)]), np.zeros(1))
+            me = np.array([(total_err / div + abs(float(mh[0])) * _OPS) * _SECOND_ORDER])
         rounded, ok = decide_arrays(mh, ml, me, 1.0, fmt)
         if ok[0]:
             return _scalar(
@@ -437,7 +440,9 @@ def _row_loss(r: _Rows, i: int, o: Options, wp: int):
         return Fraction(0)  # one kept logit, the target's: d = 0 and log1p(0) = 0
     zs, keep, top, rel, _ = _setting(r, i, o, wp)
     rest = libmp.mpf_sum(list(_exps(zs, keep, top, wp).values()), wp + 10)
-    l1p = libmp.mpf_log(libmp.mpf_add(libmp.fone, rest, 0), wp + 10)
+    # 1 + rest rounded at wp + 10 (its exact sum can need 2**1000 bits and more: a rest of e**-1.7e308, found by the
+    # hunt), within 2**-(wp + 10) relative, which moves the log by as much: far inside rel
+    l1p = libmp.mpf_log(libmp.mpf_add(libmp.fone, rest, wp + 10), wp + 10)
     d = [libmp.mpf_sub(zs[top], zs[j], 0 if o.softcap is None else wp + 10) for j in keep]
     d_y = d[keep.index(int(r.y[i]))]
     one_minus = libmp.mpf_sub(libmp.fone, libmp.from_float(eps), 0)  # exact, as is (1 - eps) d_y

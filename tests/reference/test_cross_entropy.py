@@ -164,3 +164,17 @@ def test_undefined_rows_are_nan_and_mistakes_are_one_line():
         reference.cross_entropy(x, np.array([0, 2, 0]), dtype=np.float32)
     with pytest.raises(ValueError, match="integer targets"):
         reference.cross_entropy(x, np.array([0.0, 1.0, 0.0]), dtype=np.float32)
+
+
+def test_logits_spanning_float64s_range_give_the_loss_without_an_exact_sum_too_long_to_hold():
+    """A row whose logits span 1.7e308 (found by the hunt): 1 + e**(x_j - max) with x_j - max near -1.7e308 has an
+    exact sum of about 2**1000 bits, which raised OverflowError; the losses come from mpmath at 200 bits here."""
+    x = np.array([[-0.0, 709.78, 1.7e308, -1.97e36, -1.97e36, 3.0]])
+    for target, eps in ((1, 0.0), (1, 0.1), (2, 0.0), (2, 0.1)):
+        with mpmath.workprec(200):
+            xs, e = [mpmath.mpf(v) for v in x[0]], mpmath.mpf(eps)
+            lse = max(xs) + mpmath.log(mpmath.fsum(mpmath.exp(v - max(xs)) for v in xs))
+            q = [e / len(xs) + ((1 - e) if j == target else 0) for j in range(len(xs))]
+            want = float(mpmath.fsum(qj * (lse - v) for qj, v in zip(q, xs)))
+        got = reference.cross_entropy(x, np.array([target]), dtype="float64", label_smoothing=eps)
+        assert got[0] == want, (target, eps, got, want)
