@@ -142,9 +142,10 @@ def rows(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
 
 
 def _attention_mask(draw, rng, batch: tuple, lq: int, lk: int) -> np.ndarray | None:
-    """None, or a mask (Lq, Lk) or (batch..., Lq, Lk): random, padding, causal top-left or bottom-right, with fully
-    masked queries."""
-    style = draw(st.sampled_from(["none", "random", "padding", "causal", "causal_bottom_right"]))
+    """None, or a mask (Lq, Lk) or (batch..., Lq, Lk): random, padding on the right or the left (a left-padded
+    batch's first keys masked: a tiled kernel's first blocks then hold no key), causal top-left or bottom-right, with
+    fully masked queries."""
+    style = draw(st.sampled_from(["none", "random", "padding", "left_padding", "causal", "causal_bottom_right"]))
     if style == "none":
         return None
     shape = (batch if draw(st.booleans()) else ()) + (lq, lk)
@@ -152,6 +153,8 @@ def _attention_mask(draw, rng, batch: tuple, lq: int, lk: int) -> np.ndarray | N
         mask = rng.random(shape) < draw(st.floats(0, 1))
     elif style == "padding":
         mask = np.arange(lk) < rng.integers(0, lk + 1, shape[:-1])[..., None]
+    elif style == "left_padding":
+        mask = np.arange(lk) >= rng.integers(0, lk + 1, shape[:-1])[..., None]
     else:  # query i sees keys up to i (top-left) or up to i + Lk - Lq (bottom-right, as a KV cache aligns)
         mask = np.broadcast_to(np.tril(np.ones((lq, lk), bool), k=0 if style == "causal" else lk - lq), shape).copy()
     mask[rng.random(shape[:-1]) < draw(st.sampled_from([0.0, 0.25, 1.0]))] = False  # fully masked queries
