@@ -70,11 +70,11 @@ def audit(
     thread). memory_limit_mib: the worker's address-space limit (isolation "worker" only; None: none).
     stop: a threading.Event (anything with is_set()); once set, nothing new starts and the audit returns the rows
     it finished, with settings["interrupted"] True.
-    workers: units run in this many processes on this machine (1: in this process; "auto": one per core this
-    process may use, in this process where that is one or the plan has fewer than AUTO_MIN_UNITS units; a run of
-    one unit runs in this process). scheduler: a Dask scheduler's address ("tcp://HOST:PORT") or a
-    distributed.Client: units run on its workers (GPU candidates only on those with a GPU resource;
-    docs/scale.md). The table is the same whatever runs the units.
+    workers: units run in up to this many processes on this machine (1: in this process; "auto": one per core this
+    process may use, in this process where that is one; a plan of fewer than POOL_MIN_UNITS units runs in this
+    process whatever the number: starting the workers would cost more than they give). scheduler: a Dask
+    scheduler's address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU candidates only
+    on those with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
     """
     import pandas as pd
 
@@ -99,9 +99,9 @@ def audit(
         planned = plan.groups(found, formats, from_files, only, corpus)
         plan.check_planned(planned, only)
         units = sum(len(g.candidates) * len(g.sources) for g in planned)
-        if where.parallel and scheduler is None and (units < 2 or (workers == "auto" and units < AUTO_MIN_UNITS)):
-            # One unit, or few for "auto": a worker process's start (an interpreter, softaudit's imports, its own
-            # isolation worker) would only add to it; the pool's workers start on its first task, so none started.
+        if where.parallel and scheduler is None and units < POOL_MIN_UNITS:
+            # Few units: a worker process's start (an interpreter, softaudit's imports, its own isolation worker)
+            # would cost more than it gives; the pool's workers start on its first task, so none started.
             where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
         job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
         results = _run(planned, where, job, stopped, progress)
@@ -130,10 +130,11 @@ def audit(
     return AuditResult(table, worst, settings, case_rows, frameworks)
 
 
-#: `workers="auto"` runs a plan of fewer units than this in softaudit's process: one softmax built-in over the quick
-#: suite's 12 families in 2 dtypes (24 units) took 1.26 s there and 1.6 s on 2 workers (their start, about 0.6 s,
-#: against units of about 50 ms); the built-ins over the quick suite (hundreds of units) 20.4 s and 12.6 s.
-AUTO_MIN_UNITS = 48
+#: A plan of fewer units than this runs in softaudit's process whatever `workers` says (`--workers N` is never
+#: slower than serial for it): one softmax built-in over the quick suite's 12 families in 2 dtypes (24 units) took
+#: 1.26 s there and 1.6 s on 2 workers (their start, about 0.6 s, against units of about 50 ms); the built-ins over
+#: the quick suite (hundreds of units) 20.4 s and 12.6 s. benchmarks/bench_workers.py measures both sides.
+POOL_MIN_UNITS = 48
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,15 @@ def same(a, b) -> None:
     assert a.cases.equals(b.cases)
 
 
+@pytest.fixture(autouse=True)
+def pooled_small_plans(monkeypatch):
+    """These tests check what worker processes do, on plans small enough to stay in softaudit's process otherwise
+    (runner.POOL_MIN_UNITS): a plan of 2 units or more goes to the workers here, as one of 48 or more does."""
+    from softaudit import runner
+
+    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 2)
+
+
 @pytest.fixture(scope="module")
 def serial():
     return softaudit.audit(FAULTY + ["softaudit.candidates.softmax:naive"], **OPTIONS)
@@ -236,11 +245,8 @@ def test_usable_cores_follow_the_affinity_a_container_sets():
 
 def test_auto_workers_from_the_config_give_the_table_of_one_process(monkeypatch, tmp_path):
     """The config's "auto" reaches the run (two cores here), and its table is `--workers 1`'s, text for text."""
-    from softaudit import runner
-
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
-    monkeypatch.setattr(runner, "AUTO_MIN_UNITS", 2)  # (its 12 units would stay in softaudit's process)
     widths = []
     real = _pool.pool
 
@@ -407,13 +413,15 @@ def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
     assert os.getpid() not in _pids(seen, ["textbook", "gaussian"], 2)
 
 
-def test_auto_runs_a_plan_of_few_units_in_this_process(tmp_path, monkeypatch):
-    """`workers="auto"` on two cores: a plan of fewer than AUTO_MIN_UNITS units stays in softaudit's process (the
-    workers' start would cost more than they give), a larger one goes to the workers."""
+def test_a_plan_of_few_units_runs_in_this_process_whatever_the_workers(tmp_path, monkeypatch):
+    """A plan of fewer than POOL_MIN_UNITS units stays in softaudit's process with `--workers 2` or "auto" on two
+    cores (the workers' start would cost more than they give: `--workers N` is never slower than serial there); a
+    larger one goes to the workers."""
     from softaudit import runner
 
     monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
+    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 48)
     seen, two = tmp_path / "pids", ["textbook", "gaussian"]
-    assert _pids(seen, two, "auto") == {os.getpid()}  # (2 units)
-    monkeypatch.setattr(runner, "AUTO_MIN_UNITS", 2)
-    assert os.getpid() not in _pids(seen, two, "auto")
+    assert _pids(seen, two, 2) == _pids(seen, two, "auto") == {os.getpid()}  # (2 units)
+    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 2)
+    assert os.getpid() not in _pids(seen, two, 2) | _pids(seen, two, "auto")
