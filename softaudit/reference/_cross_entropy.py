@@ -264,8 +264,6 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
                 break
             for at in _blocks(rows, v):
                 h, lw, e, sign = _gradient_approx(run, r, at, wh[at], wl[at], o)
-                if run is _rows.tier_a:
-                    h, lw, e = _folded(h, lw, e)
                 rounded, ok = decide_arrays(h, lw, e, sign, fmt)
                 ok &= pending[at]
                 value[at] = np.where(ok, rounded, value[at])
@@ -284,16 +282,6 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
     value[undefined] = np.nan
     hi[undefined] = np.nan
     return Result(value.astype(fmt.dtype), hi, lo, err, tier, undefined)
-
-
-def _folded(h, lw, e):
-    """(hi, 0, err) for tier A's double-double (h, lw): hi = fl(h + lw), its rounding (exact, from two_sum) added to
-    the bound. One float64 is what a target of at most 24 bits needs, as for the row kinds' tier A, and a kept case
-    then holds no lo for it (prepare._pack keeps lo only where it is not 0: 8 bytes per logit less)."""
-    with np.errstate(invalid="ignore"):
-        hi, rest = _dd.two_sum(h, lw)
-        rest = np.where(np.isfinite(hi), rest, 0.0)
-    return hi, np.zeros_like(hi), (e + np.abs(rest)) * (1 + 2 * _dd.U)
 
 
 def _weights(w: list, todo) -> tuple[np.ndarray, np.ndarray]:
