@@ -1,5 +1,6 @@
 """Hypothesis strategies that draw what `softaudit run` audits: batches, masks with fully masked rows, attention with
-batch and head axes.
+batch and head axes and its modifiers, cross-entropy with integer targets and its options, split-KV merges. Each
+draws (inputs, mask, options), the options and extra arrays among those the candidate takes (`keywords`).
 
 Row kinds draw x of rows x n (1 to 16 rows) from a recipe and a seeded generator: the spread, the offset and how far
 the rows sit apart, a logit standing out by a gap, ties, a temperature, and special values of the dtype (raw floats
@@ -7,10 +8,13 @@ of every magnitude, and its thresholds: the smallest logit whose exp overflows, 
 the largest finite value, each give or take two values: past the largest, inf and NaN). Masked kinds add a mask (its
 density, a padding run, fully masked rows) and what the masked slots hold. Attention draws batch and head axes, K
 and V broadcast along some of them (a caller's stride-0 expand) or shared by a group of query heads (grouped-query
-attention), d, dv, Lq and Lk (tile-edge lengths among them), the scales, and a mask (random, padding, causal aligned
-top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends (not for attention_grad:
-a backward pass meets them). Gradient kinds add an upstream g of the batch's shape. A quarter of the draws start
-instead from a case of the kind's reported-bug families (a few of its rows or queries): the families seed the search.
+attention), d, dv, Lq and Lk (tile-edge lengths among them), the scales, and a mask (random, padding on either side,
+causal aligned top-left or bottom-right) with fully masked queries and NaN or inf in keys no query attends (not for
+attention_grad: a backward pass meets them), and for the forward kinds the score modifiers. Cross-entropy draws
+logits by the rows' recipe, targets (random, the largest or smallest logit, ignored rows) and its options; merges
+draw splits whose lses follow the rows' recipe, some empty. Gradient kinds add an upstream g. A quarter of the draws
+start instead from a case of the kind's reported-bug or own families (a few of its rows or queries): the families
+seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
