@@ -5,7 +5,8 @@ from __future__ import annotations
 
 def hunt_table(findings) -> object:
     """pandas.DataFrame, one row per Finding: examples tried, FAIL or none, the error, the shrunk input's size,
-    the reason and the corpus file it went to."""
+    the keywords it was called with (attention's modifiers, cross-entropy's options; "" for none), the reason and the
+    corpus file it went to."""
     import numpy as np
     import pandas as pd
 
@@ -19,6 +20,7 @@ def hunt_table(findings) -> object:
                 "max_cond_err": f.max_cond_err,
                 "seconds": round(f.seconds, 2),
                 "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
+                "options": ", ".join(f"{n}={v!r}" for n, v in f.options.items()),
                 "reason": f.reason,
                 "corpus": f.corpus_file or "",
             }

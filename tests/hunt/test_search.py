@@ -145,6 +145,9 @@ def test_a_mean_that_counts_ignored_rows_is_found_with_its_options_and_replays_t
     (finding,) = hunt(f"{new_kinds}:mean_counts_ignored", dtypes=["float32"], budget=10, corpus=corpus)
     assert finding.failed, finding.reason
     assert finding.options.get("reduction") == "mean" and set(finding.options) <= {"reduction", "ignore_index"}
+    from softaudit.report.hunt_tables import hunt_table
+
+    assert "reduction='mean'" in hunt_table([finding]).options[0]  # (hunt.csv and hunt.md name the keywords)
     ignored = finding.inputs["target"] == finding.options.get("ignore_index", -100)
     assert ignored.any() and not ignored.all() and len(ignored) == 2  # (one row of each is all it needs)
     table = softaudit.audit(
