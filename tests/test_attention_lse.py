@@ -1,16 +1,21 @@
 """attention_lse: the exact log-sum-exp of the (modified) scores against mpmath at 300 bits, -inf for a query with
 no key, and FlashAttention PR #978's +inf failing `lse_empty` while best practice passes."""
 
+import math
+from fractions import Fraction
+
 import ml_dtypes
 import mpmath
 import numpy as np
 import pytest
+from mpmath import libmp
 
 import softaudit
 from softaudit import reference
 from softaudit.candidates import attention_lse as builtin
 
 PRECISION = {np.float16: 11, ml_dtypes.bfloat16: 8, np.float32: 24, np.float64: 53}
+BF16 = ml_dtypes.bfloat16
 
 
 def _exact(q, k, mask, bias, cap, sinks, dtype):
@@ -51,6 +56,29 @@ def test_the_lse_is_mpmaths_correctly_rounded(dtype, modifiers):
     got = reference.evaluate_attention_lse(q, k, v, mask, dtype=dtype, bias=bias, softcap=cap, sinks=sinks)
     want = _exact(q.astype(np.float64), k.astype(np.float64), mask, bias, cap, sinks, dtype)
     assert np.array_equal(got.value.astype(np.float64), want) and not got.undefined.any()
+
+
+@pytest.mark.parametrize("d", [1, 2, 16, 64])
+def test_a_single_key_s_lse_is_rounded_exactly_where_the_scale_is_exact(d):
+    """One kept key: lse = q.k / sqrt(d) (+ its bias). For d = 1, 16 and 64 that is a dyadic rational, which the
+    reference rounds exactly: a product of bfloat16s can lie halfway between two of them, where a Ziv loop never
+    decides (the hunt found d = 1: PrecisionExhausted at 131072 bits). d = 2 checks the irrational scale."""
+    rng = np.random.default_rng(d)
+    q, k, v = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((6, 1, d), (6, 1, d), (6, 1, 2)))
+    q[0, 0, :], q[0, 0, 0], k[0, 0, 0] = 0, 1.5, 1 + 2**-7  # (q.k = 1.5 + 3 x 2**-8: halfway between two bfloat16s)
+    bias = np.full((6, 1, 1), 0.25)
+    for extra in ({}, {"bias": bias}):
+        got = reference.evaluate_attention_lse(q, k, v, dtype=ml_dtypes.bfloat16, **extra).value.astype(np.float64)
+        if d == 2:
+            mask = np.ones((6, 1, 1), bool)
+            want = _exact(q.astype(np.float64), k.astype(np.float64), mask, extra.get("bias"), None, None, BF16)
+        else:  # the exact rational, rounded to 8 bits (ties to even) by mpmath's from_rational
+            want = np.zeros((6, 1))
+            for b in range(6):
+                dot = sum(Fraction(float(x)) * Fraction(float(y)) for x, y in zip(q[b, 0], k[b, 0]))
+                value = dot / math.isqrt(d) + (Fraction(1, 4) if extra else 0)
+                want[b, 0] = float(mpmath.mpf(libmp.from_rational(value.numerator, value.denominator, 8, "n")))
+        assert np.array_equal(got, want)
 
 
 @softaudit.candidate(kind="attention_lse", name="test.flash_attention_978")

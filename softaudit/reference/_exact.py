@@ -10,6 +10,8 @@ groups all have the same mean value is that mean (Lindemann-Weierstrass: otherwi
 
 from __future__ import annotations
 
+import math
+
 from mpmath import libmp
 
 from ._formats import Format, round_fraction, round_mpf
@@ -218,6 +220,16 @@ def logsumexp_row(kept: list[tuple], fmt: Format) -> Entry:
         wp = _refine(wp)
 
 
+def _dyadic_scale(d: int) -> tuple | None:
+    """1/sqrt(d) as an exact mpf where it is a power of two (d = 1, 4, 16, 64, 256, ...: the head dimensions whose
+    scale is exact), else None. A single key's lse is then c q.k + b, a dyadic rational rounded exactly (a Ziv loop
+    on it would never end where it is representable: the hunt found d = 1)."""
+    root = math.isqrt(d)
+    if root * root != d or root & (root - 1):
+        return None
+    return libmp.from_man_exp(1, -(root.bit_length() - 1))
+
+
 def _fraction(v: tuple) -> Fraction:
     sign, man, exp, _ = v
     value = Fraction(man) * (Fraction(2) ** exp)
@@ -392,8 +404,9 @@ def attention_lse_row(
     bias = bias or [libmp.fzero] * len(raw)
     keys = list(zip(raw, bias))
     cap = None if softcap is None else libmp.from_float(softcap)
-    if len(keys) == 1 and (scale is not None or raw[0] == libmp.fzero) and (cap is None or raw[0] == libmp.fzero):
-        exact = _fraction(bias[0]) + (_fraction(libmp.mpf_mul(scale, raw[0], 0)) if scale is not None else 0)
+    c = scale if scale is not None else _dyadic_scale(d)
+    if len(keys) == 1 and (c is not None or raw[0] == libmp.fzero) and (cap is None or raw[0] == libmp.fzero):
+        exact = _fraction(bias[0]) + (_fraction(libmp.mpf_mul(c, raw[0], 0)) if raw[0] != libmp.fzero else 0)
         return _rational(exact, fmt)
 
     def scores_at(wp):
