@@ -60,6 +60,28 @@ def test_a_nan_in_a_split_that_counts_leaves_its_query_undefined():
     assert o.undefined.tolist() == [[True, False]] and not lse.undefined.any()
 
 
+def test_a_plus_inf_lse_leaves_its_query_undefined_for_o_and_lse_alike():
+    """(The lse reference read it as a defined +inf, against the kind's contract, and the hunt failed the textbook
+    merge's NaN there.)"""
+    arrays = _partials(np.random.default_rng(1), (4, 4), lq=2, dv=4, batch=1)
+    arrays["lses"][0, 0, 1] = np.inf
+    o, lse = KIND.reference(KIND, arrays, None, np.float32)
+    assert o.undefined.tolist() == lse.undefined.tolist() == [[False, True]]
+
+
+def test_a_split_near_float64s_largest_lse_and_empty_in_weight_adds_nothing_to_the_scale():
+    """w = 0 beside |lse| near float64's largest (found by the hunt): |o_s - o| |lse_s| overflowed, 0 x inf read as
+    0 for the whole scale, and a sound merge's error as inf times its conditioning. Now that split adds 0."""
+    outputs = np.array([[[0.0]], [[-7.0]], [[-12.5]]])
+    lses = np.array([[-1.79e308], [0.0], [0.0]])
+    arrays = {"outputs": outputs, "lses": lses}
+    refs = KIND.reference(KIND, arrays, None, np.float64)
+    o_extra, _ = KIND.conditioning(KIND, arrays, None, refs)
+    o = (-7.0 - 12.5) / 2  # the two live splits, equal weights
+    assert refs[0].value[0, 0] == o
+    assert o_extra["scale"][0, 0] == abs(o) + (7.0 + 12.5) / 2  # (the live splits' lses are 0: no |lse_s| term)
+
+
 def _sensitivity(f, values):
     with mpmath.workdps(60):
         h = mpmath.mpf(10) ** -25
