@@ -92,3 +92,47 @@ def test_the_built_ins_take_every_option_and_agree_with_the_reference_in_float64
     dwant = softaudit.reference.cross_entropy_grad(x, t, np.array(1.0), dtype=np.float64, **options)
     for fn in (ce_grad.in_dtype, ce_grad.saved_logp, ce_grad.f32acc):
         assert np.abs(fn(x, t, np.array(1.0), **options) - dwant).max() < 1e-12 * np.abs(dwant).max(), fn.__name__
+
+
+# Best practice's edge cases, each found by the hunt (docs/hunt.md) and checked here against the reference:
+
+
+def test_best_practice_gives_inf_for_a_target_at_minus_inf_under_full_smoothing():
+    """q_y (lse - x_y) with x_y = -inf is +inf for any smoothing > 0; (1 - eps) d_y at eps = 1 was 0 x inf = NaN."""
+    from softaudit import reference
+
+    x, t = np.array([[0.0, -np.inf]], np.float16), np.array([1])
+    got = ce.f32acc(x, t, label_smoothing=1.0)
+    want = reference.cross_entropy(x, t, dtype=np.float16, label_smoothing=1.0)
+    assert np.isposinf(want[0]) and np.isposinf(got[0])
+
+
+def test_best_practice_s_smoothing_sum_does_not_overflow_near_float32s_largest():
+    from softaudit import reference
+
+    x, t = np.array([[2.0**127, 0.0, 0.0, -2.2e33]], np.float32), np.array([0])
+    got = ce.f32acc(x, t, label_smoothing=0.1)
+    want = reference.cross_entropy(x, t, dtype=np.float32, label_smoothing=0.1)
+    assert np.isfinite(want[0]) and got[0] == want[0]
+
+
+def test_best_practice_s_gradient_is_zero_on_ignored_rows_of_minus_inf_or_nan():
+    x = np.array([[-np.inf, -np.inf], [np.nan, 1.0], [0.5, 1.5]], np.float32)
+    t, g = np.array([-100, -100, 1]), np.ones(3, np.float32)
+    for options in ({}, {"z_loss": 1e-4}, {"softcap": 30.0}):
+        got = ce_grad.f32acc(x, t, g, **options)
+        assert (got[:2] == 0).all() and np.isfinite(got[2]).all(), (options, got)
+
+
+def test_best_practice_s_gradient_under_full_smoothing_does_not_cancel_at_the_target():
+    """eps = 1, a near-uniform row: p_y - q_y is small, and -(1 - p_y) + eps (V - 1) / V cancelled it (19x the
+    conditioning); best practice now rounds at most u (p_y + q_y) plus its p's own rounding there."""
+    from softaudit import reference
+
+    x = np.zeros((1, 29), np.float32)
+    x[0, [7, 10, 11, 12]] = (-0.0308, 0.5818, -0.2899, 0.2244)
+    t, g = np.array([0]), np.ones(1, np.float32)
+    got = ce_grad.f32acc(x, t, g, label_smoothing=1.0).astype(np.float64)
+    want = reference.evaluate_cross_entropy_grad(x, t, g, dtype=np.float32, label_smoothing=1.0)
+    p_y = np.exp(0.0) / np.exp(x.astype(np.float64)).sum()
+    assert abs(got[0, 0] - want.hi[0, 0]) <= 4 * 2.0**-24 * (p_y + 1 / 29)
