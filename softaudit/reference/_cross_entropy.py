@@ -190,9 +190,8 @@ def _reduced_loss(r: _Rows, fmt: Format, o: Options, todo) -> Result:
         h, lw, e = (np.concatenate(a) for a in zip(*parts))
         with np.errstate(all="ignore"):  # (a sum near float64's largest: inf or NaN bounds, which decide nothing)
             sh, sl = _dd.pairwise_sum(h[None, :], lw[None, :], one_sign=True)
-            total_err = float(_dd.pairwise_sum(e)[0]) * (1 + _dd.gamma(_dd.depth(len(h)))) + float(sh[0]) * _OPS * len(
-                h
-            )
+            grow = 1 + _dd.gamma(_dd.depth(len(h)))
+            total_err = float(_dd.pairwise_sum(e)[0]) * grow + float(sh[0]) * _OPS * len(h)
             mh, ml = _dd.div(sh, sl, np.array([float(div)]), np.zeros(1))
             me = np.array([(total_err / div + abs(float(mh[0])) * _OPS) * _SECOND_ORDER])
         rounded, ok = decide_arrays(mh, ml, me, 1.0, fmt)

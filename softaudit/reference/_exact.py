@@ -223,7 +223,7 @@ def logsumexp_row(kept: list[tuple], fmt: Format) -> Entry:
 def _dyadic_scale(d: int) -> tuple | None:
     """1/sqrt(d) as an exact mpf where it is a power of two (d = 1, 4, 16, 64, 256, ...: the head dimensions whose
     scale is exact), else None. A single key's lse is then c q.k + b, a dyadic rational rounded exactly (a Ziv loop
-    on it would never end where it is representable: the hunt found d = 1)."""
+    on it never ends where it lies halfway between two values of the dtype: the hunt found d = 1 in bfloat16)."""
     root = math.isqrt(d)
     if root * root != d or root & (root - 1):
         return None
