@@ -201,8 +201,10 @@ def test_marking_a_candidate_loads_neither_the_reference_nor_mpmath():
 
 
 def test_a_candidates_worker_process_loads_neither_the_reference_nor_mpmath():
-    """An isolated worker imports softaudit.execute and the candidate, and calls it: the reference (mpmath with it)
-    stays out, as it was 0.1 s of the worker's 0.24 s start (issue 26: isolation's cost on a short audit)."""
+    """An isolated worker imports softaudit.execute._worker and the candidate, and calls it: the reference (mpmath
+    with it) stays out, as it was 0.1 s of the worker's 0.24 s start (issue 26: isolation's cost on a short audit),
+    and so does the parent's side of softaudit.execute (pools, executors, the calls' planning, the reproducibility
+    reruns), which the package loads on first use."""
     import subprocess
     import sys
 
@@ -215,6 +217,8 @@ def test_a_candidates_worker_process_loads_neither_the_reference_nor_mpmath():
         "(y,), note = call_all(c, {'x': x}, None, [x.shape], np.float32, None)\n"
         "assert y.shape == x.shape and note == '', note\n"
         "assert not {'softaudit.reference', 'mpmath'} & set(sys.modules), sorted(sys.modules)\n"
+        "parent = {'softaudit.execute._pool', 'softaudit.execute._isolated', 'softaudit.execute._calls'}\n"
+        "assert not parent & set(sys.modules), sorted(parent & set(sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr

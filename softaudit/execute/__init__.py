@@ -20,19 +20,52 @@ CandidateError(NOT_AGAIN) at once (`past_limit(candidate, dtype)` tells), for th
 tasks each see it `Scoped`: their own memory).
 """
 
-from ._calls import Called as Called
-from ._calls import calls as calls
-from ._executor import NOT_AGAIN as NOT_AGAIN
-from ._executor import Executor as Executor
-from ._executor import InProcess as InProcess
-from ._executor import TimedOut as TimedOut
-from ._isolated import Isolated as Isolated
-from ._pool import ISOLATION as ISOLATION
-from ._pool import executor as executor
-from ._pool import located as located
-from ._pool import needs_gpu as needs_gpu
-from ._pool import pool as pool
-from ._pool import sendable as sendable
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+#: The public names and the module each lives in: they load on first use, so a worker process (which imports
+#: `_worker` alone) starts without the parent's side (pools, executors, the calls' planning).
+_PUBLIC = {
+    "Called": "._calls",
+    "calls": "._calls",
+    "NOT_AGAIN": "._executor",
+    "Executor": "._executor",
+    "InProcess": "._executor",
+    "TimedOut": "._executor",
+    "Isolated": "._isolated",
+    "ISOLATION": "._pool",
+    "executor": "._pool",
+    "located": "._pool",
+    "needs_gpu": "._pool",
+    "pool": "._pool",
+    "sendable": "._pool",
+}
+
+if TYPE_CHECKING:
+    from ._calls import Called as Called
+    from ._calls import calls as calls
+    from ._executor import NOT_AGAIN as NOT_AGAIN
+    from ._executor import Executor as Executor
+    from ._executor import InProcess as InProcess
+    from ._executor import TimedOut as TimedOut
+    from ._isolated import Isolated as Isolated
+    from ._pool import ISOLATION as ISOLATION
+    from ._pool import executor as executor
+    from ._pool import located as located
+    from ._pool import needs_gpu as needs_gpu
+    from ._pool import pool as pool
+    from ._pool import sendable as sendable
+
+
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module 'softaudit.execute' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ISOLATION",
