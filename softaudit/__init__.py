@@ -13,8 +13,9 @@ stays light.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from . import _lazy
 
 __version__ = "0.1.0"
 
@@ -52,13 +53,7 @@ if TYPE_CHECKING:
     from .sampled import audit_shapes as audit_shapes
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'softaudit' has no attribute {name!r}")
-    module = importlib.import_module(_PUBLIC[name], __name__)
-    value = module if name == "reference" else getattr(module, name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.first_use(__name__, _PUBLIC, whole=("reference",))
 
 
 __all__ = [

@@ -139,8 +139,8 @@ def test_replaying_the_corpus_needs_neither_the_hunt_nor_hypothesis(tmp_path):
 #: A softaudit module named in a string as "softaudit.package.module:function": an import the source hides.
 NAMED_PART = re.compile(r"""["']softaudit\.[a-z_.]+:[a-z_]+["']""")
 #: The modules that may import by a name in a string: the lazy public faces (a package's __init__.py maps each
-#: public name to the module that holds it) and the loading of a user's target.
-IMPORTS_BY_NAME = ("__init__.py", "adapters/_targets.py")
+#: public name to the module that holds it, and _lazy.py loads it) and the loading of a user's target.
+IMPORTS_BY_NAME = ("__init__.py", "_lazy.py", "adapters/_targets.py")
 
 
 def _named_parts(source: str) -> list[str]:

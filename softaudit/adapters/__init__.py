@@ -7,8 +7,9 @@ neither the reference nor a framework.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 _PUBLIC = {
     "Candidate": "._candidate",
@@ -44,12 +45,7 @@ if TYPE_CHECKING:
     from ._targets import load_target as load_target
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'softaudit.adapters' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.first_use(__name__, _PUBLIC)
 
 
 __all__ = sorted(_PUBLIC)

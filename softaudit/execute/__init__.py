@@ -22,8 +22,9 @@ tasks each see it `Scoped`: their own memory).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from .. import _lazy
 
 #: The public names and the module each lives in: they load on first use, so a worker process (which imports
 #: `_worker` alone) starts without the parent's side (pools, executors, the calls' planning).
@@ -59,12 +60,7 @@ if TYPE_CHECKING:
     from ._pool import sendable as sendable
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module 'softaudit.execute' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_PUBLIC[name], __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy.first_use(__name__, _PUBLIC)
 
 
 __all__ = [
