@@ -58,11 +58,11 @@ def test_the_lse_is_mpmaths_correctly_rounded(dtype, modifiers):
     assert np.array_equal(got.value.astype(np.float64), want) and not got.undefined.any()
 
 
-@pytest.mark.parametrize("d", [1, 2, 16, 64])
+@pytest.mark.parametrize("d", [1, 2, 9, 16, 64])
 def test_a_single_key_s_lse_is_rounded_exactly_where_the_scale_is_exact(d):
-    """One kept key: lse = q.k / sqrt(d) (+ its bias). For d = 1, 16 and 64 that is a dyadic rational, which the
-    reference rounds exactly: a product of bfloat16s can lie halfway between two of them, where a Ziv loop never
-    decides (the hunt found d = 1: PrecisionExhausted at 131072 bits). d = 2 checks the irrational scale."""
+    """One kept key: lse = q.k / sqrt(d) (+ its bias). For a perfect square d that is a rational, which the reference
+    rounds exactly: a product of bfloat16s can lie halfway between two of them, where a Ziv loop never decides (the
+    hunt found d = 1: PrecisionExhausted at 131072 bits). d = 2 checks the irrational scale."""
     rng = np.random.default_rng(d)
     q, k, v = (rng.standard_normal(s).astype(ml_dtypes.bfloat16) for s in ((6, 1, d), (6, 1, d), (6, 1, 2)))
     q[0, 0, :], q[0, 0, 0], k[0, 0, 0] = 0, 1.5, 1 + 2**-7  # (q.k = 1.5 + 3 x 2**-8: halfway between two bfloat16s)

@@ -220,14 +220,10 @@ def logsumexp_row(kept: list[tuple], fmt: Format) -> Entry:
         wp = _refine(wp)
 
 
-def _dyadic_scale(d: int) -> tuple | None:
-    """1/sqrt(d) as an exact mpf where it is a power of two (d = 1, 4, 16, 64, 256, ...: the head dimensions whose
-    scale is exact), else None. A single key's lse is then c q.k + b, a dyadic rational rounded exactly (a Ziv loop
-    on it never ends where it lies halfway between two values of the dtype: the hunt found d = 1 in bfloat16)."""
+def rational_scale(d: int) -> Fraction | None:
+    """1/sqrt(d) as an exact rational where d is a perfect square (1, 4, 9, 16, 64, 256, ...), else None."""
     root = math.isqrt(d)
-    if root * root != d or root & (root - 1):
-        return None
-    return libmp.from_man_exp(1, -(root.bit_length() - 1))
+    return Fraction(1, root) if root * root == d else None
 
 
 def _fraction(v: tuple) -> Fraction:
@@ -398,15 +394,16 @@ def attention_lse_row(
 ) -> Entry:
     """Correctly rounded log-sum-exp of one query's scores f_j = cap(c q.k_j) + b_j over its kept keys (at least
     one): f_top + log(|G| + sum over the others of e**(f_j - f_top)), each f_j within E_j as in
-    `_attention_row_spec`. Rational only with one group of equal scores of one key and a rational f (a given scale,
-    no cap, or a zero score): rounded exactly."""
+    `_attention_row_spec`. Rational only with one group of equal scores of one key and a rational f (a given scale
+    or a perfect square d, no cap, or a zero score): rounded exactly (a Ziv loop never ends where that f lies halfway
+    between two values of the dtype: the hunt found d = 1 in bfloat16)."""
     raw = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
     bias = bias or [libmp.fzero] * len(raw)
     keys = list(zip(raw, bias))
     cap = None if softcap is None else libmp.from_float(softcap)
-    c = scale if scale is not None else _dyadic_scale(d)
+    c = _fraction(scale) if scale is not None else rational_scale(d)
     if len(keys) == 1 and (c is not None or raw[0] == libmp.fzero) and (cap is None or raw[0] == libmp.fzero):
-        exact = _fraction(bias[0]) + (_fraction(libmp.mpf_mul(c, raw[0], 0)) if raw[0] != libmp.fzero else 0)
+        exact = _fraction(bias[0]) + (c * _fraction(raw[0]) if raw[0] != libmp.fzero else 0)
         return _rational(exact, fmt)
 
     def scores_at(wp):

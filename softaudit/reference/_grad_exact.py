@@ -20,11 +20,9 @@ values sitting on rounding boundaries. Otherwise the value is irrational and ref
 
 from __future__ import annotations
 
-import math
-
 from mpmath import libmp
 
-from ._exact import Entry, _rational, _refine, decide, decide_sum
+from ._exact import Entry, _rational, _refine, decide, decide_sum, rational_scale
 from ._formats import Format
 from ._rational import Fraction
 
@@ -51,8 +49,7 @@ class Scale:
 
     def __init__(self, rational: Fraction | None = None, d: int | None = None):
         if rational is None:
-            root = math.isqrt(d)
-            rational = Fraction(1, root) if root * root == d else None
+            rational = rational_scale(d)
         self.rational = rational
         self.d = d
 
