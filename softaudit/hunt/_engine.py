@@ -58,6 +58,11 @@ class Finding:
     #: The keywords the failing input was called with (Case.options: attention's modifiers, cross_entropy's options).
     options: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def called_with(self) -> str:
+        """The keywords as a call reads them: "softcap=5.0, reduction='mean'" ("" for none)."""
+        return ", ".join(f"{name}={value!r}" for name, value in self.options.items())
+
 
 def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Executor):
     """(verdict, reasons, max conditioning-scaled error, events) for one input, judged as `softaudit run` judges a

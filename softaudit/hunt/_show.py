@@ -21,7 +21,7 @@ def describe(finding) -> str:
     if finding.mask is not None:
         lines += _mask(np.asarray(finding.mask, bool))
     if finding.options:
-        lines.append("  called with " + ", ".join(f"{n}={v!r}" for n, v in finding.options.items()))
+        lines.append(f"  called with {finding.called_with}")
     lines.append(f"  corpus: {finding.corpus_file}" if finding.corpus_file else "  corpus: not saved")
     return "\n".join(lines)
 

@@ -316,9 +316,7 @@ def _cap_after_mask(inputs: dict, mask, options: dict) -> list:
     with np.errstate(all="ignore"):
         q, k = (np.asarray(inputs[n], np.float64) for n in ("q", "k"))
         s = (q @ np.swapaxes(k, -1, -2)) / np.sqrt(q.shape[-1])
-        shape = np.broadcast_shapes(
-            s.shape, found["mask"].shape, np.shape(found["bias"]) if found["bias"] is not None else ()
-        )
+        shape = np.broadcast_shapes(s.shape, found["mask"].shape, np.shape(found["bias"]))  # (None's shape: ())
         bias = np.zeros(shape) if found["bias"] is None else np.broadcast_to(found["bias"], shape)
         bias = np.where(np.broadcast_to(found["mask"], shape), bias, -c - c * np.tanh(np.broadcast_to(s, shape) / c))
     rest = {n: a for n, a in inputs.items() if n != "alibi_slopes"}

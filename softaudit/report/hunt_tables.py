@@ -20,7 +20,7 @@ def hunt_table(findings) -> object:
                 "max_cond_err": f.max_cond_err,
                 "seconds": round(f.seconds, 2),
                 "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
-                "options": ", ".join(f"{n}={v!r}" for n, v in f.options.items()),
+                "options": f.called_with,
                 "reason": f.reason,
                 "corpus": f.corpus_file or "",
             }
