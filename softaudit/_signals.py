@@ -1,5 +1,6 @@
-"""Ctrl-C and SIGTERM during `softaudit run`: the first stops new work and keeps what finished, a second quits at once;
-during `softaudit hunt` (`at_once`): either quits at once.
+"""Ctrl-C and SIGTERM during `softaudit run`: the first stops new work and keeps what finished, a second stops the work
+running too (what finished is still written), a third quits at once; during `softaudit hunt` (`at_once`): either
+quits at once.
 
 The audit itself never touches signals (softaudit.audit takes a `stop` event); the command line installs these
 handlers around its run and puts the old ones back after it.
@@ -17,39 +18,58 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 class Interruption:
     """The run's answer to SIGINT and SIGTERM: the first sets `stop` (the audit starts nothing new and the reports
-    say "interrupted"), a second (REPEAT seconds or more later) raises KeyboardInterrupt at once, except inside
-    `held()`, which finishes first (moving a set of reports into place: never half of one).
+    say "interrupted"); a second (REPEAT seconds or more later) raises KeyboardInterrupt, which inside `auditing()`
+    the audit answers by abandoning the units running and returning those finished (softaudit.audit's `stop`), and
+    after it quits at once, as a third does, except inside `held()`, which finishes first (moving a set of reports
+    into place: never half of one).
 
     `with Interruption(say) as it:` installs the handlers (main thread only; elsewhere it only holds the event);
-    say(line) tells the user what the first signal did."""
+    say(line) tells the user what the first and second signals did."""
 
     #: A second signal this soon after the first is the same request: GNU `timeout`, and a stop sent to a process
-    #: group, deliver one signal twice within microseconds. A person pressing Ctrl-C again takes longer.
+    #: group, deliver one signal twice within microseconds. A person pressing Ctrl-C again takes longer. (The time is
+    #: taken when the main thread runs the handler, not when the signal arrives: a repeat that reached another
+    #: thread while the main one waited can read as a second request; it then costs the units running, not the
+    #: finished rows.)
     REPEAT = 0.25
 
     def __init__(self, say=None):
         self.stop = threading.Event()
         self._first = 0.0  # time.monotonic() of the first signal
         self._say = say
-        self._held = self._pending = False
+        self._held = self._pending = self._auditing = self._abandoned = False
         self._previous: dict = {}
 
     def _handle(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
         if not self.stop.is_set():
             self.stop.set()
             self._first = time.monotonic()
-            if self._say:
-                self._say(
-                    f"{signal.Signals(signum).name}: stopping; the finished rows are kept and written "
-                    f"(again to quit at once)"
-                )
+            self._tell(f"{name}: stopping; the units running finish, the finished rows are written (again to stop now)")
             return
         if time.monotonic() - self._first < self.REPEAT:
             return
         if self._held:
             self._pending = True
             return
+        if self._auditing and not self._abandoned:
+            self._abandoned = True
+            self._tell(f"{name} again: the units running are stopped; the finished rows are written (again to quit)")
         raise KeyboardInterrupt
+
+    def _tell(self, line: str) -> None:
+        if self._say:
+            self._say(line)
+
+    @contextlib.contextmanager
+    def auditing(self):
+        """While the audit runs, a second signal abandons the units running (the audit keeps the finished rows);
+        after it, a second signal quits at once."""
+        self._auditing = True
+        try:
+            yield
+        finally:
+            self._auditing = False
 
     @contextlib.contextmanager
     def held(self):

@@ -324,7 +324,7 @@ def run(
     with _interruptible() as interruption:
         try:
             bar, progress = _progress(quiet)
-            with bar or contextlib.nullcontext():
+            with bar or contextlib.nullcontext(), interruption.auditing():
                 result = (_audit_shapes if shapes else audit)(
                     targets,
                     kind=kind,
@@ -393,7 +393,8 @@ def _audit_shapes(targets, *, shapes, samples, **given):
 @contextlib.contextmanager
 def _interruptible():
     """Ctrl-C or SIGTERM while a run audits and writes its reports: the first stops new work (the finished rows are
-    written, marked interrupted, exit 130: see _signals.Interruption); a second exits 130 at once, writing nothing."""
+    written, marked interrupted, exit 130: see _signals.Interruption), a second during the audit stops the units
+    running (the finished rows are still written); one more exits 130 at once, writing nothing."""
     try:
         with Interruption(lambda line: click.echo(f"\n{line}", err=True)) as interruption:
             yield interruption

@@ -69,7 +69,8 @@ def audit(
     signal handlers and timers are left alone) or "none" (in this process, time limits by SIGALRM on the main
     thread). memory_limit_mib: the worker's address-space limit (isolation "worker" only; None: none).
     stop: a threading.Event (anything with is_set()); once set, nothing new starts and the audit returns the rows
-    it finished, with settings["interrupted"] True.
+    it finished, with settings["interrupted"] True; a KeyboardInterrupt after it is set (softaudit run's second
+    Ctrl-C) abandons the units running, whose workers are killed, and returns the rows finished before it.
     workers: units run in up to this many processes on this machine (1: in this process; "auto": one per core this
     process may use, in this process where that is one; a plan of fewer than POOL_MIN_UNITS units runs in this
     process whatever the number: starting the workers would cost more than they give). scheduler: a Dask
@@ -89,23 +90,31 @@ def audit(
     plan.check_families(only)
     folder = _store.folder(cache_dir) if cache else None
     stopped = _Stop(stop)
-    # (a bad isolation, memory limit, workers or scheduler: ValueError before anything runs)
-    with contextlib.ExitStack() as held:
-        where = held.enter_context(execute.pool(workers, scheduler, isolation, memory_limit_mib, folder))
-        found = candidates_for(targets, kind, device, check_devices=scheduler is None)
-        where.check(found)
-        its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
-        from_files = load_case_files(files, its_kinds, warn=True)  # (a bad file: here)
-        planned = plan.groups(found, formats, from_files, only, corpus)
-        plan.check_planned(planned, only)
-        units = sum(len(g.candidates) * len(g.sources) for g in planned)
-        if where.parallel and scheduler is None and units < POOL_MIN_UNITS:
-            # Few units: a worker process's start (an interpreter, softaudit's imports, its own isolation worker)
-            # would cost more than it gives; the pool's workers start on its first task, so none started.
-            where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
-        job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
-        results = _run(planned, where, job, stopped, progress)
-        prepare.finish(folder, last=True, others=where.parallel)
+    results = None
+    try:
+        # (a bad isolation, memory limit, workers or scheduler: ValueError before anything runs)
+        with contextlib.ExitStack() as held:
+            where = held.enter_context(execute.pool(workers, scheduler, isolation, memory_limit_mib, folder))
+            found = candidates_for(targets, kind, device, check_devices=scheduler is None)
+            where.check(found)
+            its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+            from_files = load_case_files(files, its_kinds, warn=True)  # (a bad file: here)
+            planned = plan.groups(found, formats, from_files, only, corpus)
+            plan.check_planned(planned, only)
+            units = sum(len(g.candidates) * len(g.sources) for g in planned)
+            if where.parallel and scheduler is None and units < POOL_MIN_UNITS:
+                # Few units: a worker process's start (an interpreter, softaudit's imports, its own isolation
+                # worker) would cost more than it gives; the pool's workers start on its first task, so none started.
+                where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
+            job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
+            results = _run(planned, where, job, stopped, progress)
+            prepare.finish(folder, last=True, others=where.parallel)
+    except KeyboardInterrupt as interrupt:
+        # Ctrl-C again once stopped (softaudit run's second): the units running are abandoned (the pool was closed
+        # killing its workers on the way out) and the finished ones kept. Without a stop asked first, the caller's.
+        results = interrupt.results if isinstance(interrupt, _Abandoned) else results
+        if results is None or not stopped():
+            raise
     rows, worst, case_rows, frameworks = [], {}, [], {}
     for unit in results:
         rows += unit.rows
@@ -170,18 +179,36 @@ class _Stop:
 def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) -> list[judge.UnitResult]:
     """Every unit of the plan run where `where` runs it, and their results in the plan's order (the units that
     did not run left out), settled candidate by candidate. Each family is prepared once, before its units; a
-    pool that runs units in parallel is given every family at once, then every unit."""
+    pool that runs units in parallel is given every family at once, then every unit. A KeyboardInterrupt while
+    they run is raised again as _Abandoned, holding the results of the units that finished."""
     units = _Units(where, job, progress, sum(len(g.candidates) for g in planned))
-    ahead = [_prepare_all(group, where, job, stopped) for group in planned] if where.parallel else None
-    for gi, group in enumerate(planned):
-        families = ahead[gi] if ahead else _prepare_all(group, where, job, stopped)
-        for ci, candidate in enumerate(group.candidates):
-            for si, (source, fam) in enumerate(zip(group.sources, families)):
-                if stopped():
-                    break
-                units.submit((gi, ci, si), fam, candidate, group.fmt, source.name)
-            units.collect(block=False, stopped=stopped)
-    units.collect(block=True, stopped=stopped)
+    try:
+        ahead = [_prepare_all(group, where, job, stopped) for group in planned] if where.parallel else None
+        for gi, group in enumerate(planned):
+            families = ahead[gi] if ahead else _prepare_all(group, where, job, stopped)
+            for ci, candidate in enumerate(group.candidates):
+                for si, (source, fam) in enumerate(zip(group.sources, families)):
+                    if stopped():
+                        break
+                    units.submit((gi, ci, si), fam, candidate, group.fmt, source.name)
+                units.collect(block=False, stopped=stopped)
+        units.collect(block=True, stopped=stopped)
+    except KeyboardInterrupt:
+        units.harvest()
+        raise _Abandoned(_settled(planned, units)) from None
+    return _settled(planned, units)
+
+
+class _Abandoned(KeyboardInterrupt):
+    """A KeyboardInterrupt while units ran, with the results of those that finished."""
+
+    def __init__(self, results: list[judge.UnitResult]):
+        super().__init__()
+        self.results = results
+
+
+def _settled(planned: list[plan.Group], units: _Units) -> list[judge.UnitResult]:
+    """The finished units' results in the plan's order, settled candidate by candidate."""
     settled = []
     for gi, group in enumerate(planned):
         for ci in range(len(group.candidates)):
@@ -246,6 +273,14 @@ class _Units:
             if self.finished[key] is not None and self.finished[key].timed_out:
                 self._not_again(key)
             self._close(key)
+
+    def harvest(self) -> None:
+        """Take the results of the units finished but not yet collected (a KeyboardInterrupt came first); those in
+        flight, or that raised, are left."""
+        for future, key in list(self.pending.items()):
+            if future.done() and not future.cancelled() and future.exception() is None:
+                del self.pending[future]
+                self.finished[key] = future.result()
 
     def _not_again(self, key: tuple) -> None:
         """The candidate's units after `key` in its dtype, not started yet: answered again without a call."""

@@ -502,19 +502,25 @@ def audit_shapes(
         raise ValueError(f"no candidate of {', '.join(missing)} among the targets, for the shapes of that kind")
     total = sum(len(c) for c in found.values()) * len(formats)
     results, stopped = [], False
-    with execute.executor(isolation, memory_limit_mib) as ex:
-        for shape in shapes:
-            for fmt in formats:
-                problem = None
-                for candidate in found[shape]:
-                    if stop is not None and stop.is_set():
-                        stopped = True
-                        break
-                    problem = problem or Problem(shape, fmt, samples, seed).compare(timeout, ex)
-                    results.append(problem.judged(candidate, policy, timeout, ex))
-                    if progress:
-                        progress(len(results), total, f"{candidate.name} {fmt.name}")
-        frameworks = ex.frameworks()
+    ex = execute.executor(isolation, memory_limit_mib)
+    try:
+        with ex:
+            for shape in shapes:
+                for fmt in formats:
+                    problem = None
+                    for candidate in found[shape]:
+                        if stop is not None and stop.is_set():
+                            stopped = True
+                            break
+                        problem = problem or Problem(shape, fmt, samples, seed).compare(timeout, ex)
+                        results.append(problem.judged(candidate, policy, timeout, ex))
+                        if progress:
+                            progress(len(results), total, f"{candidate.name} {fmt.name}")
+    except KeyboardInterrupt:
+        if stop is None or not stop.is_set():
+            raise
+        stopped = True  # (softaudit run's second Ctrl-C, as audit takes it: the call running abandoned)
+    frameworks = ex.frameworks()
     settings = {
         "shapes": [f"{s.kind}:{s.text.removeprefix('shape:')}" for s in shapes],
         "samples": samples,

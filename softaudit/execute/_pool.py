@@ -19,6 +19,7 @@ import functools
 import multiprocessing.util
 import os
 import shutil
+import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -177,7 +178,15 @@ class Local(Serial):
         return [future for future in futures if future.cancel()]
 
     def close(self, killed: bool = False) -> None:
-        self._pool.shutdown(wait=True, kill_workers=killed)
+        if killed:
+            # loky's shutdown(kill_workers=True) sets an error on every future not yet run, the cancelled ones too
+            # (a stop cancels them), and its manager thread dies of the InvalidStateError before it kills the
+            # workers (loky 3.7, and its main branch). Killed here, the workers read as a broken pool, whose
+            # handling skips cancelled futures; their isolation workers follow them (_end_with_parent).
+            for process in list(self._pool._processes.values()):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)  # (SIGKILL: a worker ignores SIGTERM, ignore_stops)
+        self._pool.shutdown(wait=True)
         shutil.rmtree(self.share, ignore_errors=True)
 
 

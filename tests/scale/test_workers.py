@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from importlib import metadata
 from pathlib import Path
 
@@ -295,6 +296,22 @@ def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
         assert (tmp_path / "out" / name).is_file(), name
     table = rows(tmp_path / "out")
     assert 0 < len(table) < 2 * 12 and "Traceback" not in output  # (12 families each: not all of them ran)
+
+
+def test_a_second_ctrl_c_kills_the_workers_and_keeps_the_finished_rows(tmp_path):
+    """Two dtypes: 48 units, past POOL_MIN_UNITS, so they run on the workers; the slow candidate's calls (60 s) hold
+    both when the first Ctrl-C comes, and the second kills them rather than wait."""
+    process = start_run(tmp_path, 60, "--workers", "2", "--dtype", "float16")
+    wait_for(tmp_path / "started", process)
+    process.send_signal(signal.SIGINT)
+    time.sleep(0.5)
+    start = time.monotonic()
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130 and time.monotonic() - start < 20, output
+    table = rows(tmp_path / "out")
+    assert set(table.name) == {"first"} and (table.verdict == "pass").all(), output
+    assert "Traceback" not in output
 
 
 def _inner_pid(*, ex) -> int:
