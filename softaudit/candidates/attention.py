@@ -33,6 +33,13 @@ def modified(s, mask, *, bias=None, alibi_slopes=None, softcap=None, causal=Fals
         s = s + np.asarray(bias).astype(d)
     if alibi_slopes is not None:
         s = s - np.asarray(alibi_slopes).astype(d)[:, None, None] * np.abs(offset).astype(d)
+    return s, kept_keys(mask, lq, lk, causal, window)
+
+
+def kept_keys(mask, lq: int, lk: int, causal=False, window=None):
+    """The keys each of lq queries may attend among lk: the mask with causal and window (bottom-right aligned: key j
+    against query i + Lk - Lq), or None for all."""
+    offset = np.arange(lk)[None, :] - (np.arange(lq)[:, None] + lk - lq)
     keep = None if mask is None else np.asarray(mask, bool)
     if causal:
         keep = offset <= 0 if keep is None else keep & (offset <= 0)
@@ -40,7 +47,7 @@ def modified(s, mask, *, bias=None, alibi_slopes=None, softcap=None, causal=Fals
         left, right = window
         inside = ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
         keep = inside if keep is None else keep & inside
-    return s, keep
+    return keep
 
 
 def _sink_weights(s, keep, sinks, d):

@@ -7,7 +7,8 @@ several query heads: multi-query, grouped-query); a gradient is summed over the 
 in the precision each candidate says (`_unbroadcast`), and has its input's shape.
 
 "In the dtype" as in `attention`: elementwise work rounded to the dtype, matrix products accumulated in float32
-(float64 for float64) and rounded once to the dtype (`_ops.matmul`).
+(float64 for float64) and rounded once to the dtype (`_ops.matmul`). Each takes attention's causal and window
+(bottom-right aligned, `attention.kept_keys`), folded into the mask: they choose the keys, the backward is the same.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
-from .attention import tiled_attention, tiled_b64
+from .attention import kept_keys, tiled_attention, tiled_b64
 
 
 def _t(a):
@@ -47,12 +48,13 @@ def _backward(q, k, v, g, p, dp, d, c):
 
 
 @candidate(kind="attention_grad", name="attention_grad.naive")
-def naive(q, k, v, g, mask=None):
+def naive(q, k, v, g, mask=None, *, causal=False, window=None):
     """Attention backward in the dtype, masked scores set to -inf, P and every intermediate rounded to the dtype.
     Weakness: P, dP, D and dS carry the dtype's rounding (D's pairwise sum about log2(Lk) ulps), and a fully masked
     query row is NaN in P, which spreads through P^T dO and dS^T Q to every entry of dK and dV."""
     dtype = q.dtype
     g = g.astype(dtype)
+    mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
     with np.errstate(all="ignore"):
         c = const(1 / np.sqrt(q.shape[-1]), dtype)
         s = matmul(q, _t(k), dtype) * c
@@ -66,11 +68,12 @@ def naive(q, k, v, g, mask=None):
 
 
 @candidate(kind="attention_grad", name="attention_grad.upcast")
-def upcast(q, k, v, g, mask=None):
+def upcast(q, k, v, g, mask=None, *, causal=False, window=None):
     """Best practice: the backward in float32 for 16-bit inputs, masked keys excluded with where, zeros for a fully
     masked query row, each gradient rounded once. Weakness: none known."""
     w = work_dtype(q.dtype)
     q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g))
+    mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
     with np.errstate(all="ignore"):
         c = 1 / np.sqrt(w.type(q.shape[-1]))
         s = matmul(q32, _t(k32), w) * c
@@ -126,7 +129,7 @@ def flash2_delta(q, k, v, g, mask=None, block: int = 64):
 def flash2_backward(block: int = 64):
     """FlashAttention 2's backward (Dao 2023, Algorithm 2) over key blocks of `block`."""
 
-    def flash2(q, k, v, g, mask=None):
+    def flash2(q, k, v, g, mask=None, *, causal=False, window=None):
         """FlashAttention-2 style backward, key blocks of {block}: P recomputed in float32 from the saved
         log-sum-exp, D = rowsum(dO * O) with O rounded to the dtype as FA2 stores it, P and dS rounded to the dtype
         before the tensor-core products P^T dO, dS K and dS^T Q (accumulated in float32), the scale applied in
@@ -137,6 +140,7 @@ def flash2_backward(block: int = 64):
         entry."""
         w, dtype = work_dtype(q.dtype), q.dtype
         q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
+        mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
         with np.errstate(all="ignore"):
             c = 1 / np.sqrt(w.type(q.shape[-1]))
             lse = _saved_lse(q, k, mask, block)

@@ -196,6 +196,13 @@ def dot_product_attention_modified(q, k, v, mask=None, *, bias=None, causal=Fals
     return _attend(q, k, v, mask, bias=bias, causal=causal, window=window)
 
 
+@candidate(kind="attention_grad", name="jax.nn.dot_product_attention_modified_grad", framework="jax")
+def dot_product_attention_modified_grad(q, k, v, g, mask=None, *, causal=False, window=None):
+    """The VJP of `jax.nn.dot_product_attention_modified` with is_causal= and local_window_size= (aligned top-left by
+    JAX, as its forward): (dq, dk, dv)."""
+    return tuple(_vjp(lambda q, k, v: _attend(q, k, v, mask, causal=causal, window=window), [q, k, v], g))
+
+
 @candidate(kind="attention", name="jax.nn.dot_product_attention_sinks", framework="jax")
 def dot_product_attention_sinks(q, k, v, mask=None, *, sinks=None, bias=None):
     """jax.nn.dot_product_attention with each head's sink as one more key whose score is the sink's logit (its bias)

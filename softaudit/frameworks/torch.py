@@ -353,6 +353,13 @@ def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False,
     return _run(lambda: scaled_dot_product_attention(q, k, v, attn_mask=_additive(q, keep, extra)))
 
 
+@candidate(kind="attention_grad", name="torch.sdpa_bias_grad", framework="torch")
+def sdpa_bias_grad(q, k, v, g, mask=None, *, causal=False, window=None):
+    """The backward of `torch.sdpa_bias` with the mask, causal and window (bottom-right aligned) folded into its float
+    attn_mask: autograd through the SDPA backend that takes it (FlexAttention's backward has no CPU kernel)."""
+    return _vjp(lambda q, k, v: sdpa_bias(q, k, v, mask, causal=causal, window=window), [q, k, v], g)
+
+
 @candidate(kind="attention", name="torch.sdpa_sinks", framework="torch")
 def sdpa_sinks(q, k, v, mask=None, *, sinks=None, bias=None, alibi_slopes=None, causal=False, window=None):
     """scaled_dot_product_attention with each head's sink as one more key whose score is the sink's logit and whose

@@ -174,7 +174,8 @@ def _unattended_keys(mask: np.ndarray, lk: int) -> np.ndarray:
 def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     """(q, k, v in the dtype, mask or None, options) for attention, attention_lse and attention_grad: q (batch...,
     Lq, d), k (kv batch..., Lk, d), v (kv batch..., Lk, dv), K and V broadcast against q along some batch axes; for
-    the forward kinds, the modifiers the candidate takes (`_modifiers`)."""
+    the forward kinds, the modifiers the candidate takes (`_modifiers`); for attention_grad, those of them that
+    `gradients` passes (causal and window)."""
     if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
         return draw(_seeded(kind, fmt, takes))
     forward = kinds.get(kind).upstream is None
@@ -208,7 +209,7 @@ def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
         if junk is not None and forward:
             free = _unattended_keys(mask, lk)
             k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
-    extra, options = _modifiers(draw, rng, takes, batch, lq, lk) if forward else ({}, {})
+    extra, options = _modifiers(draw, rng, takes, batch, lq, lk)  # (attention_grad's: as `gradients` restricts)
     with np.errstate(over="ignore"):
         arrays = {"q": q, "k": k, "v": v} | extra
         return {name: round_to(a, fmt.dtype) for name, a in arrays.items()}, mask, options
@@ -248,10 +249,11 @@ def _modifiers(draw, rng, takes: frozenset, batch: tuple, lq: int, lk: int) -> t
 @st.composite
 def gradients(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     """(inputs in the dtype with an upstream gradient g, mask or None, options) for the gradient kinds: the forward
-    kind's inputs, and g Gaussian, constant along the row (softmax's exact VJP is then 0), one-hot, or spread over
-    8 decades."""
+    kind's inputs (attention_grad's with the causal and window it takes), and g Gaussian, constant along the row
+    (softmax's exact VJP is then 0), one-hot, or spread over 8 decades."""
     entry = kinds.get(kind)
-    inputs, mask, options = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt))
+    modifiers = takes & frozenset(kinds.GRAD_MODIFIERS)  # (attention_grad's: causal and window)
+    inputs, mask, options = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt, modifiers))
     if "g" in inputs:  # a seed: the family gave its g
         return inputs, mask, options
     rng = np.random.default_rng(draw(st.integers(0, 2**16)))
@@ -376,6 +378,8 @@ def keywords(kind) -> tuple[str, ...]:
     strategy = for_kind(kind)
     if strategy is cross_entropy:
         return CROSS_ENTROPY_KEYWORDS
+    if strategy is gradients and not kind.row_wise:
+        return kinds.GRAD_MODIFIERS
     return ATTENTION_KEYWORDS if strategy is attention else ()
 
 

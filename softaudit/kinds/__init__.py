@@ -6,8 +6,9 @@ of the loop (reference, conditioning, the inputs behind an element, the upstream
 layers above (causes, budget, hunt, report, runner): they keep their own tables of what they need of a kind.
 """
 
+from ._grads import GRAD_MODIFIERS as GRAD_MODIFIERS
 from ._kind import Kind as Kind
 from ._registry import KINDS as KINDS
 from ._registry import get as get
 
-__all__ = ["KINDS", "Kind", "get"]
+__all__ = ["GRAD_MODIFIERS", "KINDS", "Kind", "get"]

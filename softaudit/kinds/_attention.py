@@ -6,6 +6,8 @@ registry and must not load the reference (softaudit/adapters).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import conditioning as _conditioning
@@ -334,8 +336,21 @@ def conventions(kind, pc, y) -> str:
     options, inputs = dict(pc.case.options), pc.inputs
     if not _modified(inputs, options):
         return ""
-    y = np.asarray(y, dtype=np.float64)
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+
+    def exact(alt_inputs, alt_mask, alt_options):
+        found = spec(alt_inputs, alt_mask, alt_options)
+        return evaluate_attention(alt_inputs["q"], alt_inputs["k"], alt_inputs["v"], dtype=pc.fmt.dtype, **found).value
+
+    neighbours = _neighbours(inputs, pc.mask, options, lq, lk)
+    return closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])
+
+
+def closest(pc, y, neighbours: list) -> str:
+    """The sentence for the neighbouring convention whose exact output y matches, of (label, exact) pairs (exact()
+    computes that convention's exact output, y's shape), or "" where none is within MATCH_COND x the conditioning
+    or the stated convention's own exact result is not MATCH_GAIN times farther."""
+    y = np.asarray(y, dtype=np.float64)
     with np.errstate(over="ignore"):  # (a scale below 2**-1000 has no 1 / (u scale) in float64: inf, not compared)
         per_u = pc.basis.inv_scale * 2.0**pc.fmt.precision  # 1 / (u scale), 0 where not compared
 
@@ -348,11 +363,9 @@ def conventions(kind, pc, y) -> str:
 
     stated = distance(pc.reference.value)
     best = None
-    for label, alt_inputs, alt_mask, alt_options in _neighbours(inputs, pc.mask, options, lq, lk):
-        found = spec(alt_inputs, alt_mask, alt_options)
+    for label, exact in neighbours:
         with np.errstate(all="ignore"):
-            r = evaluate_attention(alt_inputs["q"], alt_inputs["k"], alt_inputs["v"], dtype=pc.fmt.dtype, **found).value
-        d = distance(r)
+            d = distance(exact())
         if best is None or d < best[0]:
             best = (d, label)
     if best is None or best[0] > MATCH_COND or stated < MATCH_GAIN * max(best[0], 0.5):

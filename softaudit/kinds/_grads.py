@@ -1,16 +1,25 @@
 """The gradient kinds' parts of the loop: vector-Jacobian products for an upstream gradient g.
 
 Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
-output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None; three outputs (dq, dk, dv).
+output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's causal and window
+(`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
 The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
 registry and must not load the reference (softaudit/adapters).
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .. import conditioning as _conditioning
+from . import _attention
+
+#: The attention modifiers attention_grad takes: those that only choose the keys each query attends, so that the
+#: backward is a masked one (the mask with causal and window, bottom-right aligned, as `_attention.spec` forms it).
+#: The softcap, a bias, ALiBi and sinks change the scores; their backward's reference is not built yet.
+GRAD_MODIFIERS = ("causal", "window")
 
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
@@ -80,15 +89,26 @@ def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
     return rng.standard_normal(batch + (q.shape[-2], v.shape[-1]))
 
 
-def attention_reference(kind, inputs: dict, mask, dtype) -> tuple:
+def attention_keep(inputs: dict, mask, options: dict):
+    """The keys each query attends: the mask with the case's causal and window (None: all). A modifier that changes
+    the scores (softcap, bias, ALiBi, sinks) is a ValueError: attention_grad has no reference for it."""
+    other = [n for n in options if n not in GRAD_MODIFIERS] + [n for n in inputs if n in _attention.EXTRAS]
+    if other:
+        raise ValueError(f"attention_grad takes causal and window; no backward reference for {', '.join(other)} yet")
+    return _attention.spec(inputs, mask, options)["mask"] if options else mask
+
+
+def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     from .. import reference
 
-    return tuple(reference.evaluate_attention_grad(*(inputs[n] for n in ("q", "k", "v", "g")), mask, dtype=dtype))
+    keep = attention_keep(inputs, mask, options)
+    return tuple(reference.evaluate_attention_grad(*(inputs[n] for n in ("q", "k", "v", "g")), keep, dtype=dtype))
 
 
-def attention_conditioning(kind, inputs: dict, mask, references) -> tuple[dict, dict, dict]:
+def attention_conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, dict, dict]:
     """Per output: its undefined rows (from the reference), the scale, and for dk and dv the keys no query may
     attend (their gradients are exactly 0: anything else is a leak)."""
+    mask = attention_keep(inputs, mask, options)
     q, k, v, g = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "g"))
     scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
     keep = np.broadcast_to(True if mask is None else mask, scores_shape)
@@ -117,3 +137,23 @@ def attention_element_inputs(kind, pc, position: tuple, output: int = 0) -> tupl
     """The inputs behind one element of dq, dk or dv: the whole case (an element of dk or dv depends on every
     query, and one of dq on every key)."""
     return {n: pc.inputs[n] for n in ("q", "k", "v", "g")}, pc.mask
+
+
+def attention_conventions(kind, pc, y) -> str:
+    """Where a gradient (pc: the case seen through one output) is far from the exact one of its stated causal or
+    window: which neighbouring convention's exact gradient it matches (the window off by one or aligned top-left,
+    causal aligned top-left), or ""."""
+    from ..reference import evaluate_attention_grad
+
+    options, inputs, index = dict(pc.case.options), pc.inputs, getattr(pc, "index", 0)
+    if not options:
+        return ""
+    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+
+    def exact(alt_inputs, alt_mask, alt_options):
+        keep = attention_keep(alt_inputs, alt_mask, alt_options)
+        arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
+        return evaluate_attention_grad(*arrays, keep, dtype=pc.fmt.dtype)[index].value
+
+    neighbours = _attention._neighbours(inputs, pc.mask, options, lq, lk)
+    return _attention.closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])

@@ -264,7 +264,7 @@ MASKED_SOFTMAX_GRAD = Kind(
 _ATTENTION_GRAD_BEST = "P, dP, D and dS in {wide}, each gradient rounded once (attention_grad.upcast)"
 ATTENTION_GRAD = Kind(
     "attention_grad",
-    "f(q, k, v, g, mask=None) -> (dq, dk, dv)",
+    "f(q, k, v, g, mask=None) -> (dq, dk, dv), with attention's causal and window as keywords",
     arguments=("q", "k", "v", "g"),
     keywords=("mask",),
     outputs=("dq", "dk", "dv"),
@@ -279,7 +279,8 @@ ATTENTION_GRAD = Kind(
     # meets the NaN keys, dP = dO V^T the max values: best practice gives NaN too).
     families=_ATTENTION_FAMILIES
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal")
-    + tuple(f for f in _REPORTED_ATTENTION if f != "attn_nan_masked_key"),
+    + tuple(f for f in _REPORTED_ATTENTION if f != "attn_nan_masked_key")
+    + ("attn_causal", "attn_window"),
     reference=_grads.attention_reference,
     conditioning=_grads.attention_conditioning,
     element_inputs=_grads.attention_element_inputs,
@@ -291,6 +292,7 @@ ATTENTION_GRAD = Kind(
     causes=("subnormal",),
     scale_terms="the terms of dP - D and their share of the scores",
     leak="keys no query may attend get a gradient",
+    conventions=_grads.attention_conventions,
     fixes={
         "nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
         "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",

@@ -122,3 +122,28 @@ def test_jax_gives_a_query_with_no_key_a_finite_lse():
     mask[..., 0, :] = False
     _, lse = jax.nn.dot_product_attention(q, k, v, mask=mask, return_residual=True)
     assert np.isfinite(np.asarray(lse)[0, 0, 0])  # log of an empty sum is -inf
+
+
+def test_torch_sdpa_bias_backward_takes_causal_and_windows_and_passes():
+    pytest.importorskip("torch")
+    table = _audit("softaudit.frameworks.torch:sdpa_bias_grad", "attention_grad", ["attn_causal", "attn_window"])
+    assert len(table) == 2 * 3 and set(table.verdict) == {"pass"}, table[["family", "output", "verdict", "note"]]
+
+
+def test_jax_backward_aligns_causal_top_left_as_its_forward_and_the_audit_says_so():
+    jax = pytest.importorskip("jax")
+    table = _audit("softaudit.frameworks.jax:dot_product_attention_modified_grad", "attention_grad", ["attn_causal"])
+    assert set(table.verdict) == {"fail"}
+    assert "matches top-left causal, not bottom-right" in table[table.output == "dq"].note.iloc[0]
+    # Outside softaudit: the VJP of is_causal=True with 3 queries over 5 keys is the top-left mask's.
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 3, 1, 8), (1, 5, 1, 8), (1, 5, 1, 8)))
+    g = rng.standard_normal((1, 3, 1, 8)).astype(np.float32)
+
+    def vjp(**how):
+        return jax.vjp(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, **how), q, k, v)[1](g)
+
+    causal = vjp(is_causal=True)
+    top_left, bottom_right = (vjp(mask=np.tril(np.ones((3, 5), bool), k=d)[None, None]) for d in (0, 2))
+    assert all(np.array_equal(a, b) for a, b in zip(causal, top_left))
+    assert not all(np.allclose(a, b) for a, b in zip(causal, bottom_right))
