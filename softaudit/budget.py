@@ -181,9 +181,10 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
     dS's error coefficient sigma = (P E + tiny) |dP - D| + P (sums(dv) b + delta_D + |dP| + |D|) + |dS|, with
     delta_D = sum_j (P_j E_j + tiny + P_j (sums(n) + sums(dv) + 3)) (|dP_j| + b_j); then dq = c dS k and
     dk = c dS^T q add their own sums (sigma + (sums + 1) |dS|), and dv = P^T g, P's error and the sum over queries.
-    Inputs broadcast along batch axes get the sum over them, as their gradients do."""
+    Inputs broadcast along batch axes get the sum over them, as their gradients do. Causal and window (the options
+    attention_grad takes) are the mask they make."""
     with np.errstate(all="ignore"):
-        q, k, v, keep = _setting(inputs, mask)
+        q, k, v, keep = _setting(inputs, kinds.attention_keep(inputs, mask, options))
         g = np.asarray(inputs["g"], dtype=np.float64)
         p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u)
         vt = np.swapaxes(v, -1, -2)

@@ -105,3 +105,17 @@ def test_a_candidate_without_the_keyword_is_skipped_not_called_without_it():
 
     table = _audit(no_modifiers_grad, ["attn_causal"])
     assert set(table.verdict) == {"skip"} and table.note.str.startswith("does not take").all()
+
+
+def test_the_rounding_budget_of_a_causal_backward_is_that_of_its_mask():
+    """The causes read the budget (softaudit/budget.py): with causal it is the masked problem's, not all keys'."""
+    from softaudit import budget
+
+    case = _case(3, 5)
+    kept = np.tril(np.ones((3, 5), bool), k=2)
+    exact = tuple(r.value for r in _grads.attention_reference(None, case, kept, np.float64))
+    by_option = budget.of("attention_grad", case, None, exact, options={"causal": True})
+    by_mask = budget.of("attention_grad", case, kept, exact)
+    every_key = budget.of("attention_grad", case, None, exact)
+    assert all(np.array_equal(a, b) for a, b in zip(by_option, by_mask))
+    assert not all(np.array_equal(a, b) for a, b in zip(by_option, every_key))
