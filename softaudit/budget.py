@@ -139,15 +139,17 @@ def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
         return (np.where(kept, (p * (_grown(big_e, u) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
-def _attention_weights(q, k, keep, sums, tiny, u=0.0):
+def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None):
     """P, the scores' |q| |k| c (a), and P E + tiny, P's absolute error coefficient: each score is a dot of d terms
     rounded sums(d) + 2 times (its error at most that many u of a_j, and of sum_l P_l a_l through the row's shift
-    and sum), then a row kind's E over the scores (with |lse| for exp(s - lse))."""
+    and sum), then a row kind's E over the scores (with |lse| for exp(s - lse)). A bias b is added to each score in
+    one more rounding: a gains |b| (the sum's size, rounded once)."""
     c = 1 / math.sqrt(q.shape[-1])
     kt = np.swapaxes(k, -1, -2)
-    p = _weights(q, kt, keep, c)
-    a = np.where(keep, (np.abs(q) @ np.abs(kt)) * c, 0.0)
-    s = np.where(keep, (q @ kt) * c, -np.inf)
+    p = _weights(q, kt, keep, c, bias)
+    b = 0.0 if bias is None else np.where(keep, bias, 0.0)
+    a = np.where(keep, (np.abs(q) @ np.abs(kt)) * c + np.abs(b), 0.0)
+    s = np.where(keep, (q @ kt) * c + b, -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     d = np.where(keep, np.abs(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
     n = keep.sum(axis=-1, keepdims=True)
@@ -182,11 +184,12 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
     delta_D = sum_j (P_j E_j + tiny + P_j (sums(n) + sums(dv) + 3)) (|dP_j| + b_j); then dq = c dS k and
     dk = c dS^T q add their own sums (sigma + (sums + 1) |dS|), and dv = P^T g, P's error and the sum over queries.
     Inputs broadcast along batch axes get the sum over them, as their gradients do. Causal and window (the options
-    attention_grad takes) are the mask they make."""
+    attention_grad takes) are the mask they make; a bias, ALiBi's and a sink's logit (a key of k = v = 0) add to the
+    scores (`_attention_weights`), and the sink's own dk and dv are no output."""
     with np.errstate(all="ignore"):
-        q, k, v, keep = _setting(inputs, kinds.attention_keep(inputs, mask, options))
-        g = np.asarray(inputs["g"], dtype=np.float64)
-        p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u)
+        q, k, v, g, keep, bias, extra = kinds.attention_problem(inputs, mask, options)
+        q, k, v = (np.nan_to_num(a, posinf=0.0, neginf=0.0) for a in (q, k, v))
+        p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u, bias)
         vt = np.swapaxes(v, -1, -2)
         dp = np.where(keep, g @ vt, 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
@@ -199,6 +202,8 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
         dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
         dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
         dv = np.swapaxes(pe + p * (queries + 2), -1, -2) @ np.abs(g) + (queries + 2) * tiny
+        lk = k.shape[-2] - extra
+        dk, dv, k, v = (a[..., :lk, :] for a in (dk, dv, k, v))
         return tuple(
             _summed_to(part, x.shape) + np.abs(np.asarray(r, dtype=np.float64))
             for part, x, r in zip((dq, dk, dv), (q, k, v), exact)

@@ -33,9 +33,10 @@ def _finite(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), a, 0.0)
 
 
-def _weights(q, kt, keep, scale) -> np.ndarray:
-    """Attention's weights softmax(scale q k^T) over the kept keys, in float64 (0 elsewhere; kt is k transposed)."""
-    s = np.where(keep, (q @ kt) * scale, -np.inf)
+def _weights(q, kt, keep, scale, bias=None) -> np.ndarray:
+    """Attention's weights softmax(scale q k^T + bias) over the kept keys, in float64 (0 elsewhere; kt is k
+    transposed)."""
+    s = np.where(keep, (q @ kt) * scale + (0.0 if bias is None else bias), -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     total = e.sum(axis=-1, keepdims=True)
@@ -170,27 +171,31 @@ def logsumexp_grad(x, mask, g, r) -> np.ndarray:
         return np.where(kept, np.abs(r) + ag * p * (1 + _spread(p, e, s, top, ax) + lse), 0.0)
 
 
-def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def attention_grad(
+    q, k, v, g, keep, grads, scale: float, bias=None, extra_keys: int = 0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """scales of (dq, dk, dv), attention's VJP for the upstream gradient g, each of its input's shape.
 
     An upper bound of |r| + sum over every input x of |d r / d x| |x| (docs/metrics.md). With P the weights,
-    a_ij = c sum_t |q_it k_jt|, alpha_i = sum_l P_il a_il, dP = g v^T, b_ij = sum |g_i| |v_j|, D_i = sum_j P_ij
+    a_ij = c sum_t |q_it k_jt| (+ |b_ij| / 2 with a bias b, which rounding moves the score by |b_ij|),
+    alpha_i = sum_l P_il a_il, dP = g v^T, b_ij = sum |g_i| |v_j|, D_i = sum_j P_ij
     dP_ij and gap_ij = |dP_ij - D_i|: rounding q and k moves s_ij by 2 a_ij and P_ij by P_ij (2 a_ij + 2 alpha_i),
     the second part common to the row; g and v move dP_ij by 2 b_ij; D_i moves by 2 delta_i = 2 sum_j P_ij
     (a_ij gap_ij + b_ij). Then, with W = P (2 a gap + 2 b) + |dS|,
     dq: |dq| (1 + 2 alpha) + c W |k| + 2 c delta |P k| (the row-common parts act on dq and on P k as a whole),
     dk: |dk| + c (W + 2 alpha |dS| + 2 delta P)^T |q|, dv: |dv| + (P (1 + 2 a + 2 alpha))^T |g|.
-    The (Lq, Lk) arrays are made whole per call; inputs broadcast along batch axes get the sum over them.
+    The (Lq, Lk) arrays are made whole per call; inputs broadcast along batch axes get the sum over them. The last
+    `extra_keys` keys (a sink's, k = v = 0, its logit in the bias) are no output: dk and dv lose those rows.
     """
     with np.errstate(all="ignore"):
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
         dq, dk, dv = (np.asarray(r, dtype=np.float64) for r in grads)
         k, v = _finite(k), _finite(v)
         kt = np.swapaxes(k, -1, -2)
-        p = _weights(q, kt, keep, scale)
+        p = _weights(q, kt, keep, scale, bias)
         # Every term below is a multiple of P, 0 at a key not kept: a, dP and b are 0 there too, so that a large k
         # or v there cannot make 0 x inf NaN.
-        a = np.where(keep, (np.abs(q) @ np.abs(kt)) * abs(scale), 0.0)
+        a = np.where(keep, (np.abs(q) @ np.abs(kt)) * abs(scale) + (0.0 if bias is None else np.abs(bias) / 2), 0.0)
         alpha = (p * a).sum(axis=-1, keepdims=True)
         dp = np.where(keep, g @ np.swapaxes(v, -1, -2), 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(np.swapaxes(v, -1, -2)), 0.0)
@@ -201,6 +206,8 @@ def attention_grad(q, k, v, g, keep, grads, scale: float) -> tuple[np.ndarray, n
         q_part = np.abs(dq) * 2 * alpha + c * (w @ np.abs(k)) + 2 * c * delta * np.abs(p @ k)
         k_part = c * (np.swapaxes(w + 2 * alpha * p * gap + 2 * delta * p, -1, -2) @ np.abs(q))
         v_part = np.swapaxes(p * (1 + 2 * a + 2 * alpha), -1, -2) @ np.abs(g)
+        lk = k.shape[-2] - extra_keys
+        k_part, v_part, k, v = (x[..., :lk, :] for x in (k_part, v_part, k, v))
         return tuple(
             np.abs(r) + _summed_to(part, x.shape)
             for r, part, x in zip((dq, dk, dv), (q_part, k_part, v_part), (q, k, v))

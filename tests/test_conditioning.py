@@ -289,6 +289,55 @@ def test_attention_gradient_scales_bound_finite_differences_of_the_exact_vjp(see
     assert (got <= 16 * expected).all()
 
 
+def _modified_attention_vjp(q, k, v, g, b, z, c):
+    """(dq, dk, dv) flattened, in mpmath, for the scores c q.k + b and a sink of logit z (one more key of value 0),
+    from the textbook formulas: the sink's weight joins each softmax, its dP is 0."""
+    s = [[c * mpmath.fsum(a * t for a, t in zip(qi, kj)) + bij for kj, bij in zip(k, bi)] for qi, bi in zip(q, b)]
+    p = [_softmax(row + [z[0]])[:-1] for row in s]
+    dp = [[mpmath.fsum(a * t for a, t in zip(gi, vj)) for vj in v] for gi in g]
+    d = [mpmath.fsum(a * t for a, t in zip(pi, dpi)) for pi, dpi in zip(p, dp)]
+    ds = [[pij * (dpij - di) for pij, dpij in zip(pi, dpi)] for pi, dpi, di in zip(p, dp, d)]
+    lq, lk, dim = len(q), len(k), len(q[0])
+    dq = [[c * mpmath.fsum(ds[i][j] * k[j][t] for j in range(lk)) for t in range(dim)] for i in range(lq)]
+    dk = [[c * mpmath.fsum(ds[i][j] * q[i][t] for i in range(lq)) for t in range(dim)] for j in range(lk)]
+    dv = [[mpmath.fsum(p[i][j] * g[i][t] for i in range(lq)) for t in range(len(g[0]))] for j in range(lk)]
+    return [x for grad in (dq, dk, dv) for row in grad for x in row]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differences(seed):
+    """With a bias and a sink (attention_grad's problem as the kind forms it: the sink one more key at the end),
+    the scales still bound |r| + sum |d r / d input| |input| over q, k, v, g, every bias entry and the sink's
+    logit, within 16x where the weights are not peaked (a bias of N(0, 1) here; a peaked softmax makes the bound
+    loose for q and k as much as for the bias: its P_ij (2 a_ij + 2 alpha_i) does not see that a top weight near 1
+    hardly moves)."""
+    from softaudit import kinds
+
+    rng = np.random.default_rng(seed)
+    lq, lk, d, dv = 2, 3, 2, 2
+    q, k, v, g = (rng.standard_normal(s) for s in ((lq, d), (lk, d), (lk, dv), (lq, dv)))
+    bias, sinks = rng.standard_normal((lq, lk)), rng.standard_normal(())
+    with mpmath.workdps(DPS):
+        mc = 1 / mpmath.sqrt(d)
+        shapes = ((lq, d), (lk, d), (lk, dv), (lq, dv), (lq, lk))
+
+        def vjp(*flat):
+            rows = [[flat[a][i * n : (i + 1) * n] for i in range(m)] for a, (m, n) in enumerate(shapes)]
+            return _modified_attention_vjp(*rows, flat[-1], mc)
+
+        flat = [a.ravel() for a in (q, k, v, g, bias)] + [[float(sinks)]]
+        expected, r = _grad_scale_by_differences(vjp, flat)
+    dq, dk, dv_ = np.split(r, [lq * d, lq * d + lk * d])
+    inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": np.asarray(sinks)}
+    q1, k1, v1, g1, keep, b1, extra = kinds.attention_problem(inputs, None, {})
+    grads = (dq.reshape(lq, d), dk.reshape(lk, d), dv_.reshape(lk, dv))
+    got = conditioning.attention_grad(q1, k1, v1, g1, keep, grads, 1 / np.sqrt(d), b1, extra)
+    assert [a.shape for a in got] == [(lq, d), (lk, d), (lk, dv)]
+    got = np.concatenate([a.ravel() for a in got])
+    assert (got >= expected * (1 - 1e-9)).all()
+    assert (got <= 16 * expected).all()
+
+
 def test_a_masked_gradient_scale_is_the_kept_entries_own():
     x, g = np.array([[0.5, 3.0, -np.inf, 1.0]]), np.array([[0.25, -9.0, 4.0, -1.5]])
     mask = np.array([[True, False, True, True]])  # the 3.0 is masked, the -inf removed

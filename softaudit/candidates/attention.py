@@ -53,7 +53,8 @@ def kept_keys(mask, lq: int, lk: int, causal=False, window=None):
 def _sink_weights(s, keep, sinks, d):
     """exp(s - m) over the kept scores, the sink's exp(z - m), and m, the largest of both (0 for none)."""
     kept = np.ones(s.shape, bool) if keep is None else np.broadcast_to(keep, s.shape)
-    m = np.where(kept, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
+    # (-inf in the dtype: a Python float beside bfloat16 would make every step below float64)
+    m = np.where(kept, s, const(-np.inf, d)).max(axis=-1, keepdims=True, initial=const(-np.inf, d))
     z = None if sinks is None else np.broadcast_to(np.asarray(sinks).astype(d)[..., None, None], m.shape)
     if z is not None:
         m = np.maximum(m, z)

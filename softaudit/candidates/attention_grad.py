@@ -8,7 +8,10 @@ in the precision each candidate says (`_unbroadcast`), and has its input's shape
 
 "In the dtype" as in `attention`: elementwise work rounded to the dtype, matrix products accumulated in float32
 (float64 for float64) and rounded once to the dtype (`_ops.matmul`). Each takes attention's causal and window
-(bottom-right aligned, `attention.kept_keys`), folded into the mask: they choose the keys, the backward is the same.
+(bottom-right aligned, `attention.kept_keys`), folded into the mask: they choose the keys, the backward is the same;
+and its bias, ALiBi slopes and sinks, which change P only: a sink is a key of value 0 (its dP is 0), so dS, dq, dk
+and dv keep their formulas over the other keys, with P from the modified scores (`attention.modified`, the forward
+built-ins' `_sink_weights`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import numpy as np
 
 from ..adapters import candidate
 from ._ops import const, dtype_sum, exp, log, matmul, row_max, work_dtype
-from .attention import kept_keys, tiled_attention, tiled_b64
+from .attention import _sink_weights, modified, tiled_attention, tiled_b64
 
 
 def _t(a):
@@ -47,40 +50,45 @@ def _backward(q, k, v, g, p, dp, d, c):
     return tuple(_unbroadcast(grad, a.shape) for grad, a in zip(grads, (q, k, v)))
 
 
+def _modified(s, mask, causal, window, bias, alibi_slopes):
+    """The scores with the bias and ALiBi's added (in s's dtype), and the keys each query attends (None: all)."""
+    return modified(s, mask, bias=bias, alibi_slopes=alibi_slopes, causal=causal, window=window)
+
+
 @candidate(kind="attention_grad", name="attention_grad.naive")
-def naive(q, k, v, g, mask=None, *, causal=False, window=None):
+def naive(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
     """Attention backward in the dtype, masked scores set to -inf, P and every intermediate rounded to the dtype.
     Weakness: P, dP, D and dS carry the dtype's rounding (D's pairwise sum about log2(Lk) ulps), and a fully masked
     query row is NaN in P, which spreads through P^T dO and dS^T Q to every entry of dK and dV."""
     dtype = q.dtype
     g = g.astype(dtype)
-    mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
     with np.errstate(all="ignore"):
         c = const(1 / np.sqrt(q.shape[-1]), dtype)
-        s = matmul(q, _t(k), dtype) * c
+        s, mask = _modified(matmul(q, _t(k), dtype) * c, mask, causal, window, bias, alibi_slopes)
         if mask is not None:
             s = np.where(mask, s, const(-np.inf, dtype))
-        e = exp(s - row_max(s))
-        p = e / dtype_sum(e)
+        if sinks is None:
+            e = exp(s - row_max(s))
+            p = e / dtype_sum(e)
+        else:
+            e, sink, _ = _sink_weights(s, None, sinks, dtype)
+            p = e / (dtype_sum(e) + sink)
         dp = matmul(g, _t(v), dtype)
         # A shared K/V head's dk and dv: each query head's rounded to the dtype, summed pairwise in the dtype.
         return _backward(q, k, v, g, p, dp, dtype_sum(dp * p), c)
 
 
 @candidate(kind="attention_grad", name="attention_grad.upcast")
-def upcast(q, k, v, g, mask=None, *, causal=False, window=None):
+def upcast(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
     """Best practice: the backward in float32 for 16-bit inputs, masked keys excluded with where, zeros for a fully
     masked query row, each gradient rounded once. Weakness: none known."""
     w = work_dtype(q.dtype)
     q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g))
-    mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
     with np.errstate(all="ignore"):
         c = 1 / np.sqrt(w.type(q.shape[-1]))
-        s = matmul(q32, _t(k32), w) * c
-        keep = _keep(mask, s.shape)
-        m = np.where(keep, s, -np.inf).max(axis=-1, keepdims=True, initial=-np.inf)
-        e = np.where(keep, exp(s - np.where(np.isfinite(m), m, 0)), 0)
-        total = dtype_sum(e)
+        s, mask = _modified(matmul(q32, _t(k32), w) * c, mask, causal, window, bias, alibi_slopes)
+        e, sink, _ = _sink_weights(s, _keep(mask, s.shape), sinks, w)
+        total = dtype_sum(e) + sink
         p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
         dp = matmul(g32, _t(v32), w)
         # A shared K/V head's dk and dv: the query heads' float32 gradients summed in float32, rounded once.
@@ -88,17 +96,23 @@ def upcast(q, k, v, g, mask=None, *, causal=False, window=None):
         return tuple(grad.astype(q.dtype) for grad in grads)
 
 
-def _saved_lse(q, k, mask, block):
+def _saved_lse(q, k, mask, block, extra=None, sinks=None):
     """The log-sum-exp of each row of scores that FlashAttention 2's forward saves: a running max and rescaled sum
-    in float32 over key blocks, lse = m + log(l); +inf for a row with no key (so that P = exp(s - lse) is 0)."""
+    in float32 over key blocks, lse = m + log(l); +inf for a row with no key (so that P = exp(s - lse) is 0). extra:
+    the bias (with ALiBi's) in float32, added to the scores; a sink starts the max and the sum (score z, e**0)."""
     w = work_dtype(q.dtype)
     q32, k32 = q.astype(w), k.astype(w)
     shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
     keep = _keep(mask, shape)
     m = np.full(shape[:-1] + (1,), -np.inf, w)
     total = np.zeros(shape[:-1] + (1,), w)
+    if sinks is not None:
+        m = np.broadcast_to(np.asarray(sinks).astype(w)[..., None, None], m.shape).copy()
+        total = np.ones(m.shape, w)
     for start in range(0, k.shape[-2], block):
         s = matmul(q32, _t(k32[..., start : start + block, :]), w) / np.sqrt(w.type(q.shape[-1]))
+        if extra is not None:
+            s = s + extra[..., start : start + block]
         s = np.where(keep[..., start : start + block], s, -np.inf)
         new_m = np.maximum(m, row_max(s))
         safe_m = np.where(np.isfinite(new_m), new_m, 0)
@@ -117,19 +131,20 @@ def _tiled(block: int):
     return _TILED[block]
 
 
-def flash2_delta(q, k, v, g, mask=None, block: int = 64):
+def flash2_delta(q, k, v, g, mask=None, block: int = 64, **modifiers):
     """D = rowsum(dO * O) as FlashAttention 2's backward computes it (its preprocessing kernel): O the forward's
     output as FA2 stores it (P rounded to the dtype before P V, O rounded to the dtype), dO and O upcast to
-    float32, the sum in float32. Returns float32 (float64 for float64), with the row axis kept (length 1)."""
+    float32, the sum in float32. Returns float32 (float64 for float64), with the row axis kept (length 1).
+    modifiers: the forward's (bias, ALiBi, sinks)."""
     w = work_dtype(q.dtype)
-    o = _tiled(block)(q, k, v, mask)
+    o = _tiled(block)(q, k, v, mask, **{n: a for n, a in modifiers.items() if a is not None})
     return dtype_sum(g.astype(q.dtype).astype(w) * o.astype(w))
 
 
 def flash2_backward(block: int = 64):
     """FlashAttention 2's backward (Dao 2023, Algorithm 2) over key blocks of `block`."""
 
-    def flash2(q, k, v, g, mask=None, *, causal=False, window=None):
+    def flash2(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
         """FlashAttention-2 style backward, key blocks of {block}: P recomputed in float32 from the saved
         log-sum-exp, D = rowsum(dO * O) with O rounded to the dtype as FA2 stores it, P and dS rounded to the dtype
         before the tensor-core products P^T dO, dS K and dS^T Q (accumulated in float32), the scale applied in
@@ -140,18 +155,22 @@ def flash2_backward(block: int = 64):
         entry."""
         w, dtype = work_dtype(q.dtype), q.dtype
         q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
-        mask = kept_keys(mask, q.shape[-2], k.shape[-2], causal, window)
+        lq, lk = q.shape[-2], k.shape[-2]
         with np.errstate(all="ignore"):
             c = 1 / np.sqrt(w.type(q.shape[-1]))
-            lse = _saved_lse(q, k, mask, block)
-            d = flash2_delta(q, k, v, g, mask, block)
-            lk = k.shape[-2]
+            scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (lq, lk)
+            extra, mask = _modified(np.zeros(scores, w), mask, causal, window, bias, alibi_slopes)
+            extra = None if bias is None and alibi_slopes is None else extra
+            lse = _saved_lse(q, k, mask, block, extra, sinks)
+            d = flash2_delta(q, k, v, g, mask, block, bias=bias, alibi_slopes=alibi_slopes, sinks=sinks)
             keep = _keep(mask, lse.shape[:-1] + (lk,))
             dq = np.zeros(np.broadcast_shapes(q32.shape, lse.shape[:-1] + (q.shape[-1],)), w)
             dks, dvs = [], []
             for start in range(0, lk, block):
                 kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
                 s = matmul(q32, _t(kb), w) * c
+                if extra is not None:
+                    s = s + extra[..., start : start + block]
                 p = np.where(keep[..., start : start + block], exp(s - lse), 0)
                 p_low = p.astype(dtype)
                 dvs.append(matmul(_t(p_low), g32, w))

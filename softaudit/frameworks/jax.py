@@ -197,10 +197,11 @@ def dot_product_attention_modified(q, k, v, mask=None, *, bias=None, causal=Fals
 
 
 @candidate(kind="attention_grad", name="jax.nn.dot_product_attention_modified_grad", framework="jax")
-def dot_product_attention_modified_grad(q, k, v, g, mask=None, *, causal=False, window=None):
-    """The VJP of `jax.nn.dot_product_attention_modified` with is_causal= and local_window_size= (aligned top-left by
-    JAX, as its forward): (dq, dk, dv)."""
-    return tuple(_vjp(lambda q, k, v: _attend(q, k, v, mask, causal=causal, window=window), [q, k, v], g))
+def dot_product_attention_modified_grad(q, k, v, g, mask=None, *, causal=False, window=None, bias=None):
+    """The VJP of `jax.nn.dot_product_attention_modified` with is_causal=, local_window_size= (aligned top-left by
+    JAX, as its forward) and bias=: (dq, dk, dv)."""
+    options = {"causal": causal, "window": window, "bias": bias}
+    return tuple(_vjp(lambda q, k, v: _attend(q, k, v, mask, **options), [q, k, v], g))
 
 
 @candidate(kind="attention", name="jax.nn.dot_product_attention_sinks", framework="jax")
@@ -224,6 +225,13 @@ def dot_product_attention_sinks(q, k, v, mask=None, *, sinks=None, bias=None):
     k1 = jnp.concatenate([jnp.broadcast_to(k, batch + k.shape[-2:]), jnp.zeros(batch + (1, k.shape[-1]), k.dtype)], -2)
     v1 = jnp.concatenate([jnp.broadcast_to(v, batch + v.shape[-2:]), jnp.zeros(batch + (1, v.shape[-1]), v.dtype)], -2)
     return _attend(q, k1, v1, full_mask, bias=full_bias)
+
+
+@candidate(kind="attention_grad", name="jax.nn.dot_product_attention_sinks_grad", framework="jax")
+def dot_product_attention_sinks_grad(q, k, v, g, mask=None, *, sinks=None, bias=None):
+    """The VJP of `jax.nn.dot_product_attention_sinks` (the sink a key of k = 0, v = 0): (dq, dk, dv). A case without
+    sinks is skipped."""
+    return tuple(_vjp(lambda q, k, v: dot_product_attention_sinks(q, k, v, mask, sinks=sinks, bias=bias), [q, k, v], g))
 
 
 @candidate(kind="attention_lse", name="jax.nn.dot_product_attention_lse", framework="jax")

@@ -354,10 +354,20 @@ def sdpa_bias(q, k, v, mask=None, *, bias=None, alibi_slopes=None, causal=False,
 
 
 @candidate(kind="attention_grad", name="torch.sdpa_bias_grad", framework="torch")
-def sdpa_bias_grad(q, k, v, g, mask=None, *, causal=False, window=None):
-    """The backward of `torch.sdpa_bias` with the mask, causal and window (bottom-right aligned) folded into its float
-    attn_mask: autograd through the SDPA backend that takes it (FlexAttention's backward has no CPU kernel)."""
-    return _vjp(lambda q, k, v: sdpa_bias(q, k, v, mask, causal=causal, window=window), [q, k, v], g)
+def sdpa_bias_grad(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None):
+    """The backward of `torch.sdpa_bias` with the mask, causal and window (bottom-right aligned), the bias and ALiBi's
+    folded into its float attn_mask: autograd through the SDPA backend that takes it (FlexAttention's backward has no
+    CPU kernel); (dq, dk, dv)."""
+    options = {"causal": causal, "window": window, "bias": bias, "alibi_slopes": alibi_slopes}
+    return _vjp(lambda q, k, v: sdpa_bias(q, k, v, mask, **options), [q, k, v], g)
+
+
+@candidate(kind="attention_grad", name="torch.sdpa_sinks_grad", framework="torch")
+def sdpa_sinks_grad(q, k, v, g, mask=None, *, sinks=None, bias=None, alibi_slopes=None, causal=False, window=None):
+    """The backward of `torch.sdpa_sinks` (each head's sink a key of k = 0, v = 0 whose score is its logit, as
+    gpt-oss's reference attention concatenates it): autograd's (dq, dk, dv). A case without sinks is skipped."""
+    options = {"sinks": sinks, "bias": bias, "alibi_slopes": alibi_slopes, "causal": causal, "window": window}
+    return _vjp(lambda q, k, v: sdpa_sinks(q, k, v, mask, **options), [q, k, v], g)
 
 
 @candidate(kind="attention", name="torch.sdpa_sinks", framework="torch")

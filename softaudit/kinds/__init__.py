@@ -7,9 +7,9 @@ layers above (causes, budget, hunt, report, runner): they keep their own tables 
 """
 
 from ._grads import GRAD_MODIFIERS as GRAD_MODIFIERS
-from ._grads import attention_keep as attention_keep
+from ._grads import attention_problem as attention_problem
 from ._kind import Kind as Kind
 from ._registry import KINDS as KINDS
 from ._registry import get as get
 
-__all__ = ["GRAD_MODIFIERS", "KINDS", "Kind", "attention_keep", "get"]
+__all__ = ["GRAD_MODIFIERS", "KINDS", "Kind", "attention_problem", "get"]

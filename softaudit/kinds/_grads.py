@@ -16,10 +16,10 @@ import numpy as np
 from .. import conditioning as _conditioning
 from . import _attention
 
-#: The attention modifiers attention_grad takes: those that only choose the keys each query attends, so that the
-#: backward is a masked one (the mask with causal and window, bottom-right aligned, as `_attention.spec` forms it).
-#: The softcap, a bias, ALiBi and sinks change the scores; their backward's reference is not built yet.
-GRAD_MODIFIERS = ("causal", "window")
+#: The attention modifiers attention_grad takes (keywords, as the forward's): causal and window choose the keys each
+#: query attends (the backward is a masked one); a bias, ALiBi's slopes (a bias too) and sinks (one more key, of
+#: value 0, whose score is the sink's logit) add to the scores. The softcap's backward has no reference yet.
+GRAD_MODIFIERS = ("causal", "window", "bias", "alibi_slopes", "sinks")
 
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
@@ -89,36 +89,61 @@ def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
     return rng.standard_normal(batch + (q.shape[-2], v.shape[-1]))
 
 
-def attention_keep(inputs: dict, mask, options: dict):
-    """The keys each query attends: the mask with the case's causal and window (None: all). A modifier that changes
-    the scores (softcap, bias, ALiBi, sinks) is a ValueError: attention_grad has no reference for it."""
-    other = [n for n in options if n not in GRAD_MODIFIERS] + [n for n in inputs if n in _attention.EXTRAS]
-    if other:
-        raise ValueError(f"attention_grad takes causal and window; no backward reference for {', '.join(other)} yet")
-    return _attention.spec(inputs, mask, options)["mask"] if options else mask
+def attention_spec(inputs: dict, mask, options: dict) -> dict:
+    """The exact problem's mask (with the case's causal and window), bias (with ALiBi's) and sinks, as
+    `_attention.spec` forms them for the forward. A softcap is a ValueError: attention_grad has no reference for
+    it."""
+    if options.get("softcap") is not None:
+        raise ValueError(
+            "attention_grad takes causal, window, bias, ALiBi and sinks; no backward reference for softcap yet"
+        )
+    return _attention.spec(inputs, mask, options)
+
+
+def attention_problem(inputs: dict, mask, options: dict) -> tuple:
+    """(q, k, v, g, keep, bias, extra) in float64 for the bounds that read the modified problem (the conditioning,
+    the rounding budget): keep and bias broadcast to the scores' shape (bias None without one), a sink as one more
+    key at the end (k = v = 0, its logit in the bias column; extra = 1, else 0)."""
+    from ..reference._grad_broadcast import with_sinks
+
+    found = attention_spec(inputs, mask, options)
+    q, k, v, g = (np.asarray(inputs[n], dtype=np.float64) for n in ("q", "k", "v", "g"))
+    bias, extra = found["bias"], 0
+    keep = found["mask"]
+    if found["sinks"] is not None:
+        k, v, keep, bias = with_sinks(q, k, v, keep, bias, found["sinks"])
+        extra = 1
+    scores = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
+    keep = np.broadcast_to(True if keep is None else keep, scores)
+    if bias is not None:
+        bias = np.broadcast_to(bias, scores)
+        keep = keep & (bias != -np.inf)
+    return q, k, v, g, keep, bias, extra
 
 
 def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     from .. import reference
 
-    keep = attention_keep(inputs, mask, options)
-    return tuple(reference.evaluate_attention_grad(*(inputs[n] for n in ("q", "k", "v", "g")), keep, dtype=dtype))
+    found = attention_spec(inputs, mask, options)
+    arrays = (inputs[n] for n in ("q", "k", "v", "g"))
+    extras = {"bias": found["bias"], "sinks": found["sinks"]}
+    return tuple(reference.evaluate_attention_grad(*arrays, found["mask"], dtype=dtype, **extras))
 
 
 def attention_conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, dict, dict]:
     """Per output: its undefined rows (from the reference), the scale, and for dk and dv the keys no query may
     attend (their gradients are exactly 0: anything else is a leak)."""
-    mask = attention_keep(inputs, mask, options)
-    q, k, v, g = (inputs[n].astype(np.float64) for n in ("q", "k", "v", "g"))
-    scores_shape = np.broadcast_shapes(q.shape[:-1] + (k.shape[-2],), k.shape[:-2] + (1, 1))
-    keep = np.broadcast_to(True if mask is None else mask, scores_shape)
-    scales = _conditioning.attention_grad(q, k, v, g, keep, [_exact(r) for r in references], 1 / np.sqrt(q.shape[-1]))
+    q, k, v, g, keep, bias, extra = attention_problem(inputs, mask, options)
+    scale = 1 / np.sqrt(q.shape[-1])
+    scales = _conditioning.attention_grad(q, k, v, g, keep, [_exact(r) for r in references], scale, bias, extra)
+    keep = keep[..., : keep.shape[-1] - extra]
+    chosen = not keep.all()  # some key is not attended by some query
     out = []
     for name, ref, scale in zip(kind.outputs, references, scales):
-        extra = {"undefined": ref.undefined, "scale": scale}
-        if name != "dq" and mask is not None:
-            extra["masked"] = _unattended(keep, ref.value.shape)
-        out.append(extra)
+        fields = {"undefined": ref.undefined, "scale": scale}
+        if name != "dq" and chosen:
+            fields["masked"] = _unattended(keep, ref.value.shape)
+        out.append(fields)
     return tuple(out)
 
 
@@ -146,14 +171,15 @@ def attention_conventions(kind, pc, y) -> str:
     from ..reference import evaluate_attention_grad
 
     options, inputs, index = dict(pc.case.options), pc.inputs, getattr(pc, "index", 0)
-    if not options:
+    if not options and not any(n in inputs for n in _attention.EXTRAS):
         return ""
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
 
     def exact(alt_inputs, alt_mask, alt_options):
-        keep = attention_keep(alt_inputs, alt_mask, alt_options)
+        found = attention_spec(alt_inputs, alt_mask, alt_options)
         arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
-        return evaluate_attention_grad(*arrays, keep, dtype=pc.fmt.dtype)[index].value
+        extras = {"bias": found["bias"], "sinks": found["sinks"]}
+        return evaluate_attention_grad(*arrays, found["mask"], dtype=pc.fmt.dtype, **extras)[index].value
 
     neighbours = _attention._neighbours(inputs, pc.mask, options, lq, lk)
     return _attention.closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])

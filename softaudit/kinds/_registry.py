@@ -264,7 +264,8 @@ MASKED_SOFTMAX_GRAD = Kind(
 _ATTENTION_GRAD_BEST = "P, dP, D and dS in {wide}, each gradient rounded once (attention_grad.upcast)"
 ATTENTION_GRAD = Kind(
     "attention_grad",
-    "f(q, k, v, g, mask=None) -> (dq, dk, dv), with attention's causal and window as keywords",
+    "f(q, k, v, g, mask=None) -> (dq, dk, dv), with attention's causal, window, bias, alibi_slopes and sinks as "
+    "keywords",
     arguments=("q", "k", "v", "g"),
     keywords=("mask",),
     outputs=("dq", "dk", "dv"),
@@ -280,7 +281,7 @@ ATTENTION_GRAD = Kind(
     families=_ATTENTION_FAMILIES
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal")
     + tuple(f for f in _REPORTED_ATTENTION if f != "attn_nan_masked_key")
-    + ("attn_causal", "attn_window"),
+    + ("attn_causal", "attn_window", "attn_bias", "attn_alibi", "attn_sinks"),
     reference=_grads.attention_reference,
     conditioning=_grads.attention_conditioning,
     element_inputs=_grads.attention_element_inputs,

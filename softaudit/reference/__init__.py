@@ -181,7 +181,9 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
     return Result(*(restore(a) for a in parts), undefined.reshape(moved_shape[:-1]), fine)
 
 
-def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
+def attention_grad(
+    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, dtype=None, prec=113, method="auto"
+) -> tuple:
     """(dq, dk, dv): the vector-Jacobian product of `attention` for the upstream gradient g (the output's shape).
 
     Scale and mask as for `attention`. k and v may broadcast against q along batch axes (one K/V head shared by
@@ -190,14 +192,21 @@ def attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, m
     as one sum. A query that may attend no key gets dq = 0 and adds nothing; a key no query may attend gets
     dk = dv = 0 (so with no query or no key at all, an axis of size 0, every gradient is 0). A query with a NaN or
     infinity in q, g, or a key or value it attends makes its dq and the dk, dv of the keys it attends NaN.
+
+    `bias` and `sinks` as for `attention` (the scores' additive bias, -inf removing a score; one sink logit per
+    batch entry, a key of value 0 every query attends): the gradients with respect to q, k and v of that attention.
     """
-    return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method))
+    fmt, method = target(dtype, prec), _method(method)
+    return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, bias=bias, sinks=sinks)
 
 
-def evaluate_attention_grad(q, k, v, g, mask=None, *, scale=None, dtype=None, prec=113, method="auto") -> tuple:
+def evaluate_attention_grad(
+    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, dtype=None, prec=113, method="auto"
+) -> tuple:
     """The full `Result` of each of attention_grad's (dq, dk, dv) (undefined: per query for dq, per key for dk,
     dv)."""
-    return _attention_grad(q, k, v, g, mask, scale_value(scale), target(dtype, prec), _method(method), detail=True)
+    fmt, method = target(dtype, prec), _method(method)
+    return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, detail=True, bias=bias, sinks=sinks)
 
 
 def cross_entropy(logits, target, *, dtype, **options) -> np.ndarray:

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from . import _dd, _grad_exact, _ozaki
-from ._attention import _SAFE, prepare, weights_dd
+from ._attention import _SAFE, _scores_a, prepare, weights_dd
 from ._dd import TINY, U
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
@@ -30,13 +30,12 @@ def _bound(a, a_err, b, n):
     return (_dd.gamma(n) * (np.abs(a) @ np.abs(b)) + a_err @ np.abs(b)) * up
 
 
-def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
-    """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk)."""
+def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
+    """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk), bias (Lq, Lk) or
+    None (finite where kept)."""
     d, lq, lk, dv = q.shape[1], q.shape[0], k.shape[0], v.shape[1]
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
-    s = c * (q @ k.T)
-    size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
-    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    s, ds = _scores_a(q, k, scale, bias)
     s = np.where(keep, s, -np.inf)
     any_key = keep.any(axis=1)
     m = np.where(any_key, s.max(axis=1, initial=-np.inf), 0.0)[:, None]
@@ -81,7 +80,7 @@ def tier_a(q, k, v, g, keep, scale) -> tuple[Approx, Approx, Approx]:
     return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
 
 
-def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[Approx, Approx, Approx]:
+def tier_b(q, k, v, g, keep, scale, bias=None, *, slices: int, block: int = 1 << 20) -> tuple[Approx, Approx, Approx]:
     """Double-double, one batch entry (float64 arrays below 2**500), in blocks of query rows of about `block`
     scores. Every matrix product is an Ozaki product (_ozaki: exact BLAS products of slices, `slices` per part);
     the elementwise steps are double-double operations with tier A's bounds at DD_OP_REL. Products of exact
@@ -93,7 +92,7 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
     lq, d = q.shape
     lk, dv = v.shape
     ch, cl, c_rel = _dd.scale_dd(scale, d)
-    wide = _wide_exponents(q, k, keep, ch)
+    wide = _wide_exponents(q, k, keep, ch, bias)
     k_rows, v_rows = (_ozaki.slice_rows([a], slices) for a in (k, v))
     # dq = c dS K = c dS (K - k_r) for any fixed key row k_r, as every row of dS sums to 0 (masked entries are 0).
     # Centred on the key nearest the mean, K - k_r (exact, as a double-double) is small when the keys are alike
@@ -107,7 +106,8 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
     dk_sum, dv_sum = _ozaki.ExactSum((lk, d)), _ozaki.ExactSum((lk, dv))
     dk_err, dv_err = np.zeros((lk, d)), np.zeros((lk, dv))
     for rows in row_blocks(np.arange(lq), lk, block):
-        p, p_err, px = _probabilities(q[rows], k_rows, keep[rows], ch, cl, c_rel, slices, wide is not None)
+        b = None if bias is None else bias[rows]
+        p, p_err, px = _probabilities(q[rows], k_rows, keep[rows], b, ch, cl, c_rel, slices, wide is not None)
         ds, ds_err, sx = _score_grad(p, p_err, px, g[rows], v_rows, keep[rows], slices)
         ds_q, ds_q_err, ds_k, ds_k_err, p_v, p_v_err = ds, ds_err, ds, ds_err, p, p_err
         if wide is not None:  # each at its output's power of two: dq's rows, dk's and dv's columns
@@ -143,7 +143,7 @@ def tier_b(q, k, v, g, keep, scale, slices: int, block: int = 1 << 20) -> tuple[
 _FAR = -(1 << 40)
 
 
-def _wide_exponents(q, k, keep, c) -> tuple[np.ndarray, np.ndarray] | None:
+def _wide_exponents(q, k, keep, c, bias=None) -> tuple[np.ndarray, np.ndarray] | None:
     """None, or for scores spread past float64's range (a kept weight below about 2**-865, every score within
     WIDE_ARG_MIN / 2 of its row's top): the powers of two at which dk's and dv's columns are summed, each (1, Lk).
 
@@ -153,10 +153,11 @@ def _wide_exponents(q, k, keep, c) -> tuple[np.ndarray, np.ndarray] | None:
     # |c q.k| <= |c| |q| |k| (Cauchy-Schwarz): below the threshold for the largest norms, no score can be 600 below
     # its row's top, and the float64 product of every score (a cost on tier B's path) is not needed.
     sizes = [np.sqrt(np.einsum("ij,ij->i", a, a)).max(initial=0.0) for a in (q, k)]
-    if 2 * abs(c) * sizes[0] * sizes[1] < 599.0:
+    spread = 0.0 if bias is None else 2 * np.abs(np.where(keep, bias, 0.0)).max(initial=0.0)
+    if 2 * abs(c) * sizes[0] * sizes[1] + spread < 599.0:
         return None
     with np.errstate(all="ignore"):
-        s = np.where(keep, c * (q @ k.T), -np.inf)
+        s = np.where(keep, c * (q @ k.T) + (0.0 if bias is None else bias), -np.inf)
         top = s.max(axis=1, keepdims=True, initial=-np.inf)
         t = np.where(keep, s - top, 0.0)
     if not (t.min(initial=0.0) < -600.0 and t.min(initial=0.0) >= _dd.WIDE_ARG_MIN / 2):
@@ -194,15 +195,18 @@ def _apart(hi, lo, err, x) -> Approx:
     return Approx(hi, lo, err * (1 + 2.0**-50), sign, below)
 
 
-def _probabilities(q, k_rows, keep, ch, cl, c_rel, slices, wide: bool):
-    """P = softmax(c q k^T) over the kept keys as a double-double (p_hi, p_lo) and its bound (inf on rows whose
-    exps are not certified), and with `wide` their exponents apart (P = p 2**x; else None); rows with no kept key
-    get P = 0 exactly."""
+def _probabilities(q, k_rows, keep, bias, ch, cl, c_rel, slices, wide: bool):
+    """P = softmax(c q k^T + bias) over the kept keys as a double-double (p_hi, p_lo) and its bound (inf on rows
+    whose exps are not certified), and with `wide` their exponents apart (P = p 2**x; else None); rows with no kept
+    key get P = 0 exactly. bias: None, or finite where kept (one double-double add, as the forward's tier B)."""
     total = _ozaki.ExactSum((len(q), k_rows.rest.shape[0]))
     s_err = _ozaki.product(_ozaki.slice_rows([q], slices), k_rows, total)
     sh, sl, own = total.result()
     sh, sl = _dd.mul(sh, sl, np.full_like(sh, ch), np.full_like(sh, cl))
     ds = (abs(ch) * (s_err + own) * (1 + 2.0**-50) + np.abs(sh) * (c_rel + 2 * _dd.DD_OP_REL)) * (1 + _SAFE)
+    if bias is not None:
+        sh, sl = _dd.add_d(sh, sl, np.where(keep, bias, 0.0))
+        ds = ds + np.abs(sh) * 2 * _dd.DD_OP_REL
     eh, el, total_h, total_l, eta, sigma, unsure, x = weights_dd(sh, sl, ds, keep, wide)
     ph, pl = _dd.div(eh, el, total_h[:, None], total_l[:, None])
     p_err = np.where(keep, ph * (eta + sigma[:, None] + 2 * _dd.DD_OP_REL) * (1 + _SAFE) + 4 * TINY, 0.0)
@@ -276,8 +280,10 @@ def _scale_parts(scale, d):
     return (Scale(abs(c)) if c else Scale(Fraction(1))), (-1 if c < 0 else (0 if c == 0 else 1)), Scale(c)
 
 
-def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
-    """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry)."""
+def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
+    """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry). bias (Lq, Lk)
+    or None is added to the scores: with a rational c the exponents c q.k + b are rational keys, else `Biased`
+    ones (c t + b, grouped by both parts)."""
     d = q.shape[1]
 
     def frac(a):
@@ -291,10 +297,18 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
         if skip[i] or not cols:  # undefined (nothing of it is asked for), or P = 0
             continue
         scores = [flip * sum((a * b for a, b in zip(Q[i], K[j])), Fraction(0)) for j in cols]
+        w_scale = exp_scale
+        if bias is not None:
+            b = [_fraction(exact_mpf(bias[i, j])) for j in cols]
+            if exp_scale.rational is not None:  # c s + b, rational: the exponents themselves
+                scores = [exp_scale.rational * s + x for s, x in zip(scores, b)]
+                w_scale = _grad_exact.ONE
+            else:
+                scores = [_grad_exact.Biased(s, x, d) for s, x in zip(scores, b)]
         top = max(scores)
         keys = [s - top for s in scores]
         dp = [sum((a * b for a, b in zip(G[i], V[j])), Fraction(0)) for j in cols]
-        w = _grad_exact.Weights(keys, exp_scale)
+        w = _grad_exact.Weights(keys, w_scale)
         rows[i] = (cols, w, dp, group(keys, dp), dict(zip(cols, keys)), dict(zip(cols, dp)))
     for i, a in zip(*np.nonzero(want[0])):
         if i not in rows:
@@ -324,19 +338,20 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip):
             yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
 
 
-def _fast_tiers(b, arrays, keep, scale, fmt: Format, outs, pending):
+def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending):
     """Tiers A (targets of at most 24 bits) and B on batch entry b, each on what the one before left. Queries
     whose gradient is undefined are left out (keep is False on their rows): nothing defined depends on them, and
-    their non-finite values are replaced by 0 so no product carries them."""
+    their non-finite values are replaced by 0 so no product carries them; so is the bias where not kept."""
     head = [np.where(np.isfinite(a[b]), a[b], 0).astype(np.float64) for a in arrays]
+    bias = None if bias is None else np.where(keep, bias[b], 0.0)
     tiers = [(1, tier_a)] if tier_a_target(fmt) else []
-    if max(np.abs(a).max(initial=0.0) for a in head) < 2.0**500:
+    if max(np.abs(a).max(initial=0.0) for a in head + ([] if bias is None else [bias])) < 2.0**500:
         tiers.append((2, lambda *args: tier_b(*args, slices=3 if fmt.precision <= 24 else 5)))
     for tier, run in tiers:
         if not any(m[b].any() for m in pending):
             return
         with np.errstate(all="ignore"):
-            approxes = run(*head, keep, scale)
+            approxes = run(*head, keep, scale, bias)
             for o, m, approx in zip(outs, pending, approxes):
                 rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                 if approx.below is not None:
@@ -355,10 +370,13 @@ def upstream(g, shape: tuple) -> np.ndarray:
     return g
 
 
-def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
+def attention_grad(
+    q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, extra_keys: int = 0
+) -> tuple:
     """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
-    three Results (undefined per query for dq, per key for dk and dv)."""
-    problem = prepare(q, k, v, mask, scale)
+    three Results (undefined per query for dq, per key for dk and dv). bias as `prepare` takes it (the scores
+    c q.k + b); the last `extra_keys` keys are no output (a sink's: dk and dv have that many rows fewer)."""
+    problem = prepare(q, k, v, mask, scale, bias=bias)
     q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
     if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
         raise ValueError("attention_grad needs q, k and v of one batch shape (the mask may broadcast)")
@@ -375,23 +393,30 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     pending = [np.broadcast_to(m[:, :, None], o.values.shape).copy() for m, o in zip((~bad, ~bad_key, ~bad_key), outs)]
     for o, m in zip(outs, pending):
         o.fill(~m, np.nan)
+    lk0 = lk - extra_keys
+    for o, m in zip(outs[1:], pending[1:]):  # the extra keys' dk and dv: no output
+        o.fill(np.broadcast_to(np.arange(lk)[None, :, None] >= lk0, m.shape), 0.0)
+        m[:, lk0:] = False
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
         for b in np.flatnonzero([any(m[b].any() for m in pending) for b in range(nb)]):
-            _fast_tiers(b, (qs, ks, vs, g3), keep[b] & ~bad[b][:, None], problem.scale, fmt, outs, pending)
+            run = (b, (qs, ks, vs, g3), keep[b] & ~bad[b][:, None], problem.scale, problem.bias, fmt, outs, pending)
+            _fast_tiers(*run)
     for b in range(nb):
         if any(m[b].any() for m in pending):
             args = (qs[b], ks[b], vs[b], g3[b], keep[b], problem.scale, fmt, [m[b] for m in pending], bad[b])
-            for which, (i, a), entry in _exact_batch(*args):
+            bias_b = None if problem.bias is None else problem.bias[b]
+            for which, (i, a), entry in _exact_batch(*args, bias=bias_b):
                 outs[which].put_exact((b, i, a), *entry)
-    shapes = (q0.shape, k0.shape, v0.shape)
+    shapes = (q0.shape,) + tuple(a.shape[:-2] + (lk0, a.shape[-1]) for a in (k0, v0))
+    rows = (slice(None), slice(None, lk0), slice(None, lk0))
     if not detail:
-        return tuple(o.array().reshape(shape) for o, shape in zip(outs, shapes))
-    undefined = (bad, bad_key, bad_key)
+        return tuple(o.array()[:, r].reshape(shape) for o, r, shape in zip(outs, rows, shapes))
+    undefined = (bad, bad_key[:, :lk0], bad_key[:, :lk0])
     return tuple(
         Result(
-            *(a.reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)),
-            rows.reshape(shape[:-1]),
-            None if o.fine is None else o.fine.reshape(shape),
+            *(a[:, r].reshape(shape) for a in (o.array(), o.hi, o.lo, o.err, o.tier)),
+            u.reshape(shape[:-1]),
+            None if o.fine is None else o.fine[:, r].reshape(shape),
         )
-        for o, shape, rows in zip(outs, shapes, undefined)
+        for o, r, shape, u in zip(outs, rows, shapes, undefined)
     )

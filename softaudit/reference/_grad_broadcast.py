@@ -88,25 +88,34 @@ def plan(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Stacking | None:
     )
 
 
-def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False):
+def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, sinks=None):
     """(dq, dk, dv) correctly rounded, with K and V broadcast against q or not: dq of q's shape, dk and dv of k's
     and v's (each the exact sum over the query heads sharing it, rounded once). With detail, three Results
-    (undefined per query for dq, per key for dk and dv)."""
+    (undefined per query for dq, per key for dk and dv). bias: broadcastable to (..., Lq, Lk), added to the scores
+    (-inf removes a key); sinks: one logit per batch entry (`with_sinks`)."""
     q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     stacking = plan(q, k, v)
-    empty = _no_pairs(q, k, v, g, mask, scale, fmt, detail)
+    empty = _no_pairs(q, k, v, g, mask, scale, fmt, detail) if sinks is None else None
     if empty is not None:
         return empty
+    extra = 0
+    if sinks is not None:
+        k, v, mask, bias = with_sinks(q, k, v, mask, bias, sinks)
+        extra = 1
     if stacking is None:
-        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail)
+        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail, bias, extra)
     rows = stacking.batch + (stacking.lq,)
     g = _grad_attention.upstream(g, rows + v.shape[-1:])
     keep = None if mask is None else stacking.queries(bool_mask(mask, "mask", rows + k.shape[-2:-1]))
+    if bias is not None:
+        bias = float_array(bias, "bias", min_ndim=0).astype(np.float64)
+        bias = stacking.queries(np.broadcast_to(bias, rows + k.shape[-2:-1]))
     own = stacking.own
     args = (stacking.queries(q), k.reshape(own + k.shape[-2:]), v.reshape(own + v.shape[-2:]), stacking.queries(g))
-    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail)
+    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail, bias, extra)
+    shapes = [a.shape[:-2] + (a.shape[-2] - extra, a.shape[-1]) for a in (k, v)]
     if not detail:
-        return stacking.unstack(dq, q.shape), dk.reshape(k.shape), dv.reshape(v.shape)
+        return stacking.unstack(dq, q.shape), dk.reshape(shapes[0]), dv.reshape(shapes[1])
     parts = ("value", "hi", "lo", "err", "tier")
     dq = Result(
         *(stacking.unstack(getattr(dq, p), q.shape) for p in parts),
@@ -115,13 +124,41 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
     )
     dk, dv = (
         Result(
-            *(getattr(r, p).reshape(a.shape) for p in parts),
-            r.undefined.reshape(a.shape[:-1]),
-            None if r.fine is None else r.fine.reshape(a.shape),
+            *(getattr(r, p).reshape(shape) for p in parts),
+            r.undefined.reshape(shape[:-1]),
+            None if r.fine is None else r.fine.reshape(shape),
         )
-        for r, a in ((dk, k), (dv, v))
+        for r, shape in ((dk, shapes[0]), (dv, shapes[1]))
     )
     return dq, dk, dv
+
+
+def with_sinks(q, k, v, mask, bias, sinks):
+    """The problem with each batch entry's sink as one more key (k = 0, v = 0, kept by every query, its score the
+    sink's logit z, through the bias), at the end: (k, v, mask, bias). k and v keep their own batch shape (a K/V head
+    shared by query heads gets one zero key; its column's bias is each query head's own z)."""
+    batch = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    lq, lk = q.shape[-2], k.shape[-2]
+    z = float_array(sinks, "sinks", min_ndim=0).astype(np.float64)
+    try:
+        z = np.broadcast_to(z, batch)
+    except ValueError:
+        raise ValueError(f"sinks of shape {z.shape} do not broadcast to the batch shape {batch}") from None
+    k = np.concatenate([k, np.zeros(k.shape[:-2] + (1, k.shape[-1]), k.dtype)], axis=-2)
+    v = np.concatenate([v, np.zeros(v.shape[:-2] + (1, v.shape[-1]), v.dtype)], axis=-2)
+    scores = batch + (lq, lk)
+    keep = np.ones(scores, bool) if mask is None else np.broadcast_to(bool_mask(mask, "mask", scores), scores)
+    mask = np.concatenate([keep, np.ones(batch + (lq, 1), bool)], axis=-1)
+    if bias is None:
+        bias = np.zeros(scores)
+    else:
+        b = float_array(bias, "bias", min_ndim=0).astype(np.float64)
+        try:
+            bias = np.broadcast_to(b, scores)
+        except ValueError:
+            raise ValueError(f"bias of shape {b.shape} does not broadcast to {scores}") from None
+    bias = np.concatenate([bias, np.broadcast_to(z[..., None, None], batch + (lq, 1))], axis=-1)
+    return k, v, mask, bias
 
 
 def _no_pairs(q, k, v, g, mask, scale, fmt: Format, detail: bool):

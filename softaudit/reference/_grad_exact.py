@@ -20,6 +20,8 @@ values sitting on rounding boundaries. Otherwise the value is irrational and ref
 
 from __future__ import annotations
 
+import dataclasses
+
 from mpmath import libmp
 
 from ._exact import Entry, _rational, _refine, decide, decide_sum, rational_scale
@@ -44,6 +46,40 @@ def _dyadic(x: Fraction) -> bool:
     return x.denominator & (x.denominator - 1) == 0
 
 
+@dataclasses.dataclass(frozen=True)
+class Biased:
+    """A key whose exponent is c t + b: a score c q.k plus a bias b, c = 1/sqrt(d) irrational (d not a square), t and
+    b exact rationals. Two keys have one exponent only when both parts agree (c is irrational), so grouping by
+    (t, b) is grouping by exponent and Lindemann-Weierstrass decides zeros as for plain keys. Keys add as exponents
+    do; they compare by the exact value of c t + b (`d` is the same for every key of a row)."""
+
+    t: Fraction
+    b: Fraction
+    d: int = dataclasses.field(compare=False)
+
+    def __add__(self, other: Biased) -> Biased:
+        return Biased(self.t + other.t, self.b + other.b, self.d)
+
+    def __sub__(self, other: Biased) -> Biased:
+        return Biased(self.t - other.t, self.b - other.b, self.d)
+
+    def __bool__(self) -> bool:
+        return bool(self.t or self.b)
+
+    def __lt__(self, other: Biased) -> bool:
+        """c t1 + b1 < c t2 + b2, decided exactly: the sign of x / sqrt(d) + y (x, y the differences) is theirs where
+        they agree, else the sign of the larger of x**2 / d and y**2 (never equal: sqrt(d) is irrational)."""
+        x, y = other.t - self.t, other.b - self.b
+        if x >= 0 and y >= 0:
+            return bool(x or y)
+        if x <= 0 and y <= 0:
+            return False
+        return (x * x / self.d > y * y) == (x > 0)
+
+    def __gt__(self, other: Biased) -> bool:
+        return other < self
+
+
 class Scale:
     """A positive real c multiplying exponents or results: rational (a given scale, 1 for rows) or 1/sqrt(d)."""
 
@@ -53,15 +89,24 @@ class Scale:
         self.rational = rational
         self.d = d
 
-    def times(self, key: Fraction, wp: int) -> tuple[tuple, bool]:
-        """c * key at precision wp, and whether it is exact (else within 2**(1 - wp) relative)."""
+    def times(self, key, wp: int) -> tuple[tuple, int | None]:
+        """The exponent of a key at precision wp: c * key (a Fraction), or c t + b (a `Biased` key); and None where
+        it is exact, else m with its error below 2**(m + 1 - wp) (m the magnitude of the inexact product)."""
+        bias = None
+        if isinstance(key, Biased):
+            key, bias = key.t, key.b
         if self.rational is not None:
-            value = self.rational * key
+            value = self.rational * key + (bias or 0)
             if _dyadic(value):
-                return _mpf(value), True
-            return _mpf(value, wp), False
-        c = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(self.d), wp + 12), wp + 12)
-        return libmp.mpf_mul(c, _mpf(key), wp), False
+                return _mpf(value), None
+            product = _mpf(value, wp)
+        else:
+            c = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(self.d), wp + 12), wp + 12)
+            product = libmp.mpf_mul(c, _mpf(key), wp)
+            if bias is not None:  # b is dyadic: added exactly, so the error stays the product's
+                value = libmp.mpf_add(product, _mpf(bias), 0)
+                return value, (product[2] + product[3] if product != libmp.fzero else None)
+        return product, (product[2] + product[3] if product != libmp.fzero else -wp)
 
     def value(self, wp: int) -> tuple:
         if self.rational is not None:
@@ -103,8 +148,9 @@ class Weights:
     def __init__(self, keys: list[Fraction], scale: Scale = ONE):
         self.keys = keys
         self.scale = scale
+        self.zero = keys[0] - keys[0]  # the top key's (keys are exponents less the largest)
         self.counts = group(keys, [Fraction(1)] * len(keys))  # s as {key: count}
-        self.n0 = self.counts[Fraction(0)]
+        self.n0 = self.counts[self.zero]
         self._exps: dict[int, tuple[dict, tuple]] = {}
 
     def exps(self, wp: int, keys=None) -> tuple[dict, tuple] | None:
@@ -115,12 +161,12 @@ class Weights:
         keys = self.counts if keys is None else keys
         out, top_mag, inexact = {}, -wp, False
         for key in keys:
-            t, exact = self.scale.times(key, wp)
-            inexact |= not exact
-            if t != libmp.fzero:
-                top_mag = max(top_mag, t[2] + t[3])
+            t, mag = self.scale.times(key, wp)
+            if mag is not None:
+                inexact = True
+                top_mag = max(top_mag, mag)
             out[key] = t
-        # mpmath's exp is within 4 ulp; an inexact exponent (relative error 2**(1 - wp)) adds |t| 2**(1 - wp) 1.01.
+        # mpmath's exp is within 4 ulp; an inexact exponent (error below 2**(m + 1 - wp)) adds 2**(m + 1 - wp) 1.01.
         if inexact and top_mag + 22 > wp:
             return None
         eta = libmp.from_man_exp(1, 2 - wp)
@@ -163,7 +209,7 @@ class Form:
             self.expand()
 
     def _top(self, k) -> Fraction:
-        zero = Fraction(0)
+        zero = self.w.zero
         if k == 1:
             return self.numerator.get(zero, Fraction(0))
         sab, sa, sb = self._n_parts
@@ -184,10 +230,10 @@ class Form:
             n0, top = self.w.n0, self.n0_value
             rho = {k: v for k, v in self.w.counts.items() if k}
             s_part = combine(
-                Fraction(n0**self.k), {Fraction(0): Fraction(1)}, Fraction(self.k * n0 ** (self.k - 1)), rho
+                Fraction(n0**self.k), {self.w.zero: Fraction(1)}, Fraction(self.k * n0 ** (self.k - 1)), rho
             )
             self.correction = combine(self.d0, self.numerator, -top, s_part)
-            self.correction.pop(Fraction(0), None)  # cancels exactly
+            self.correction.pop(self.w.zero, None)  # cancels exactly
             self.rho2 = -top if self.k == 2 and rho else Fraction(0)
         if full and self.rho2:
             rho = {k: v for k, v in self.w.counts.items() if k}
@@ -212,7 +258,7 @@ class Form:
         keys = sorted(self.w.counts, reverse=True)
         if len(keys) < 2:
             return Fraction(0)
-        t1, zero = keys[1], Fraction(0)
+        t1, zero = keys[1], self.w.zero
         sab, sa, sb = self._n_parts
         n = self.w.counts
         return (

@@ -147,3 +147,44 @@ def test_jax_backward_aligns_causal_top_left_as_its_forward_and_the_audit_says_s
     top_left, bottom_right = (vjp(mask=np.tril(np.ones((3, 5), bool), k=d)[None, None]) for d in (0, 2))
     assert all(np.array_equal(a, b) for a, b in zip(causal, top_left))
     assert not all(np.allclose(a, b) for a, b in zip(causal, bottom_right))
+
+
+@pytest.mark.parametrize(
+    "name, families", [("sdpa_bias_grad", ["attn_bias", "attn_alibi"]), ("sdpa_sinks_grad", ["attn_sinks"])]
+)
+def test_torch_backward_with_a_bias_alibi_and_sinks_passes_in_float32(name, families):
+    """autograd through SDPA with the bias and ALiBi in its float attn_mask, and through the sink as a key of
+    value 0: every float32 row passes; no row fails in bfloat16 (FlashAttention 2's form warns there too)."""
+    pytest.importorskip("torch")
+    table = _audit(f"softaudit.frameworks.torch:{name}", "attention_grad", families, ("float32", "bfloat16"))
+    assert len(table) == len(families) * 2 * 3, table[["family", "dtype", "output", "verdict"]]
+    assert set(table[table.dtype == "float32"].verdict) == {"pass"}
+    assert "fail" not in set(table.verdict), table[["family", "dtype", "output", "verdict", "note"]]
+
+
+@pytest.mark.parametrize(
+    "name, family",
+    [("dot_product_attention_modified_grad", "attn_bias"), ("dot_product_attention_sinks_grad", "attn_sinks")],
+)
+def test_jax_backward_with_a_bias_and_sinks_passes_in_float32_and_is_float32_accurate_in_float64(name, family):
+    """float32 passes; float64 fails as JAX's float64 attention VJP does without a bias (its softmax in float32).
+    Outside softaudit: with x64 on, jax.vjp of the biased attention in float64 is 1e-8-accurate against the float64
+    oracle where a float64 backward is 1e-15-accurate."""
+    jax = pytest.importorskip("jax")
+    table = _audit(f"softaudit.frameworks.jax:{name}", "attention_grad", [family], ("float32", "float64"))
+    assert set(table[table.dtype == "float32"].verdict) == {"pass"}, table[["dtype", "output", "verdict", "note"]]
+    assert set(table[table.dtype == "float64"].verdict) == {"fail"}
+    assert table[table.dtype == "float64"].note.str.contains("intermediates are kept in float32").any()
+
+    from softaudit.adapters._bridge import context
+
+    from ..gradients import oracle as O
+
+    rng = np.random.default_rng(0)
+    q, k, v, g = (rng.standard_normal(s) for s in ((1, 4, 1, 16), (1, 6, 1, 16), (1, 6, 1, 16), (1, 4, 1, 16)))
+    bias = rng.standard_normal((1, 1, 4, 6))
+    with context("jax"):
+        got = jax.vjp(lambda q, k, v: jax.nn.dot_product_attention(q, k, v, bias=bias), q, k, v)[1](g)
+    want = O.mp_attention_vjp(q[0, :, 0], k[0, :, 0], v[0, :, 0], g[0, :, 0], None, bias[0, 0])
+    errors = [np.abs(np.asarray(a)[0, :, 0] - w).max() / np.abs(w).max() for a, w in zip(got, want)]
+    assert all(a.dtype == np.float64 for a in got) and all(1e-10 < e < 1e-6 for e in errors), errors

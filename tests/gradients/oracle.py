@@ -90,3 +90,39 @@ def normwise(got, exact) -> float:
         return math.inf
     scale = np.linalg.norm(exact)
     return float(np.linalg.norm(got - exact) / (scale if scale > 0 else 1))
+
+
+def mp_attention_vjp(q, k, v, g, keep=None, bias=None, sinks=None, dps: int = 60):
+    """attention's (dq, dk, dv) of one batch entry in mpmath at `dps` digits, as float64 (q (Lq, d), k and v (Lk, .),
+    keep and bias (Lq, Lk), sinks a scalar logit: one more key of value 0 every query attends), from the plain
+    formulas: P over the kept keys (and the sink) of c q.k + b, dS = P (dP - sum P dP), dq = c dS k, dk = c dS^T q,
+    dv = P^T g. A query with nothing kept gives 0."""
+    lq, d = np.shape(q)
+    lk = np.shape(k)[0]
+    keep = np.ones((lq, lk), bool) if keep is None else np.asarray(keep, bool)
+    with mpmath.workdps(dps):
+        c = 1 / mpmath.sqrt(d)
+        Q, K, V, G = ([[mpmath.mpf(float(x)) for x in row] for row in np.asarray(a, np.float64)] for a in (q, k, v, g))
+        dq = [[mpmath.mpf(0)] * d for _ in range(lq)]
+        dk = [[mpmath.mpf(0)] * d for _ in range(lk)]
+        dv = [[mpmath.mpf(0)] * len(V[0]) for _ in range(lk)]
+        for i in range(lq):
+            cols = [j for j in range(lk) if keep[i, j]]
+            s = {j: c * mpmath.fsum(a * b for a, b in zip(Q[i], K[j])) for j in cols}
+            if bias is not None:
+                s = {j: s[j] + mpmath.mpf(float(bias[i][j])) for j in cols}
+            e = {j: mpmath.exp(s[j]) for j in cols}
+            total = mpmath.fsum(e.values()) + (0 if sinks is None else mpmath.exp(mpmath.mpf(float(sinks))))
+            if not total:
+                continue
+            p = {j: e[j] / total for j in cols}
+            dp = {j: mpmath.fsum(a * b for a, b in zip(G[i], V[j])) for j in cols}
+            mean = mpmath.fsum(p[j] * dp[j] for j in cols)  # the sink's dP is 0
+            for j in cols:
+                ds = p[j] * (dp[j] - mean)
+                for t in range(d):
+                    dq[i][t] += c * ds * K[j][t]
+                    dk[j][t] += c * ds * Q[i][t]
+                for t in range(len(V[0])):
+                    dv[j][t] += p[j] * G[i][t]
+        return tuple(np.array([[float(x) for x in row] for row in a]) for a in (dq, dk, dv))
