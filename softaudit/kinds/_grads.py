@@ -104,7 +104,7 @@ def attention_problem(inputs: dict, mask, options: dict) -> tuple:
     """(q, k, v, g, keep, bias, extra) in float64 for the bounds that read the modified problem (the conditioning,
     the rounding budget): keep and bias broadcast to the scores' shape (bias None without one), a sink as one more
     key at the end (k = v = 0, its logit in the bias column; extra = 1, else 0)."""
-    from ..reference._grad_broadcast import with_sinks
+    from ..reference import with_sinks
 
     found = attention_spec(inputs, mask, options)
     q, k, v, g = (np.asarray(inputs[n], dtype=np.float64) for n in ("q", "k", "v", "g"))

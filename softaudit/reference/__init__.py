@@ -24,6 +24,7 @@ from ._formats import Format as Format
 from ._formats import format_of as format_of
 from ._formats import round_array
 from ._grad_broadcast import attention_grad as _attention_grad
+from ._grad_broadcast import with_sinks as with_sinks
 from ._grad_rows import round_rows as round_grad_rows
 from ._validate import axis_index, bool_mask, float_array, scale_value, target
 
@@ -54,6 +55,7 @@ __all__ = [
     "softmax",
     "softmax_grad",
     "undefined_rows",
+    "with_sinks",
 ]
 
 _ROW_KINDS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")

@@ -174,18 +174,23 @@ def test_attention_modifiers_are_drawn_where_the_candidate_takes_them_and_the_re
         find(gradients("attention_grad", F16), lambda d: bool(d[2]) or set(d[0]) != set("qkvg"), settings=QUICK)
 
 
-def test_attention_grad_draws_causal_and_windows_where_taken_and_never_a_modifier_its_reference_lacks():
+def test_attention_grad_draws_the_modifiers_it_takes_and_never_a_softcap_its_reference_lacks():
     from softaudit import kinds
     from softaudit.hunt._strategies import ATTENTION_KEYWORDS, keywords
 
     grad_kind = kinds.get("attention_grad")
-    assert keywords(grad_kind) == ("causal", "window")
+    assert keywords(grad_kind) == ("causal", "window", "bias", "alibi_slopes", "sinks")
     every = frozenset(ATTENTION_KEYWORDS)
-    inputs, mask, options = find(
-        gradients("attention_grad", F16, every), lambda d: {"causal", "window"} <= set(d[2]), settings=QUICK
-    )
+
+    def all_of_them(drawn):
+        inputs, _, options = drawn
+        return {"bias", "alibi_slopes", "sinks"} <= set(inputs) and {"causal", "window"} <= set(options)
+
+    inputs, mask, options = find(gradients("attention_grad", F16, every), all_of_them, settings=QUICK)
     dq, dk, dv = grad_kind.reference(grad_kind, inputs, mask, "float16", **options)
     assert dq.value.shape == inputs["q"].shape and dv.value.shape[-1] == inputs["v"].shape[-1]
     assert dk.value.shape[-2:] == inputs["k"].shape[-2:]
     with pytest.raises(NoSuchExample):
-        find(gradients("attention_grad", F16, every), lambda d: set(d[0]) != set("qkvg"), settings=QUICK)
+        find(gradients("attention_grad", F16, every), lambda d: "softcap" in d[2], settings=QUICK)
+
+
