@@ -16,6 +16,7 @@ from . import (
     attention,
     attention_grad,
     attention_lse,
+    attention_sinks_grad,
     cross_entropy,
     cross_entropy_grad,
     log_softmax,
@@ -61,6 +62,7 @@ def builtins() -> list[Candidate]:
         logsumexp_grad,
         masked_softmax_grad,
         attention_grad,
+        attention_sinks_grad,
         cross_entropy_grad,
     )
     return [c for module in modules for c in load_target(module.__name__)]

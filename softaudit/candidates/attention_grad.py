@@ -55,6 +55,23 @@ def _modified(s, mask, causal, window, bias, alibi_slopes):
     return modified(s, mask, bias=bias, alibi_slopes=alibi_slopes, causal=causal, window=window)
 
 
+def naive_weights(q, k, mask, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
+    """(P, the sink's share P_z, c) as `naive` forms them, in q's dtype: masked scores -inf, the row's max shifted
+    out (P_z is 0 without a sink)."""
+    dtype = q.dtype
+    c = const(1 / np.sqrt(q.shape[-1]), dtype)
+    s, mask = _modified(matmul(q, _t(k), dtype) * c, mask, causal, window, bias, alibi_slopes)
+    if mask is not None:
+        s = np.where(mask, s, const(-np.inf, dtype))
+    if sinks is None:
+        e = exp(s - row_max(s))
+        total, sink = dtype_sum(e), np.zeros((), dtype)
+    else:
+        e, sink, _ = _sink_weights(s, None, sinks, dtype)
+        total = dtype_sum(e) + sink
+    return e / total, sink / total, c
+
+
 @candidate(kind="attention_grad", name="attention_grad.naive")
 def naive(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
     """Attention backward in the dtype, masked scores set to -inf, P and every intermediate rounded to the dtype.
@@ -63,19 +80,22 @@ def naive(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_
     dtype = q.dtype
     g = g.astype(dtype)
     with np.errstate(all="ignore"):
-        c = const(1 / np.sqrt(q.shape[-1]), dtype)
-        s, mask = _modified(matmul(q, _t(k), dtype) * c, mask, causal, window, bias, alibi_slopes)
-        if mask is not None:
-            s = np.where(mask, s, const(-np.inf, dtype))
-        if sinks is None:
-            e = exp(s - row_max(s))
-            p = e / dtype_sum(e)
-        else:
-            e, sink, _ = _sink_weights(s, None, sinks, dtype)
-            p = e / (dtype_sum(e) + sink)
+        p, _, c = naive_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
         dp = matmul(g, _t(v), dtype)
         # A shared K/V head's dk and dv: each query head's rounded to the dtype, summed pairwise in the dtype.
         return _backward(q, k, v, g, p, dp, dtype_sum(dp * p), c)
+
+
+def upcast_weights(q, k, mask, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
+    """(P, the sink's share P_z, c) as `upcast` forms them, in the working dtype (float32 for 16-bit q): masked
+    keys excluded with where, P = 0 for a query with nothing to attend."""
+    w = work_dtype(q.dtype)
+    c = 1 / np.sqrt(w.type(q.shape[-1]))
+    s, mask = _modified(matmul(q.astype(w), _t(k.astype(w)), w) * c, mask, causal, window, bias, alibi_slopes)
+    e, sink, _ = _sink_weights(s, _keep(mask, s.shape), sinks, w)
+    total = dtype_sum(e) + sink
+    safe = np.where(total > 0, total, 1)
+    return np.where(total > 0, e / safe, 0), np.where(total > 0, sink / safe, 0), c
 
 
 @candidate(kind="attention_grad", name="attention_grad.upcast")
@@ -85,15 +105,19 @@ def upcast(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi
     w = work_dtype(q.dtype)
     q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g))
     with np.errstate(all="ignore"):
-        c = 1 / np.sqrt(w.type(q.shape[-1]))
-        s, mask = _modified(matmul(q32, _t(k32), w) * c, mask, causal, window, bias, alibi_slopes)
-        e, sink, _ = _sink_weights(s, _keep(mask, s.shape), sinks, w)
-        total = dtype_sum(e) + sink
-        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0)
+        p, _, c = upcast_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
         dp = matmul(g32, _t(v32), w)
         # A shared K/V head's dk and dv: the query heads' float32 gradients summed in float32, rounded once.
         grads = _backward(q32, k32, v32, g32, p, dp, dtype_sum(dp * p), c)
         return tuple(grad.astype(q.dtype) for grad in grads)
+
+
+def additive(q, k, mask, causal=False, window=None, bias=None, alibi_slopes=None):
+    """(the bias with ALiBi's in the working dtype, None without either; the keys each query attends, None for
+    all), as FlashAttention 2's kernels take them."""
+    scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (q.shape[-2], k.shape[-2])
+    extra, mask = _modified(np.zeros(scores, work_dtype(q.dtype)), mask, causal, window, bias, alibi_slopes)
+    return (None if bias is None and alibi_slopes is None else extra), mask
 
 
 def _saved_lse(q, k, mask, block, extra=None, sinks=None):
@@ -155,12 +179,10 @@ def flash2_backward(block: int = 64):
         entry."""
         w, dtype = work_dtype(q.dtype), q.dtype
         q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
-        lq, lk = q.shape[-2], k.shape[-2]
+        lk = k.shape[-2]
         with np.errstate(all="ignore"):
             c = 1 / np.sqrt(w.type(q.shape[-1]))
-            scores = np.broadcast_shapes(q.shape[:-2], k.shape[:-2]) + (lq, lk)
-            extra, mask = _modified(np.zeros(scores, w), mask, causal, window, bias, alibi_slopes)
-            extra = None if bias is None and alibi_slopes is None else extra
+            extra, mask = additive(q, k, mask, causal, window, bias, alibi_slopes)
             lse = _saved_lse(q, k, mask, block, extra, sinks)
             d = flash2_delta(q, k, v, g, mask, block, bias=bias, alibi_slopes=alibi_slopes, sinks=sinks)
             keep = _keep(mask, lse.shape[:-1] + (lk,))

@@ -234,6 +234,14 @@ def dot_product_attention_sinks_grad(q, k, v, g, mask=None, *, sinks=None, bias=
     return tuple(_vjp(lambda q, k, v: dot_product_attention_sinks(q, k, v, mask, sinks=sinks, bias=bias), [q, k, v], g))
 
 
+@candidate(kind="attention_sinks_grad", name="jax.nn.dot_product_attention_sinks_learned_grad", framework="jax")
+def dot_product_attention_sinks_learned_grad(q, k, v, g, sinks, mask=None, *, bias=None):
+    """The VJP of `jax.nn.dot_product_attention_sinks` with respect to q, k, v and the sinks: (dq, dk, dv, dsinks)."""
+    return tuple(
+        _vjp(lambda q, k, v, z: dot_product_attention_sinks(q, k, v, mask, sinks=z, bias=bias), [q, k, v, sinks], g)
+    )
+
+
 @candidate(kind="attention_lse", name="jax.nn.dot_product_attention_lse", framework="jax")
 def dot_product_attention_lse(q, k, v, mask=None):
     """jax.nn.dot_product_attention(..., return_residual=True): the output and each query's logsumexp."""

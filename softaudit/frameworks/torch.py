@@ -393,6 +393,14 @@ def sdpa_sinks(q, k, v, mask=None, *, sinks=None, bias=None, alibi_slopes=None, 
     return _run(lambda: scaled_dot_product_attention(q1, k1, v1, attn_mask=additive))
 
 
+@candidate(kind="attention_sinks_grad", name="torch.sdpa_sinks_learned_grad", framework="torch")
+def sdpa_sinks_learned_grad(q, k, v, g, sinks, mask=None, *, bias=None, alibi_slopes=None, causal=False, window=None):
+    """The backward of `torch.sdpa_sinks` with the sinks learned (gpt-oss's nn.Parameter per head): autograd's
+    (dq, dk, dv, dsinks)."""
+    options = {"bias": bias, "alibi_slopes": alibi_slopes, "causal": causal, "window": window}
+    return _vjp(lambda q, k, v, z: sdpa_sinks(q, k, v, mask, sinks=z, **options), [q, k, v, sinks], g)
+
+
 @candidate(kind="attention_lse", name="torch.sdpa_flash_cpu_lse", framework="torch")
 def sdpa_flash_cpu_lse(q, k, v, mask=None):
     """torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: SDPA's CPU flash kernel, which returns the

@@ -7,6 +7,7 @@ from __future__ import annotations
 from . import _attention, _grads, _rows
 from ._kind import Kind
 from .attention_lse import ATTENTION_LSE
+from .attention_sinks_grad import ATTENTION_SINKS_GRAD
 from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
 from .merge_attention import MERGE_ATTENTION
 
@@ -318,6 +319,7 @@ KINDS: dict[str, Kind] = {
         LOGSUMEXP_GRAD,
         MASKED_SOFTMAX_GRAD,
         ATTENTION_GRAD,
+        ATTENTION_SINKS_GRAD,
         CROSS_ENTROPY_GRAD,
     )
 }

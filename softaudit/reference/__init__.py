@@ -26,6 +26,7 @@ from ._formats import round_array
 from ._grad_broadcast import attention_grad as _attention_grad
 from ._grad_broadcast import with_sinks as with_sinks
 from ._grad_rows import round_rows as round_grad_rows
+from ._grad_sinks import sink_grad as _sink_grad
 from ._validate import axis_index, bool_mask, float_array, scale_value, target
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "evaluate_cross_entropy",
     "evaluate_cross_entropy_grad",
     "evaluate_grad",
+    "evaluate_sinks_grad",
     "format_of",
     "log_softmax",
     "log_softmax_grad",
@@ -52,6 +54,7 @@ __all__ = [
     "masked_softmax",
     "masked_softmax_grad",
     "round_to",
+    "sinks_grad",
     "softmax",
     "softmax_grad",
     "undefined_rows",
@@ -209,6 +212,22 @@ def evaluate_attention_grad(
     dv)."""
     fmt, method = target(dtype, prec), _method(method)
     return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, detail=True, bias=bias, sinks=sinks)
+
+
+def sinks_grad(q, k, v, g, sinks, mask=None, *, scale=None, bias=None, dtype=None, prec=113, method="auto"):
+    """The gradient of `attention` with `sinks` with respect to each sink's logit, for the upstream gradient g (the
+    output's shape), correctly rounded, of sinks' shape: dz = -sum_i P_i,z D_i over the queries of every batch entry
+    that shares the sink (P_i,z its weight, D_i = sum_j P_ij dP_ij; its value being 0, its dP is 0). NaN where a
+    query of those entries is undefined for `attention_grad`. Mask, scale and bias as for `attention`."""
+    return evaluate_sinks_grad(
+        q, k, v, g, sinks, mask, scale=scale, bias=bias, dtype=dtype, prec=prec, method=method
+    ).value
+
+
+def evaluate_sinks_grad(q, k, v, g, sinks, mask=None, *, scale=None, bias=None, dtype=None, prec=113, method="auto"):
+    """The full `Result` of `sinks_grad` (undefined: per sink)."""
+    fmt, method = target(dtype, prec), _method(method)
+    return _sink_grad(q, k, v, g, mask, scale_value(scale), fmt, method, bias=bias, sinks=sinks)
 
 
 def cross_entropy(logits, target, *, dtype, **options) -> np.ndarray:

@@ -33,6 +33,22 @@ def _bound(a, a_err, b, n):
 def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
     """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk), bias (Lq, Lk) or
     None (finite where kept)."""
+    lq, lk = q.shape[0], k.shape[0]
+    c, c_rel, p, p_err, dss, ds_err = score_grad_a(q, k, v, g, keep, scale, bias)
+    # dV = P^T dO
+    dv_hi = p.T @ g
+    dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * 4 * TINY  # underflowing products and bounds
+    out = []
+    for a, a_err, b, n in ((dss, ds_err, k, lk), (dss.T, ds_err.T, q, lq)):
+        hi = c * (a @ b)
+        err = abs(c) * (_bound(a, a_err, b, n) + n * TINY * (np.abs(a) @ (b != 0))) + np.abs(hi) * (c_rel + U)
+        out.append(Approx(hi, None, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0)), 0.0))
+    return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
+
+
+def score_grad_a(q, k, v, g, keep, scale, bias=None):
+    """Tier A's (c, c_rel, P, P's bound, dS, dS's bound) in float64 for one batch entry (`tier_a`'s arguments):
+    P within p_err (inf on rows whose exps are not certified), dS = P (dP - D) within ds_err."""
     d, lq, lk, dv = q.shape[1], q.shape[0], k.shape[0], v.shape[1]
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
     s, ds = _scores_a(q, k, scale, bias)
@@ -49,9 +65,6 @@ def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
     p_err = np.where(keep, p * (eta + sigma[:, None] + 2 * U) * (1 + _SAFE) + TINY, 0.0)
     unsure = ~(first.max(axis=1, initial=0.0) <= 2.0**-20) | ~(sigma <= 2.0**-20)
     p_err[unsure] = np.inf
-    # dV = P^T dO
-    dv_hi = p.T @ g
-    dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * 4 * TINY  # underflowing products and bounds
     # dP = dO V^T, centred on one of its kept values per row (the centre cancels exactly from dS)
     dp = g @ v.T
     dp_err = _dd.gamma(dv) * (np.abs(g) @ np.abs(v).T) * (1 + 2 * _dd.gamma(dv)) + dv * TINY * (dp != 0)
@@ -72,12 +85,7 @@ def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
     ds_err = (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + 4 * TINY * ((dd_ != 0) | (d_err != 0))
     ds_err = np.where(keep, ds_err, 0.0)
     ds_err *= 1 + _SAFE
-    out = []
-    for a, a_err, b, n in ((dss, ds_err, k, lk), (dss.T, ds_err.T, q, lq)):
-        hi = c * (a @ b)
-        err = abs(c) * (_bound(a, a_err, b, n) + n * TINY * (np.abs(a) @ (b != 0))) + np.abs(hi) * (c_rel + U)
-        out.append(Approx(hi, None, err * (1 + _SAFE) + 4 * TINY * ((hi != 0) | (err != 0)), 0.0))
-    return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
+    return c, c_rel, p, p_err, dss, ds_err
 
 
 def tier_b(q, k, v, g, keep, scale, bias=None, *, slices: int, block: int = 1 << 20) -> tuple[Approx, Approx, Approx]:
@@ -280,10 +288,11 @@ def _scale_parts(scale, d):
     return (Scale(abs(c)) if c else Scale(Fraction(1))), (-1 if c < 0 else (0 if c == 0 else 1)), Scale(c)
 
 
-def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
-    """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry). bias (Lq, Lk)
-    or None is added to the scores: with a rational c the exponents c q.k + b are rational keys, else `Biased`
-    ones (c t + b, grouped by both parts)."""
+def exact_rows(q, k, v, g, keep, scale, skip, bias=None):
+    """Tier C's exact setting of one batch entry: (Q, K, G as Fractions, the factor of dq and dk, and per query i
+    not skipped that attends some key: (cols, Weights, dP, dP grouped by key, {col: key}, {col: dP})). bias (Lq, Lk)
+    or None is added to the scores: with a rational c the exponents c q.k + b are rational keys, else `Biased` ones
+    (c t + b, grouped by both parts)."""
     d = q.shape[1]
 
     def frac(a):
@@ -310,6 +319,18 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
         dp = [sum((a * b for a, b in zip(G[i], V[j])), Fraction(0)) for j in cols]
         w = _grad_exact.Weights(keys, w_scale)
         rows[i] = (cols, w, dp, group(keys, dp), dict(zip(cols, keys)), dict(zip(cols, dp)))
+    return Q, K, G, factor, rows
+
+
+def score_grad_form(row, j) -> Form:
+    """dS_ij = P_ij (dP_ij - D_i) of a query's row (`exact_rows`) at its kept key j, as a cov form."""
+    _, w, _, dp_group, key_of, dp_of = row
+    return Form(w, cov=({key_of[j]: dp_of[j]} if dp_of[j] else {}, {key_of[j]: Fraction(1)}, dp_group))
+
+
+def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
+    """Tier C for one batch entry: want = (dq mask, dk mask, dv mask); yields (which, index, Entry)."""
+    Q, K, G, factor, rows = exact_rows(q, k, v, g, keep, scale, skip, bias)
     for i, a in zip(*np.nonzero(want[0])):
         if i not in rows:
             yield 0, (i, a), _grad_exact.decide_terms([], factor, fmt)
@@ -321,15 +342,13 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
     for which, weights_of in ((1, Q), (2, G)):
         for j, a in zip(*np.nonzero(want[which])):
             merged: dict = {}  # queries with the same weights (and dP row, for dk) share one form
-            for i, (_, w, dp, dp_group, key_of, dp_of) in rows.items():
+            for i, (_, w, dp, _, key_of, dp_of) in rows.items():
                 if j not in key_of or not weights_of[i][a]:
                     continue
                 sig = (tuple(w.keys), key_of[j]) + ((tuple(dp), dp_of[j]) if which == 1 else ())
                 if sig not in merged:
                     if which == 1:
-                        form = Form(
-                            w, cov=({key_of[j]: dp_of[j]} if dp_of[j] else {}, {key_of[j]: Fraction(1)}, dp_group)
-                        )
+                        form = score_grad_form(rows[i], j)
                     else:
                         form = Form(w, mean={key_of[j]: Fraction(1)})
                     merged[sig] = [Fraction(0), form]

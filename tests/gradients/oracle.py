@@ -126,3 +126,27 @@ def mp_attention_vjp(q, k, v, g, keep=None, bias=None, sinks=None, dps: int = 60
                 for t in range(len(V[0])):
                     dv[j][t] += p[j] * G[i][t]
         return tuple(np.array([[float(x) for x in row] for row in a]) for a in (dq, dk, dv))
+
+
+def mp_sinks_vjp(q, k, v, g, sink, keep=None, bias=None, dps: int = 60):
+    """d L / d z for one batch entry's sink logit z in mpmath at `dps` digits, as a float64: by the chain rule through
+    the weights, sum_i sum_j dP_ij dP_ij/dz with dP = g v^T over the kept keys and the sink (value 0): each query's
+    P_iz (0 - sum_j P_ij dP_ij)."""
+    lq, d = np.shape(q)
+    lk = np.shape(k)[0]
+    keep = np.ones((lq, lk), bool) if keep is None else np.asarray(keep, bool)
+    with mpmath.workdps(dps):
+        c = 1 / mpmath.sqrt(d)
+        Q, K, V, G = ([[mpmath.mpf(float(x)) for x in row] for row in np.asarray(a, np.float64)] for a in (q, k, v, g))
+        z = mpmath.mpf(float(sink))
+        total = mpmath.mpf(0)
+        for i in range(lq):
+            cols = [j for j in range(lk) if keep[i, j]]
+            s = {j: c * mpmath.fsum(a * b for a, b in zip(Q[i], K[j])) for j in cols}
+            if bias is not None:
+                s = {j: s[j] + mpmath.mpf(float(bias[i][j])) for j in cols}
+            e = {j: mpmath.exp(s[j]) for j in cols}
+            denominator = mpmath.fsum(e.values()) + mpmath.exp(z)
+            mean = mpmath.fsum(e[j] / denominator * mpmath.fsum(a * b for a, b in zip(G[i], V[j])) for j in cols)
+            total += mpmath.exp(z) / denominator * (0 - mean)
+        return float(total)

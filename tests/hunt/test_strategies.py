@@ -192,5 +192,3 @@ def test_attention_grad_draws_the_modifiers_it_takes_and_never_a_softcap_its_ref
     assert dk.value.shape[-2:] == inputs["k"].shape[-2:]
     with pytest.raises(NoSuchExample):
         find(gradients("attention_grad", F16, every), lambda d: "softcap" in d[2], settings=QUICK)
-
-
