@@ -178,6 +178,22 @@ def attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **optio
         return ((pe + p * (sums(n) + 2)) @ np.abs(v) + o + (n + 2) * tiny,)
 
 
+def _backward_terms(inputs: dict, mask, options: dict, sums, tiny, u):
+    """attention's backward terms for the budgets (float64, the problem as `kinds.attention_problem` forms it, a sink
+    one more key): q, k, v, g, the extra keys, P and its error coefficient pe, the kept count n, c, dP, b = |g| |v|^T,
+    D and D's error coefficient delta_D (attention_grad's)."""
+    q, k, v, g, keep, bias, extra = kinds.attention_problem(inputs, mask, options)
+    q, k, v = (np.nan_to_num(a, posinf=0.0, neginf=0.0) for a in (q, k, v))
+    p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u, bias)
+    vt = np.swapaxes(v, -1, -2)
+    dp = np.where(keep, g @ vt, 0.0)
+    b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
+    dd = (p * dp).sum(axis=-1, keepdims=True)
+    width = sums(v.shape[-1])
+    delta = ((pe + p * (sums(n) + width + 3)) * (np.abs(dp) + b)).sum(axis=-1, keepdims=True) + n * tiny
+    return q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta
+
+
 def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
     """dS = P (dP - D), dP = g v^T (b = |g| |v|^T), D = sum_j P_j dP_j (or rowsum(dO o O): the same terms):
     dS's error coefficient sigma = (P E + tiny) |dP - D| + P (sums(dv) b + delta_D + |dP| + |D|) + |dS|, with
@@ -187,16 +203,9 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
     attention_grad takes) are the mask they make; a bias, ALiBi's and a sink's logit (a key of k = v = 0) add to the
     scores (`_attention_weights`), and the sink's own dk and dv are no output."""
     with np.errstate(all="ignore"):
-        q, k, v, g, keep, bias, extra = kinds.attention_problem(inputs, mask, options)
-        q, k, v = (np.nan_to_num(a, posinf=0.0, neginf=0.0) for a in (q, k, v))
-        p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u, bias)
-        vt = np.swapaxes(v, -1, -2)
-        dp = np.where(keep, g @ vt, 0.0)
-        b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
-        dd = (p * dp).sum(axis=-1, keepdims=True)
+        q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta = _backward_terms(inputs, mask, options, sums, tiny, u)
         ds = p * (dp - dd)
         width = sums(v.shape[-1])
-        delta = ((pe + p * (sums(n) + width + 3)) * (np.abs(dp) + b)).sum(axis=-1, keepdims=True) + n * tiny
         sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
         queries = sums(q.shape[-2])
         dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
@@ -208,6 +217,21 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
             _summed_to(part, x.shape) + np.abs(np.asarray(r, dtype=np.float64))
             for part, x, r in zip((dq, dk, dv), (q, k, v), exact)
         )
+
+
+def attention_sinks_grad(
+    kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options
+) -> tuple[np.ndarray, ...]:
+    """dq, dk, dv: attention_grad's with the sinks. dz = -sum_i P_iz D_i: each term's error coefficient
+    (P_iz E_iz + tiny) |D_i| + P_iz (delta_D + (sums(Lq) + 1) |D_i|) (the product and the sum over the queries), summed
+    over the queries and the batch entries that share the sink, and |dz|."""
+    grads = attention_grad(kind, inputs, mask, exact[:3], sums, tiny, u, **options)
+    with np.errstate(all="ignore"):
+        q, *_, p, pe, _, _, _, _, dd, delta = _backward_terms(inputs, mask, options, sums, tiny, u)
+        p_z, pe_z, d = p[..., -1:], pe[..., -1:], np.abs(dd)
+        terms = pe_z * d + p_z * (delta + (sums(q.shape[-2]) + 1) * d)
+        dz = _summed_to(terms[..., 0].sum(axis=-1), np.shape(exact[3]))
+        return (*grads, dz + np.abs(np.asarray(exact[3], dtype=np.float64)) + tiny)
 
 
 def _cross_entropy_rows(inputs: dict, sums, o: dict):
@@ -344,6 +368,7 @@ BUDGETS = {
     # (masked softmax's VJP is softmax's over the kept entries)
     "masked_softmax_grad": softmax_grad,
     "attention_grad": attention_grad,
+    "attention_sinks_grad": attention_sinks_grad,
     "cross_entropy": cross_entropy,
     "cross_entropy_grad": cross_entropy_grad,
     "attention_lse": attention_lse,

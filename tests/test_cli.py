@@ -498,7 +498,8 @@ def test_the_spy_sees_an_audit(spy):
 
 KNOWN_KINDS = (
     "softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, cross_entropy, merge_attention, "
-    "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, cross_entropy_grad"
+    "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, attention_sinks_grad, "
+    "cross_entropy_grad"
 )
 
 

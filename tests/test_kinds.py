@@ -69,7 +69,8 @@ def test_an_unknown_kind_is_one_line():
     message = (
         "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, "
         "cross_entropy, merge_attention, "
-        "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, cross_entropy_grad"
+        "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, attention_sinks_grad, "
+        "cross_entropy_grad"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         kinds.get("softmx")
@@ -188,6 +189,7 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "logsumexp_grad": "gradients",
         "masked_softmax_grad": "gradients",
         "attention_grad": "gradients",
+        "attention_sinks_grad": "gradients",
         "cross_entropy": "cross_entropy",
         "cross_entropy_grad": "cross_entropy",
         "merge_attention": "merge",

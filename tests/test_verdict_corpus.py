@@ -19,7 +19,7 @@ import pytest
 
 import softaudit
 import softaudit.kinds
-from tests.corpus import attention, attention_grad, grads, log_softmax, masked, new_kinds, softmax
+from tests.corpus import attention, attention_grad, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 
 F16, BF16, F32, F64 = "float16", "bfloat16", "float32", "float64"
 ALL = (F16, BF16, F32, F64)
@@ -188,6 +188,11 @@ CORPUS = [
     defect(attention_grad.missing_delta, "attention_grad", (F16, F32), "attn_gaussian", "attn_masks"),
     defect(attention_grad.dq_missing_scale, "attention_grad", (BF16, F32), "attn_gaussian", "attn_masks"),
     defect(attention_grad.scale_sqrt_d, "attention_grad", (F16, F64), "attn_gaussian", "attn_masks"),
+    # attention_sinks_grad
+    sound(sinks_grad.float64_once, "attention_sinks_grad", (F16, BF16, F32)),
+    sound(sinks_grad.wide, "attention_sinks_grad", (BF16, F32, F64)),
+    defect(sinks_grad.sink_sign_flipped, "attention_sinks_grad", (F16, F32), "attn_sinks", "sinks_extremes"),
+    defect(sinks_grad.sink_d_without_sink, "attention_sinks_grad", (BF16, F64), "sinks_extremes"),
     # cross_entropy and its gradient
     sound(new_kinds.ce_float64_once, "cross_entropy"),
     defect(new_kinds.ce_unshifted, "cross_entropy", (BF16, F32), "ce_offset"),

@@ -183,6 +183,8 @@ def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     kv_batch = tuple(1 if draw(st.booleans()) else b for b in batch)  # K, V broadcast along this axis
     groups = draw(st.sampled_from([1, 2, 4]))  # grouped-query: `groups` query heads share a K, V head
     batch, kv_batch = (batch + (groups,), kv_batch + (1,)) if groups > 1 else (batch, kv_batch)
+    if not batch and "sinks" in kinds.get(kind).arguments:  # (attention_sinks_grad: one sink per head, an axis)
+        batch, kv_batch = (1,), (1,)
     d = draw(st.sampled_from([1, 2, 8, 16, 64, 128]))
     dv = draw(st.sampled_from([d, 1, 8]))
     lq = draw(st.integers(1, 8) | st.integers(9, 64))
@@ -209,7 +211,8 @@ def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
         if junk is not None and forward:
             free = _unattended_keys(mask, lk)
             k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
-    extra, options = _modifiers(draw, rng, takes, batch, lq, lk)  # (attention_grad's: as `gradients` restricts)
+    required = frozenset(n for n in ("sinks",) if n in kinds.get(kind).arguments)  # (attention_sinks_grad's)
+    extra, options = _modifiers(draw, rng, takes | required, batch, lq, lk, required)  # (as `gradients` restricts)
     with np.errstate(over="ignore"):
         arrays = {"q": q, "k": k, "v": v} | extra
         return {name: round_to(a, fmt.dtype) for name, a in arrays.items()}, mask, options
@@ -219,11 +222,14 @@ def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
 ATTENTION_KEYWORDS = ("softcap", "causal", "window", "bias", "alibi_slopes", "sinks")
 
 
-def _modifiers(draw, rng, takes: frozenset, batch: tuple, lq: int, lk: int) -> tuple[dict, dict]:
-    """(arrays, options): each modifier the candidate takes, drawn or not: a tanh softcap (Gemma 2's 30 and 50
-    among others), causal, a sliding window (a side of -1 is unbounded; 0 keeps the diagonal alone), an additive
-    bias with -inf padding, ALiBi's slopes (one per head, the axis before Lq; powers of two for 8 heads, as
-    published, else rounded to float32 so the bias stays exact) and sink logits per head (0 among them: softmax1)."""
+def _modifiers(
+    draw, rng, takes: frozenset, batch: tuple, lq: int, lk: int, required: frozenset = frozenset()
+) -> tuple[dict, dict]:
+    """(arrays, options): each modifier the candidate takes, drawn or not (always where `required`: the sinks of
+    attention_sinks_grad): a tanh softcap (Gemma 2's 30 and 50 among others), causal, a sliding window (a side of -1
+    is unbounded; 0 keeps the diagonal alone), an additive bias with -inf padding, ALiBi's slopes (one per head, the
+    axis before Lq; powers of two for 8 heads, as published, else rounded to float32 so the bias stays exact) and
+    sink logits per head (0 among them: softmax1)."""
     arrays, options = {}, {}
     if "softcap" in takes and draw(st.booleans()):
         options["softcap"] = draw(st.sampled_from([30.0, 50.0, 5.0, 1.0]) | st.floats(0.25, 100))
@@ -240,7 +246,7 @@ def _modifiers(draw, rng, takes: frozenset, batch: tuple, lq: int, lk: int) -> t
     if "alibi_slopes" in takes and heads and draw(st.booleans()):
         h = heads[0]
         arrays["alibi_slopes"] = (2.0 ** (-8.0 * np.arange(1, h + 1) / h)).astype(np.float32).astype(np.float64)
-    if "sinks" in takes and draw(st.booleans()):
+    if "sinks" in required or ("sinks" in takes and draw(st.booleans())):
         sinks = rng.standard_normal(heads) * 10.0 ** draw(st.floats(-1, 2))
         arrays["sinks"] = np.zeros(heads) if draw(st.booleans()) else sinks
     return arrays, options
@@ -366,7 +372,7 @@ def for_kind(kind) -> Callable | None:
         return merge
     if forward == ("x",) and kind.row_wise:
         drawn = rows
-    elif forward == ("q", "k", "v") and not kind.row_wise:
+    elif forward in (("q", "k", "v"), ("q", "k", "v", "sinks")) and not kind.row_wise:
         drawn = attention
     else:
         return None

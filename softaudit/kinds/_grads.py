@@ -164,6 +164,21 @@ def attention_element_inputs(kind, pc, position: tuple, output: int = 0) -> tupl
     return {n: pc.inputs[n] for n in ("q", "k", "v", "g")}, pc.mask
 
 
+#: What attention_grad and attention_sinks_grad share as kinds: q, k, v, g and a mask; gradients of their inputs'
+#: shapes, which the upstream dO and the whole case are behind.
+ATTENTION_GRAD_FIELDS = {
+    "element_inputs": attention_element_inputs,
+    "upstream": attention_upstream,
+    "reduction": ("k", -2),
+    "row_wise": False,
+    "reduces": False,
+    "logarithmic": False,
+    "causes": ("subnormal",),
+    "scale_terms": "the terms of dP - D and their share of the scores",
+    "leak": "keys no query may attend get a gradient",
+}
+
+
 def attention_conventions(kind, pc, y) -> str:
     """Where a gradient (pc: the case seen through one output) is far from the exact one of its stated causal or
     window: which neighbouring convention's exact gradient it matches (the window off by one or aligned top-left,

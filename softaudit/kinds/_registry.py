@@ -285,21 +285,13 @@ ATTENTION_GRAD = Kind(
     + ("attn_causal", "attn_window", "attn_bias", "attn_alibi", "attn_sinks"),
     reference=_grads.attention_reference,
     conditioning=_grads.attention_conditioning,
-    element_inputs=_grads.attention_element_inputs,
-    upstream=_grads.attention_upstream,
-    reduction=("k", -2),
-    row_wise=False,
-    reduces=False,
-    logarithmic=False,
-    causes=("subnormal",),
-    scale_terms="the terms of dP - D and their share of the scores",
-    leak="keys no query may attend get a gradient",
     conventions=_grads.attention_conventions,
     fixes={
         "nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
         "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",
         "below_best": f"keep P, dP and D in {{wide}}; best practice: {_ATTENTION_GRAD_BEST}",
     },
+    **_grads.ATTENTION_GRAD_FIELDS,
 )
 
 #: Every kind by name, in the order the audit runs them.

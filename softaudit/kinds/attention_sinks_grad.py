@@ -21,6 +21,8 @@ from ._kind import Kind
 def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     from ..reference import evaluate_sinks_grad
 
+    if np.ndim(inputs["sinks"]) == 0:
+        raise ValueError("attention_sinks_grad takes sinks of at least one axis (one logit per head), got a scalar")
     grads = _grads.attention_reference(kind, inputs, mask, dtype, **options)
     found = _grads.attention_spec(inputs, mask, options)
     arrays = (inputs[n] for n in ("q", "k", "v", "g"))
@@ -134,15 +136,6 @@ ATTENTION_SINKS_GRAD = Kind(
     families=("attn_sinks", *_MAKERS),
     reference=reference,
     conditioning=conditioning,
-    element_inputs=_grads.attention_element_inputs,
-    upstream=_grads.attention_upstream,
-    reduction=("k", -2),
-    row_wise=False,
-    reduces=False,
-    logarithmic=False,
-    causes=("subnormal",),
-    scale_terms="the terms of dP - D and their share of the scores",
-    leak="keys no query may attend get a gradient",
     conventions=conventions,
     fixes={
         "nan": "give queries with nothing to attend but the sink P = 0 on the keys (where over the kept keys)",
@@ -153,4 +146,5 @@ ATTENTION_SINKS_GRAD = Kind(
     batched=False,
     extras={"bias": 2, "alibi_slopes": 0},
     makers=_MAKERS,
+    **_grads.ATTENTION_GRAD_FIELDS,
 )

@@ -21,6 +21,7 @@ KINDS = [
     "logsumexp_grad",
     "masked_softmax_grad",
     "attention_grad",
+    "attention_sinks_grad",
     "cross_entropy_grad",
 ]
 

@@ -572,6 +572,7 @@ g_rows, g_long = rng.standard_normal((6, 300)), rng.standard_normal((2, 2048))
 g_attn = rng.standard_normal((2, 3, 7, 8))
 labels = np.array([5, -100, 17, 2, 250, 9])
 splits = _partials(rng, (3, 0, 40, 7), lq=5, dv=8, center=30.0)
+sinks, bias = rng.standard_normal(3) * 2, rng.standard_normal((7, 50))
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -585,6 +586,9 @@ for name, dtype in dtypes.items():
             out = [c.call(*cast(q, k, v), mask=attend), c.call(*cast(q, k, v)), c.call(*cast(q2, k2, v2))]
         elif c.kind == "attention_grad":
             out = [*c.call(*cast(q, k, v, g_attn), mask=attend), *c.call(*cast(q, k, v, g_attn))]
+            out += [*c.call(*cast(q, k, v, g_attn), mask=attend, **dict(zip(("bias", "sinks"), cast(bias, sinks))))]
+        elif c.kind == "attention_sinks_grad":
+            out = [*c.call(*cast(q, k, v, g_attn, sinks), mask=attend), *c.call(*cast(q, k, v, g_attn, sinks))]
         elif c.kind == "masked_softmax_grad":
             out = [c.call(x, mask, g) for x, g in zip(cast(rows), cast(g_rows))]
         elif c.kind == "cross_entropy":

@@ -92,61 +92,58 @@ def normwise(got, exact) -> float:
     return float(np.linalg.norm(got - exact) / (scale if scale > 0 else 1))
 
 
-def mp_attention_vjp(q, k, v, g, keep=None, bias=None, sinks=None, dps: int = 60):
-    """attention's (dq, dk, dv) of one batch entry in mpmath at `dps` digits, as float64 (q (Lq, d), k and v (Lk, .),
-    keep and bias (Lq, Lk), sinks a scalar logit: one more key of value 0 every query attends), from the plain
-    formulas: P over the kept keys (and the sink) of c q.k + b, dS = P (dP - sum P dP), dq = c dS k, dk = c dS^T q,
-    dv = P^T g. A query with nothing kept gives 0."""
+def _mp_queries(q, k, v, g, keep, bias, sink):
+    """Per query of one batch entry, at mpmath's working precision: (i, its kept keys, P over them, the sink's
+    share P_z (0 without one), dP over them, c and the inputs as mpf rows Q, K, G) from the plain formulas: P over
+    the kept keys and the sink of c q.k + b, dP = g v^T (the sink's value, 0, gives dP 0)."""
     lq, d = np.shape(q)
     lk = np.shape(k)[0]
     keep = np.ones((lq, lk), bool) if keep is None else np.asarray(keep, bool)
+    c = 1 / mpmath.sqrt(d)
+    Q, K, V, G = ([[mpmath.mpf(float(x)) for x in row] for row in np.asarray(a, np.float64)] for a in (q, k, v, g))
+    for i in range(lq):
+        cols = [j for j in range(lk) if keep[i, j]]
+        s = {j: c * mpmath.fsum(a * b for a, b in zip(Q[i], K[j])) for j in cols}
+        if bias is not None:
+            s = {j: s[j] + mpmath.mpf(float(bias[i][j])) for j in cols}
+        e = {j: mpmath.exp(s[j]) for j in cols}
+        sink_e = 0 if sink is None else mpmath.exp(mpmath.mpf(float(sink)))
+        total = mpmath.fsum(e.values()) + sink_e
+        if not total:
+            continue
+        p = {j: e[j] / total for j in cols}
+        dp = {j: mpmath.fsum(a * b for a, b in zip(G[i], V[j])) for j in cols}
+        yield i, cols, p, sink_e / total, dp, c, (Q, K, G)
+
+
+def mp_attention_vjp(q, k, v, g, keep=None, bias=None, sinks=None, dps: int = 60):
+    """attention's (dq, dk, dv) of one batch entry in mpmath at `dps` digits, as float64 (q (Lq, d), k and v (Lk, .),
+    keep and bias (Lq, Lk), sinks a scalar logit: one more key of value 0 every query attends): dS = P (dP - sum P
+    dP), dq = c dS k, dk = c dS^T q, dv = P^T g. A query with nothing kept gives 0."""
+    lq, d = np.shape(q)
+    lk, dv_width = np.shape(k)[0], np.shape(v)[1]
     with mpmath.workdps(dps):
-        c = 1 / mpmath.sqrt(d)
-        Q, K, V, G = ([[mpmath.mpf(float(x)) for x in row] for row in np.asarray(a, np.float64)] for a in (q, k, v, g))
         dq = [[mpmath.mpf(0)] * d for _ in range(lq)]
         dk = [[mpmath.mpf(0)] * d for _ in range(lk)]
-        dv = [[mpmath.mpf(0)] * len(V[0]) for _ in range(lk)]
-        for i in range(lq):
-            cols = [j for j in range(lk) if keep[i, j]]
-            s = {j: c * mpmath.fsum(a * b for a, b in zip(Q[i], K[j])) for j in cols}
-            if bias is not None:
-                s = {j: s[j] + mpmath.mpf(float(bias[i][j])) for j in cols}
-            e = {j: mpmath.exp(s[j]) for j in cols}
-            total = mpmath.fsum(e.values()) + (0 if sinks is None else mpmath.exp(mpmath.mpf(float(sinks))))
-            if not total:
-                continue
-            p = {j: e[j] / total for j in cols}
-            dp = {j: mpmath.fsum(a * b for a, b in zip(G[i], V[j])) for j in cols}
+        dv = [[mpmath.mpf(0)] * dv_width for _ in range(lk)]
+        for i, cols, p, _, dp, c, (Q, K, G) in _mp_queries(q, k, v, g, keep, bias, sinks):
             mean = mpmath.fsum(p[j] * dp[j] for j in cols)  # the sink's dP is 0
             for j in cols:
                 ds = p[j] * (dp[j] - mean)
                 for t in range(d):
                     dq[i][t] += c * ds * K[j][t]
                     dk[j][t] += c * ds * Q[i][t]
-                for t in range(len(V[0])):
+                for t in range(dv_width):
                     dv[j][t] += p[j] * G[i][t]
         return tuple(np.array([[float(x) for x in row] for row in a]) for a in (dq, dk, dv))
 
 
 def mp_sinks_vjp(q, k, v, g, sink, keep=None, bias=None, dps: int = 60):
-    """d L / d z for one batch entry's sink logit z in mpmath at `dps` digits, as a float64: by the chain rule through
-    the weights, sum_i sum_j dP_ij dP_ij/dz with dP = g v^T over the kept keys and the sink (value 0): each query's
-    P_iz (0 - sum_j P_ij dP_ij)."""
-    lq, d = np.shape(q)
-    lk = np.shape(k)[0]
-    keep = np.ones((lq, lk), bool) if keep is None else np.asarray(keep, bool)
+    """d L / d z for one batch entry's sink logit z in mpmath at `dps` digits, as a float64: each query's
+    dS_iz = P_iz (0 - sum_j P_ij dP_ij) (its dP is 0), summed."""
     with mpmath.workdps(dps):
-        c = 1 / mpmath.sqrt(d)
-        Q, K, V, G = ([[mpmath.mpf(float(x)) for x in row] for row in np.asarray(a, np.float64)] for a in (q, k, v, g))
-        z = mpmath.mpf(float(sink))
-        total = mpmath.mpf(0)
-        for i in range(lq):
-            cols = [j for j in range(lk) if keep[i, j]]
-            s = {j: c * mpmath.fsum(a * b for a, b in zip(Q[i], K[j])) for j in cols}
-            if bias is not None:
-                s = {j: s[j] + mpmath.mpf(float(bias[i][j])) for j in cols}
-            e = {j: mpmath.exp(s[j]) for j in cols}
-            denominator = mpmath.fsum(e.values()) + mpmath.exp(z)
-            mean = mpmath.fsum(e[j] / denominator * mpmath.fsum(a * b for a, b in zip(G[i], V[j])) for j in cols)
-            total += mpmath.exp(z) / denominator * (0 - mean)
+        total = mpmath.fsum(
+            p_z * (0 - mpmath.fsum(p[j] * dp[j] for j in cols))
+            for _, cols, p, p_z, dp, _, _ in _mp_queries(q, k, v, g, keep, bias, sink)
+        )
         return float(total)
