@@ -180,21 +180,33 @@ ATTENTION_GRAD_FIELDS = {
 
 
 def attention_conventions(kind, pc, y) -> str:
-    """Where a gradient (pc: the case seen through one output) is far from the exact one of its stated causal or
-    window: which neighbouring convention's exact gradient it matches (the window off by one or aligned top-left,
-    causal aligned top-left), or ""."""
+    """Where a gradient (pc: the case seen through one output) is far from the exact one of its stated modifiers:
+    which neighbouring convention's exact gradient it matches (the window off by one or aligned top-left, causal
+    aligned top-left, the sink dropped, ALiBi's slopes rounded), or "". Each neighbour's exact gradients are computed
+    once per prepared case: its outputs (dq, dk, dv) share them."""
     from ..reference import evaluate_attention_grad
 
     options, inputs, index = dict(pc.case.options), pc.inputs, getattr(pc, "index", 0)
     if not options and not any(n in inputs for n in _attention.EXTRAS):
         return ""
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+    memo = neighbour_memo(pc)
 
-    def exact(alt_inputs, alt_mask, alt_options):
-        found = attention_spec(alt_inputs, alt_mask, alt_options)
-        arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
-        extras = {"bias": found["bias"], "sinks": found["sinks"]}
-        return evaluate_attention_grad(*arrays, found["mask"], dtype=pc.fmt.dtype, **extras)[index].value
+    def exact(label, alt_inputs, alt_mask, alt_options):
+        if label not in memo:
+            found = attention_spec(alt_inputs, alt_mask, alt_options)
+            arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
+            extras = {"bias": found["bias"], "sinks": found["sinks"]}
+            grads = evaluate_attention_grad(*arrays, found["mask"], dtype=pc.fmt.dtype, **extras)
+            memo[label] = tuple(r.value for r in grads)
+        return memo[label][index]
 
     neighbours = _attention._neighbours(inputs, pc.mask, options, lq, lk)
-    return _attention.closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])
+    return _attention.closest(pc, y, [(n[0], functools.partial(exact, *n)) for n in neighbours])
+
+
+def neighbour_memo(pc) -> dict:
+    """The neighbouring conventions' exact results computed so far for a prepared case (pc, or the case an output
+    view looks through), by label: the outputs of one case share them."""
+    case = getattr(pc, "pc", pc)
+    return case.__dict__.setdefault("neighbour_results", {})

@@ -73,14 +73,19 @@ def conventions(kind, pc, y) -> str:
     if not options:
         return ""
 
-    def exact(alt_inputs, alt_mask, alt_options):
-        found = _grads.attention_spec(alt_inputs, alt_mask, alt_options)
-        arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
-        return evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=pc.fmt.dtype).value
+    memo = _grads.neighbour_memo(pc)
+
+    def exact(label, alt_inputs, alt_mask, alt_options):
+        if ("dsinks", label) not in memo:
+            found = _grads.attention_spec(alt_inputs, alt_mask, alt_options)
+            arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
+            dz = evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=pc.fmt.dtype)
+            memo["dsinks", label] = dz.value
+        return memo["dsinks", label]
 
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
     neighbours = [n for n in _attention._neighbours(inputs, pc.mask, options, lq, lk) if "sinks" in n[1]]
-    return _attention.closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])
+    return _attention.closest(pc, y, [(n[0], functools.partial(exact, *n)) for n in neighbours])
 
 
 # -------------------------------------------------------------------------------------------------- families
