@@ -87,25 +87,21 @@ def _summed(column, arrays, scale, fmt: Format, owner, pending):
     (math.fsum: the correctly rounded sum, then what it leaves), the bounds added and rounded up. A sink with an
     entry the tier cannot bound gets err = inf."""
     values: dict[int, list] = {int(s): [] for s in np.flatnonzero(pending)}
-    errs = np.zeros(len(pending))
+    bounds: dict[int, list] = {s: [] for s in values}
     for b in np.flatnonzero(pending[owner]):
         with np.errstate(all="ignore"):
             found = column(*(a[b] if a is not None else None for a in arrays), scale, fmt)
         s = int(owner[b])
-        if found is None:
-            errs[s] = np.inf
-            continue
-        hi, lo, err = found
+        hi, lo, err = (np.array([np.inf]),) * 3 if found is None else found
         values[s] += list(hi) + list(lo)
-        errs[s] += math.fsum(err)
-    hi, lo = np.zeros(len(pending)), np.zeros(len(pending))
+        bounds[s] += list(err)
+    hi, lo, errs = (np.zeros(len(pending)) for _ in range(3))
     for s, terms in values.items():
-        if all(np.isfinite(terms)):
+        errs[s] = math.fsum(bounds[s]) if all(np.isfinite(terms)) else np.inf
+        if np.isfinite(errs[s]):
             hi[s] = math.fsum(terms)
             lo[s] = math.fsum(terms + [-hi[s]])
-        else:
-            errs[s] = np.inf
-    # fsum's two roundings: lo within 2**-53 |lo|; the bounds' float64 sum, rounded up by 2**-50 relative
+    # fsum's roundings: lo within 2**-53 |lo|, the bounds' sum within 2**-53 of it (2**-50 rounds it up)
     err = errs * (1 + 2.0**-50) + np.abs(lo) * 2.0**-52 + 4 * _dd.TINY
     return Approx(hi, lo, np.where(pending & ~np.isnan(err), err, np.inf), 0.0)
 
