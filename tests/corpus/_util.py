@@ -37,3 +37,10 @@ def safe_divide(e, s):
     """e / s, 0 where s is 0 (a row with nothing kept); a NaN s stays NaN."""
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(s == 0, 0, e / np.where(s == 0, 1, s)).astype(e.dtype)
+
+
+def unbroadcast(grad, shape):
+    """grad summed over the axes along which an input of `shape` was broadcast (a gradient of that input)."""
+    extra = grad.ndim - len(shape)
+    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
+    return grad.sum(axis=axes).reshape(shape) if axes else grad

@@ -7,18 +7,11 @@ import math
 
 import numpy as np
 
-from ._util import f64, guarded_max, keep_of, safe_divide, up
+from ._util import f64, guarded_max, keep_of, safe_divide, unbroadcast, up
 
 
 def _t(a):
     return np.swapaxes(a, -1, -2)
-
-
-def _unbroadcast(grad, shape):
-    """grad summed over the axes along which an input of `shape` was broadcast."""
-    extra = grad.ndim - len(shape)
-    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
-    return grad.sum(axis=axes).reshape(shape) if axes else grad
 
 
 def _probabilities(q, k, mask, c):
@@ -40,7 +33,7 @@ def _backward(q, k, v, g, mask, p_dtype=None, delta=None, c_dq=None, c_dk=None, 
     d = (dp * p).sum(axis=-1, keepdims=True) if delta is None else delta(p, dp, g, v)
     ds = p * (dp - d)
     grads = (ds @ k * (c if c_dq is None else c_dq), _t(ds) @ q * (c if c_dk is None else c_dk), _t(p_v) @ g)
-    return tuple(_unbroadcast(a, b.shape) for a, b in zip(grads, (q, k, v)))
+    return tuple(unbroadcast(a, b.shape) for a, b in zip(grads, (q, k, v)))
 
 
 def _rounded(grads, dtype):

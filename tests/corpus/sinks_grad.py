@@ -7,18 +7,11 @@ import math
 
 import numpy as np
 
-from ._util import f64, keep_of, up
+from ._util import f64, keep_of, unbroadcast, up
 
 
 def _t(a):
     return np.swapaxes(a, -1, -2)
-
-
-def _summed(grad, shape):
-    """grad summed over the axes along which an input of `shape` was broadcast."""
-    extra = grad.ndim - len(shape)
-    axes = tuple(range(extra)) + tuple(extra + i for i, n in enumerate(shape) if n == 1 and grad.shape[extra + i] != 1)
-    return grad.sum(axis=axes).reshape(shape) if axes else grad
 
 
 def _backward(q, k, v, g, sinks, mask, causal, sink_in_d=True):
@@ -42,7 +35,7 @@ def _backward(q, k, v, g, sinks, mask, causal, sink_in_d=True):
     d_z = d if sink_in_d else d / (1 - p_z)
     dz = -(p_z * d_z)[..., 0].sum(axis=-1)
     grads = (ds @ k * c, _t(ds) @ q * c, _t(p) @ g, dz)
-    return tuple(_summed(a, np.shape(b)) for a, b in zip(grads, (q, k, v, sinks)))
+    return tuple(unbroadcast(a, np.shape(b)) for a, b in zip(grads, (q, k, v, sinks)))
 
 
 def _rounded(grads, dtype):
