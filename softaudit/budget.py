@@ -203,20 +203,25 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
     attention_grad takes) are the mask they make; a bias, ALiBi's and a sink's logit (a key of k = v = 0) add to the
     scores (`_attention_weights`), and the sink's own dk and dv are no output."""
     with np.errstate(all="ignore"):
-        q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta = _backward_terms(inputs, mask, options, sums, tiny, u)
-        ds = p * (dp - dd)
-        width = sums(v.shape[-1])
-        sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
-        queries = sums(q.shape[-2])
-        dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
-        dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
-        dv = np.swapaxes(pe + p * (queries + 2), -1, -2) @ np.abs(g) + (queries + 2) * tiny
-        lk = k.shape[-2] - extra
-        dk, dv, k, v = (a[..., :lk, :] for a in (dk, dv, k, v))
-        return tuple(
-            _summed_to(part, x.shape) + np.abs(np.asarray(r, dtype=np.float64))
-            for part, x, r in zip((dq, dk, dv), (q, k, v), exact)
-        )
+        return _grad_budgets(_backward_terms(inputs, mask, options, sums, tiny, u), exact, sums, tiny)
+
+
+def _grad_budgets(terms: tuple, exact: tuple, sums, tiny) -> tuple[np.ndarray, ...]:
+    """attention_grad's budgets of dq, dk, dv from `_backward_terms`."""
+    q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta = terms
+    ds = p * (dp - dd)
+    width = sums(v.shape[-1])
+    sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
+    queries = sums(q.shape[-2])
+    dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
+    dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
+    dv = np.swapaxes(pe + p * (queries + 2), -1, -2) @ np.abs(g) + (queries + 2) * tiny
+    lk = k.shape[-2] - extra
+    dk, dv, k, v = (a[..., :lk, :] for a in (dk, dv, k, v))
+    return tuple(
+        _summed_to(part, x.shape) + np.abs(np.asarray(r, dtype=np.float64))
+        for part, x, r in zip((dq, dk, dv), (q, k, v), exact)
+    )
 
 
 def attention_sinks_grad(
@@ -225,9 +230,10 @@ def attention_sinks_grad(
     """dq, dk, dv: attention_grad's with the sinks. dz = -sum_i P_iz D_i: each term's error coefficient
     (P_iz E_iz + tiny) |D_i| + P_iz (delta_D + (sums(Lq) + 1) |D_i|) (the product and the sum over the queries), summed
     over the queries and the batch entries that share the sink, and |dz|."""
-    grads = attention_grad(kind, inputs, mask, exact[:3], sums, tiny, u, **options)
     with np.errstate(all="ignore"):
-        q, *_, p, pe, _, _, _, _, dd, delta = _backward_terms(inputs, mask, options, sums, tiny, u)
+        terms = _backward_terms(inputs, mask, options, sums, tiny, u)
+        grads = _grad_budgets(terms, exact[:3], sums, tiny)
+        q, *_, p, pe, _, _, _, _, dd, delta = terms
         p_z, pe_z, d = p[..., -1:], pe[..., -1:], np.abs(dd)
         terms = pe_z * d + p_z * (delta + (sums(q.shape[-2]) + 1) * d)
         dz = _summed_to(terms[..., 0].sum(axis=-1), np.shape(exact[3]))

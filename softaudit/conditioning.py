@@ -171,10 +171,9 @@ def logsumexp_grad(x, mask, g, r) -> np.ndarray:
         return np.where(kept, np.abs(r) + ag * p * (1 + _spread(p, e, s, top, ax) + lse), 0.0)
 
 
-def attention_grad(
-    q, k, v, g, keep, grads, scale: float, bias=None, extra_keys: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """scales of (dq, dk, dv), attention's VJP for the upstream gradient g, each of its input's shape.
+def attention_grad(q, k, v, g, keep, grads, scale: float, bias=None, extra_keys: int = 0) -> tuple[np.ndarray, ...]:
+    """scales of (dq, dk, dv), attention's VJP for the upstream gradient g, each of its input's shape; and of dz,
+    the sinks' gradient, where `grads` holds it as a fourth (the sink the last key, its logit in the bias).
 
     An upper bound of |r| + sum over every input x of |d r / d x| |x| (docs/metrics.md). With P the weights,
     a_ij = c sum_t |q_it k_jt| (+ |b_ij| / 2 with a bias b, which rounding moves the score by |b_ij|),
@@ -186,10 +185,13 @@ def attention_grad(
     dk: |dk| + c (W + 2 alpha |dS| + 2 delta P)^T |q|, dv: |dv| + (P (1 + 2 a + 2 alpha))^T |g|.
     The (Lq, Lk) arrays are made whole per call; inputs broadcast along batch axes get the sum over them. The last
     `extra_keys` keys (a sink's, k = v = 0, its logit in the bias) are no output: dk and dv lose those rows.
+    dz = -sum_i P_iz D_i: rounding the scores moves P_iz by at most P_iz (2 a_iz + 2 alpha_i) (the sink's a is
+    |z| / 2, its dP 0) and D_i by 2 delta_i, so each query adds P_iz (|D_i| (2 a_iz + 2 alpha_i) + 2 delta_i),
+    summed over the queries of every batch entry that shares the sink.
     """
     with np.errstate(all="ignore"):
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
-        dq, dk, dv = (np.asarray(r, dtype=np.float64) for r in grads)
+        dq, dk, dv, *dz = (np.asarray(r, dtype=np.float64) for r in grads)
         k, v = _finite(k), _finite(v)
         kt = np.swapaxes(k, -1, -2)
         p = _weights(q, kt, keep, scale, bias)
@@ -199,7 +201,8 @@ def attention_grad(
         alpha = (p * a).sum(axis=-1, keepdims=True)
         dp = np.where(keep, g @ np.swapaxes(v, -1, -2), 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(np.swapaxes(v, -1, -2)), 0.0)
-        gap = np.abs(dp - (p * dp).sum(axis=-1, keepdims=True))
+        d = (p * dp).sum(axis=-1, keepdims=True)
+        gap = np.abs(dp - d)
         delta = (p * (a * gap + b)).sum(axis=-1, keepdims=True)
         w = p * (2 * a * gap + 2 * b + gap)  # P (2 a gap + 2 b) + |dS|
         c = abs(scale)
@@ -208,10 +211,15 @@ def attention_grad(
         v_part = np.swapaxes(p * (1 + 2 * a + 2 * alpha), -1, -2) @ np.abs(g)
         lk = k.shape[-2] - extra_keys
         k_part, v_part, k, v = (x[..., :lk, :] for x in (k_part, v_part, k, v))
-        return tuple(
+        scales = tuple(
             np.abs(r) + _summed_to(part, x.shape)
             for r, part, x in zip((dq, dk, dv), (q_part, k_part, v_part), (q, k, v))
         )
+        if not dz:
+            return scales
+        per_query = p[..., -1] * (np.abs(d[..., 0]) * (2 * a[..., -1] + 2 * alpha[..., 0]) + 2 * delta[..., 0])
+        z_part = _summed_to(per_query.sum(axis=-1), dz[0].shape)
+        return (*scales, np.nan_to_num(np.abs(dz[0]) + z_part))
 
 
 def _summed_to(a: np.ndarray, shape: tuple) -> np.ndarray:

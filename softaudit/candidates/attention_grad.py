@@ -77,13 +77,19 @@ def naive(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_
     """Attention backward in the dtype, masked scores set to -inf, P and every intermediate rounded to the dtype.
     Weakness: P, dP, D and dS carry the dtype's rounding (D's pairwise sum about log2(Lk) ulps), and a fully masked
     query row is NaN in P, which spreads through P^T dO and dS^T Q to every entry of dK and dV."""
+    return naive_parts(q, k, v, g, mask, causal, window, bias, alibi_slopes, sinks)[0]
+
+
+def naive_parts(q, k, v, g, mask=None, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
+    """`naive`'s ((dq, dk, dv), the sink's share P_z, D), in q's dtype."""
     dtype = q.dtype
     g = g.astype(dtype)
     with np.errstate(all="ignore"):
-        p, _, c = naive_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
+        p, p_z, c = naive_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
         dp = matmul(g, _t(v), dtype)
+        d = dtype_sum(dp * p)
         # A shared K/V head's dk and dv: each query head's rounded to the dtype, summed pairwise in the dtype.
-        return _backward(q, k, v, g, p, dp, dtype_sum(dp * p), c)
+        return _backward(q, k, v, g, p, dp, d, c), p_z, d
 
 
 def upcast_weights(q, k, mask, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
@@ -102,14 +108,20 @@ def upcast_weights(q, k, mask, causal=False, window=None, bias=None, alibi_slope
 def upcast(q, k, v, g, mask=None, *, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
     """Best practice: the backward in float32 for 16-bit inputs, masked keys excluded with where, zeros for a fully
     masked query row, each gradient rounded once. Weakness: none known."""
+    grads, _, _ = upcast_parts(q, k, v, g, mask, causal, window, bias, alibi_slopes, sinks)
+    return tuple(grad.astype(q.dtype) for grad in grads)
+
+
+def upcast_parts(q, k, v, g, mask=None, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
+    """`upcast`'s ((dq, dk, dv), the sink's share P_z, D), in the working dtype (not yet rounded to q's)."""
     w = work_dtype(q.dtype)
     q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g))
     with np.errstate(all="ignore"):
-        p, _, c = upcast_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
+        p, p_z, c = upcast_weights(q, k, mask, causal, window, bias, alibi_slopes, sinks)
         dp = matmul(g32, _t(v32), w)
+        d = dtype_sum(dp * p)
         # A shared K/V head's dk and dv: the query heads' float32 gradients summed in float32, rounded once.
-        grads = _backward(q32, k32, v32, g32, p, dp, dtype_sum(dp * p), c)
-        return tuple(grad.astype(q.dtype) for grad in grads)
+        return _backward(q32, k32, v32, g32, p, dp, d, c), p_z, d
 
 
 def additive(q, k, mask, causal=False, window=None, bias=None, alibi_slopes=None):
@@ -165,6 +177,41 @@ def flash2_delta(q, k, v, g, mask=None, block: int = 64, **modifiers):
     return dtype_sum(g.astype(q.dtype).astype(w) * o.astype(w))
 
 
+def flash2_parts(q, k, v, g, mask, block, causal=False, window=None, bias=None, alibi_slopes=None, sinks=None):
+    """FlashAttention 2's backward over key blocks of `block` (`flash2_backward`'s): ((dq, dk, dv) in q's dtype,
+    the saved lse and D in the working dtype)."""
+    w, dtype = work_dtype(q.dtype), q.dtype
+    q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
+    lk = k.shape[-2]
+    with np.errstate(all="ignore"):
+        c = 1 / np.sqrt(w.type(q.shape[-1]))
+        extra, mask = additive(q, k, mask, causal, window, bias, alibi_slopes)
+        lse = _saved_lse(q, k, mask, block, extra, sinks)
+        d = flash2_delta(q, k, v, g, mask, block, bias=bias, alibi_slopes=alibi_slopes, sinks=sinks)
+        keep = _keep(mask, lse.shape[:-1] + (lk,))
+        dq = np.zeros(np.broadcast_shapes(q32.shape, lse.shape[:-1] + (q.shape[-1],)), w)
+        dks, dvs = [], []
+        for start in range(0, lk, block):
+            kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
+            s = matmul(q32, _t(kb), w) * c
+            if extra is not None:
+                s = s + extra[..., start : start + block]
+            p = np.where(keep[..., start : start + block], exp(s - lse), 0)
+            p_low = p.astype(dtype)
+            dvs.append(matmul(_t(p_low), g32, w))
+            ds = (p * (matmul(g32, _t(vb), w) - d)).astype(dtype)
+            dq = dq + matmul(ds, kb, w)
+            dks.append(matmul(_t(ds), q32, w))
+        dk = np.concatenate(dks, axis=-2) * c if dks else np.zeros(k.shape, w)
+        dv = np.concatenate(dvs, axis=-2) if dvs else np.zeros(v.shape, w)
+        # A shared K/V head (MQA, GQA) as FA2's mha_bwd sums it: each query head's dk and dv written in the dtype
+        # (dk_expanded, dv_expanded), then summed over the group with float32 accumulation (at::sum_out) and
+        # rounded once. Without broadcast the round trip through the dtype changes nothing.
+        dk, dv = (a.astype(dtype).astype(w) for a in (dk, dv))
+        grads = ((dq * c, q), (dk, k), (dv, v))
+        return tuple(_unbroadcast(grad, a.shape).astype(dtype) for grad, a in grads), lse, d
+
+
 def flash2_backward(block: int = 64):
     """FlashAttention 2's backward (Dao 2023, Algorithm 2) over key blocks of `block`."""
 
@@ -177,36 +224,7 @@ def flash2_backward(block: int = 64):
         match the P it is subtracted against: dS = P (dP - D) carries D's rounding error in every entry of the row
         (biased in bfloat16 on similar low-rank q, k: Qiu & Yao 2025); P and dS in the dtype add an ulp per
         entry."""
-        w, dtype = work_dtype(q.dtype), q.dtype
-        q32, k32, v32, g32 = (a.astype(w) for a in (q, k, v, g.astype(dtype)))
-        lk = k.shape[-2]
-        with np.errstate(all="ignore"):
-            c = 1 / np.sqrt(w.type(q.shape[-1]))
-            extra, mask = additive(q, k, mask, causal, window, bias, alibi_slopes)
-            lse = _saved_lse(q, k, mask, block, extra, sinks)
-            d = flash2_delta(q, k, v, g, mask, block, bias=bias, alibi_slopes=alibi_slopes, sinks=sinks)
-            keep = _keep(mask, lse.shape[:-1] + (lk,))
-            dq = np.zeros(np.broadcast_shapes(q32.shape, lse.shape[:-1] + (q.shape[-1],)), w)
-            dks, dvs = [], []
-            for start in range(0, lk, block):
-                kb, vb = k32[..., start : start + block, :], v32[..., start : start + block, :]
-                s = matmul(q32, _t(kb), w) * c
-                if extra is not None:
-                    s = s + extra[..., start : start + block]
-                p = np.where(keep[..., start : start + block], exp(s - lse), 0)
-                p_low = p.astype(dtype)
-                dvs.append(matmul(_t(p_low), g32, w))
-                ds = (p * (matmul(g32, _t(vb), w) - d)).astype(dtype)
-                dq = dq + matmul(ds, kb, w)
-                dks.append(matmul(_t(ds), q32, w))
-            dk = np.concatenate(dks, axis=-2) * c if dks else np.zeros(k.shape, w)
-            dv = np.concatenate(dvs, axis=-2) if dvs else np.zeros(v.shape, w)
-            # A shared K/V head (MQA, GQA) as FA2's mha_bwd sums it: each query head's dk and dv written in the dtype
-            # (dk_expanded, dv_expanded), then summed over the group with float32 accumulation (at::sum_out) and
-            # rounded once. Without broadcast the round trip through the dtype changes nothing.
-            dk, dv = (a.astype(dtype).astype(w) for a in (dk, dv))
-            grads = ((dq * c, q), (dk, k), (dv, v))
-            return tuple(_unbroadcast(grad, a.shape).astype(dtype) for grad, a in grads)
+        return flash2_parts(q, k, v, g, mask, block, causal, window, bias, alibi_slopes, sinks)[0]
 
     flash2.__doc__ = flash2.__doc__.format(block=block)
     flash2.__name__ = flash2.__qualname__ = f"flash2_b{block}"

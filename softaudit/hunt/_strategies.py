@@ -174,8 +174,8 @@ def _unattended_keys(mask: np.ndarray, lk: int) -> np.ndarray:
 def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     """(q, k, v in the dtype, mask or None, options) for attention, attention_lse and attention_grad: q (batch...,
     Lq, d), k (kv batch..., Lk, d), v (kv batch..., Lk, dv), K and V broadcast against q along some batch axes; for
-    the forward kinds, the modifiers the candidate takes (`_modifiers`); for attention_grad, those of them that
-    `gradients` passes (causal and window)."""
+    the forward kinds, the modifiers the candidate takes (`_modifiers`); for the backward kinds, those of them that
+    `gradients` passes (`kinds.GRAD_MODIFIERS`), and attention_sinks_grad's sinks always."""
     if _seeds(kind, fmt, takes) and draw(st.integers(0, 3)) == 3:
         return draw(_seeded(kind, fmt, takes))
     forward = kinds.get(kind).upstream is None
@@ -255,10 +255,10 @@ def _modifiers(
 @st.composite
 def gradients(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     """(inputs in the dtype with an upstream gradient g, mask or None, options) for the gradient kinds: the forward
-    kind's inputs (attention_grad's with the causal and window it takes), and g Gaussian, constant along the row
-    (softmax's exact VJP is then 0), one-hot, or spread over 8 decades."""
+    kind's inputs (the attention backward's with those of `kinds.GRAD_MODIFIERS` it takes), and g Gaussian,
+    constant along the row (softmax's exact VJP is then 0), one-hot, or spread over 8 decades."""
     entry = kinds.get(kind)
-    modifiers = takes & frozenset(kinds.GRAD_MODIFIERS)  # (attention_grad's: causal and window)
+    modifiers = takes & frozenset(kinds.GRAD_MODIFIERS)  # (the attention backward's: all but the softcap)
     inputs, mask, options = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt, modifiers))
     if "g" in inputs:  # a seed: the family gave its g
         return inputs, mask, options

@@ -1,8 +1,8 @@
 """The gradient kinds' parts of the loop: vector-Jacobian products for an upstream gradient g.
 
 Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
-output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's causal and window
-(`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
+output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's modifiers but the
+softcap (`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
 The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
 registry and must not load the reference (softaudit/adapters).
 """
@@ -122,6 +122,7 @@ def attention_problem(inputs: dict, mask, options: dict) -> tuple:
 
 
 def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
+    """The exact (dq, dk, dv) of the case with its modifiers (`attention_spec`), one Result each."""
     from .. import reference
 
     found = attention_spec(inputs, mask, options)
@@ -130,9 +131,10 @@ def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     return tuple(reference.evaluate_attention_grad(*arrays, found["mask"], dtype=dtype, **extras))
 
 
-def attention_conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, dict, dict]:
-    """Per output: its undefined rows (from the reference), the scale, and for dk and dv the keys no query may
-    attend (their gradients are exactly 0: anything else is a leak)."""
+def attention_conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, ...]:
+    """Per output (dq, dk, dv, and attention_sinks_grad's dsinks): its undefined rows (from the reference), the
+    scale, and for dk and dv the keys no query may attend (their gradients are exactly 0: anything else is a
+    leak)."""
     q, k, v, g, keep, bias, extra = attention_problem(inputs, mask, options)
     scale = 1 / np.sqrt(q.shape[-1])
     scales = _conditioning.attention_grad(q, k, v, g, keep, [_exact(r) for r in references], scale, bias, extra)
@@ -141,7 +143,7 @@ def attention_conditioning(kind, inputs: dict, mask, references, **options) -> t
     out = []
     for name, ref, scale in zip(kind.outputs, references, scales):
         fields = {"undefined": ref.undefined, "scale": scale}
-        if name != "dq" and chosen:
+        if name in ("dk", "dv") and chosen:
             fields["masked"] = _unattended(keep, ref.value.shape)
         out.append(fields)
     return tuple(out)
@@ -184,8 +186,6 @@ def attention_conventions(kind, pc, y) -> str:
     which neighbouring convention's exact gradient it matches (the window off by one or aligned top-left, causal
     aligned top-left, the sink dropped, ALiBi's slopes rounded), or "". Each neighbour's exact gradients are computed
     once per prepared case: its outputs (dq, dk, dv) share them."""
-    from ..reference import evaluate_attention_grad
-
     options, inputs, index = dict(pc.case.options), pc.inputs, getattr(pc, "index", 0)
     if not options and not any(n in inputs for n in _attention.EXTRAS):
         return ""
@@ -194,10 +194,7 @@ def attention_conventions(kind, pc, y) -> str:
 
     def exact(label, alt_inputs, alt_mask, alt_options):
         if label not in memo:
-            found = attention_spec(alt_inputs, alt_mask, alt_options)
-            arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
-            extras = {"bias": found["bias"], "sinks": found["sinks"]}
-            grads = evaluate_attention_grad(*arrays, found["mask"], dtype=pc.fmt.dtype, **extras)
+            grads = attention_reference(kind, alt_inputs, alt_mask, pc.fmt.dtype, **alt_options)
             memo[label] = tuple(r.value for r in grads)
         return memo[label][index]
 

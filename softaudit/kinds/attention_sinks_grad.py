@@ -13,59 +13,27 @@ import functools
 
 import numpy as np
 
-from .. import conditioning as _conditioning
 from . import _attention, _grads
 from ._kind import Kind
 
 
 def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
-    from ..reference import evaluate_sinks_grad
-
     if np.ndim(inputs["sinks"]) == 0:
         raise ValueError("attention_sinks_grad takes sinks of at least one axis (one logit per head), got a scalar")
-    grads = _grads.attention_reference(kind, inputs, mask, dtype, **options)
+    return (*_grads.attention_reference(kind, inputs, mask, dtype, **options), _dsinks(inputs, mask, dtype, options))
+
+
+def _dsinks(inputs: dict, mask, dtype, options: dict):
+    """The exact dsinks of the case with its modifiers, a Result."""
+    from ..reference import evaluate_sinks_grad
+
     found = _grads.attention_spec(inputs, mask, options)
     arrays = (inputs[n] for n in ("q", "k", "v", "g"))
-    dsinks = evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=dtype)
-    return (*grads, dsinks)
-
-
-def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, ...]:
-    """dq, dk, dv: attention_grad's. dsinks: `sinks_scale`."""
-    grads = _grads.attention_conditioning(kind, inputs, mask, references[:3], **options)
-    dz = references[3]
-    exact = dz.hi if not dz.lo.any() else dz.hi + dz.lo
-    scale = sinks_scale(_grads.attention_problem(inputs, mask, options), exact, np.shape(inputs["sinks"]))
-    return (*grads, {"undefined": dz.undefined, "scale": scale})
-
-
-def sinks_scale(problem: tuple, dz: np.ndarray, shape: tuple) -> np.ndarray:
-    """An upper bound of |dz| + sum over every input x of |d dz / d x| |x| (docs/metrics.md), for dz = -sum_i
-    P_iz D_i. With attention_grad's terms over the keys and the sink (its a = |z| / 2, its dP 0): rounding the
-    scores moves P_iz by at most P_iz (|z| + 2 alpha_i) and D_i by 2 delta_i, so each query adds
-    P_iz (|D_i| (|z| + 2 alpha_i) + 2 delta_i); the queries' parts are summed over every batch entry that shares the
-    sink."""
-    q, k, v, g, keep, bias, _ = problem
-    with np.errstate(all="ignore"):
-        kt = np.swapaxes(k, -1, -2)
-        p = _conditioning._weights(q, kt, keep, 1 / np.sqrt(q.shape[-1]), bias)
-        a = np.where(keep, (np.abs(q) @ np.abs(kt)) / np.sqrt(q.shape[-1]) + np.abs(bias) / 2, 0.0)
-        vt = np.swapaxes(v, -1, -2)
-        dp = np.where(keep, g @ vt, 0.0)
-        b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
-        d = (p * dp).sum(axis=-1)
-        alpha = (p * a).sum(axis=-1)
-        delta = (p * (a * np.abs(dp - d[..., None]) + b)).sum(axis=-1)
-        p_sink = p[..., -1]
-        per_query = p_sink * (np.abs(d) * (2 * a[..., -1] + 2 * alpha) + 2 * delta)
-        part = _conditioning._summed_to(per_query.sum(axis=-1), shape)
-        return np.nan_to_num(np.abs(np.asarray(dz, dtype=np.float64)) + part)
+    return evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=dtype)
 
 
 def conventions(kind, pc, y) -> str:
     """dq, dk, dv: attention_grad's neighbours. dsinks: the causal and window neighbours' exact dsinks."""
-    from ..reference import evaluate_sinks_grad
-
     index = getattr(pc, "index", 0)
     if index < 3:
         return _grads.attention_conventions(kind, pc, y)
@@ -77,10 +45,7 @@ def conventions(kind, pc, y) -> str:
 
     def exact(label, alt_inputs, alt_mask, alt_options):
         if ("dsinks", label) not in memo:
-            found = _grads.attention_spec(alt_inputs, alt_mask, alt_options)
-            arrays = (alt_inputs[n] for n in ("q", "k", "v", "g"))
-            dz = evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=pc.fmt.dtype)
-            memo["dsinks", label] = dz.value
+            memo["dsinks", label] = _dsinks(alt_inputs, alt_mask, pc.fmt.dtype, alt_options).value
         return memo["dsinks", label]
 
     lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
@@ -140,7 +105,7 @@ ATTENTION_SINKS_GRAD = Kind(
     best_practice=_BEST,
     families=("attn_sinks", *_MAKERS),
     reference=reference,
-    conditioning=conditioning,
+    conditioning=_grads.attention_conditioning,
     conventions=conventions,
     fixes={
         "nan": "give queries with nothing to attend but the sink P = 0 on the keys (where over the kept keys)",

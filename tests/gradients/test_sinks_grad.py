@@ -95,10 +95,12 @@ def test_the_sinks_scale_bounds_finite_differences(seed):
         c = 1 / mpmath.sqrt(d)
         flat = [a.ravel() for a in (q, k, v, g, bias)] + [[z]]
         expected, r = _grad_scale_by_differences(lambda *f: _scaled_dz(f, shapes, c), flat)
-    from softaudit.kinds.attention_sinks_grad import sinks_scale
+    from softaudit import conditioning
 
     inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": np.asarray(z)}
-    got = sinks_scale(kinds.attention_problem(inputs, None, {}), r[0], ())
+    q1, k1, v1, g1, keep, b1, extra = kinds.attention_problem(inputs, None, {})
+    zeros = (np.zeros((lq, d)), np.zeros((lk, d)), np.zeros((lk, d)))
+    *_, got = conditioning.attention_grad(q1, k1, v1, g1, keep, (*zeros, np.asarray(r[0])), 1 / np.sqrt(d), b1, extra)
     assert expected[0] <= got * (1 + 1e-9) and got <= 16 * expected[0], (got, expected)
 
 
