@@ -231,20 +231,22 @@ def _digest(inputs: dict, mask) -> bytes:
 
 
 def _pack(ref: Result) -> tuple:
-    """A reference Result as a kept case holds it: hi whole (errors are measured from it to its last bit), lo and
-    fine only where they are not 0 (lo is 0 wherever tier A, one float64, decided: nearly everywhere below float64),
-    the rounded values only where they are not hi rounded to the dtype (where hi + lo rounds otherwise: about 1 in
-    5,000 elements), and the undefined rows. err and tier are not kept: no measure reads them."""
+    """A reference Result as a kept case holds it, every bit: hi, lo and fine only where they are not 0 (errors are
+    measured from hi to its last bit; lo is 0 wherever tier A, one float64, decided: nearly everywhere below
+    float64; hi is 0 on whole rows of exact zeros: cross-entropy's ignored rows), the rounded values only where
+    they are not hi rounded to the dtype (where hi + lo rounds otherwise: about 1 in 5,000 elements), and the
+    undefined rows. err and tier are not kept: no measure reads them."""
     hi = np.ascontiguousarray(ref.hi)
     value = ref.value
     if value.shape == hi.shape and value.dtype != object and value.dtype.itemsize in (2, 4, 8):
         value = _sparse(value, _rounded(hi, value.dtype))
-    return value, hi, _sparse(ref.lo), None if ref.fine is None else _sparse(ref.fine), ref.undefined
+    return value, _sparse(hi), _sparse(ref.lo), None if ref.fine is None else _sparse(ref.fine), ref.undefined
 
 
 def _unpack(packed: tuple) -> Result:
     """The Result `_pack` kept, bit for bit (err and tier size 0, as in a Result without detail)."""
     value, hi, lo, fine, undefined = packed
+    hi = _whole(hi)
     if isinstance(value, tuple):
         value = _whole(value, _rounded(hi, value[2].dtype))
     lo = _whole(lo)

@@ -406,3 +406,18 @@ def test_packing_keeps_the_values_hi_alone_would_round_otherwise():
     for name in ("value", "hi", "lo", "undefined"):
         assert _same(getattr(back, name), getattr(ref, name)), name
     assert back.fine is None and list(packed[0][1]) == [0, 3]  # kept: the first value and the NaN's sign
+
+
+def test_a_reference_of_mostly_exact_zeros_is_kept_sparse_bit_for_bit():
+    """hi of rows that are exactly 0 (cross-entropy's ignored rows) is kept as the elements that are not +0, and
+    comes back with every bit: a -0.0 among the zeros, a subnormal, a NaN."""
+    hi = np.zeros((4, 1000))
+    hi[1] = np.linspace(-1, 1, 1000)
+    hi[0, 5], hi[2, 7], hi[3, 9] = -0.0, 5e-324, np.nan
+    value = hi.astype(np.float32)
+    ref = reference.Result(value, hi, np.zeros_like(hi), np.zeros(4), np.zeros(4, np.int8), np.zeros(4, bool), None)
+    packed = prepare._pack(ref)
+    assert isinstance(packed[1], tuple) and len(packed[1][1]) == 1000 + 3  # (shape, where, values): row 1 and 3 more
+    back = prepare._unpack(packed)
+    for name in ("value", "hi", "lo"):
+        assert _same(getattr(back, name), getattr(ref, name)), name

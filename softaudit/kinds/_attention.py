@@ -179,24 +179,37 @@ def _softcap(kind, fmt, size, rng):
     ]
 
 
+def _backward(kind: str) -> bool:
+    """Whether the family is made for a gradient kind (attention_grad, attention_sinks_grad)."""
+    from ._registry import get
+
+    return get(kind).upstream is not None
+
+
 def _alibi(kind, fmt, size, rng):
+    # The backward's outputs dk and dv are as long as the keys, each compared element by element (the forward's
+    # are as long as the queries): 256 keys there, where a bias of up to -127 (slope 1/2) still takes the far keys'
+    # weights and gradients below float32's normal range (e**-87) and a float16 slope's error of 2**-12 still moves
+    # their weights by 2% (the bug this family holds).
+    keys = 256 if _backward(kind) else 512
     out = []
     for heads in (8, 12):
-        arrays = _qkv(rng, heads, size.lq, 512)
+        arrays = _qkv(rng, heads, size.lq, keys)
         # 2**(-8 h / H): powers of two for 8 heads, else rounded to float32 (ALiBi's exact bias needs <= 32 bits)
         arrays["alibi_slopes"] = (2.0 ** (-8.0 * np.arange(1, heads + 1) / heads)).astype(np.float32).astype(np.float64)
-        text = f"ALiBi over 512 keys, {heads} heads' slopes, causal (FlashAttention #845: slopes cast to float16)"
+        text = f"ALiBi over {keys} keys, {heads} heads' slopes, causal (FlashAttention #845: slopes cast to float16)"
         out.append((arrays, None, text, {}, {"causal": True}))
     return out
 
 
 def _window(kind, fmt, size, rng):
-    arrays = _qkv(rng, 2, size.lq, 1024)
+    keys = 512 if _backward(kind) else 1024  # (the backward's: 240 keys still fall left of the window; see _alibi)
+    arrays = _qkv(rng, 2, size.lq, keys)
     return [
         (
             arrays,
             None,
-            "a sliding window of 256 keys to the left, causal, 1,024 keys (transformers #39408, onnxruntime PR "
+            f"a sliding window of 256 keys to the left, causal, {keys:,} keys (transformers #39408, onnxruntime PR "
             "#25927: off by one)",
             {},
             {"window": (256, 0)},
