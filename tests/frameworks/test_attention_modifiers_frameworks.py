@@ -154,11 +154,15 @@ def test_jax_backward_aligns_causal_top_left_as_its_forward_and_the_audit_says_s
 )
 def test_torch_backward_with_a_bias_alibi_and_sinks_passes_in_float32(name, families):
     """autograd through SDPA with the bias and ALiBi in its float attn_mask, and through the sink as a key of
-    value 0: every float32 row passes; no row fails in bfloat16 (FlashAttention 2's form warns there too)."""
+    value 0: every float32 row passes but where ALiBi takes far keys' gradients below float32's normal range and
+    some come out 0 (a warn that says so); no row fails in bfloat16 (FlashAttention 2's form warns there too)."""
     pytest.importorskip("torch")
     table = _audit(f"softaudit.frameworks.torch:{name}", "attention_grad", families, ("float32", "bfloat16"))
     assert len(table) == len(families) * 2 * 3, table[["family", "dtype", "output", "verdict"]]
-    assert set(table[table.dtype == "float32"].verdict) == {"pass"}
+    f32 = table[table.dtype == "float32"]
+    warned = f32[f32.verdict != "pass"]
+    assert set(warned.verdict) <= {"warn"} and set(warned.family) <= {"attn_alibi"}, warned
+    assert warned.note.str.contains("subnormal results came out 0").all(), warned.note
     assert "fail" not in set(table.verdict), table[["family", "dtype", "output", "verdict", "note"]]
 
 
