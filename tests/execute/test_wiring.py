@@ -211,7 +211,7 @@ def test_a_signal_keeps_the_finished_rows_writes_the_reports_marked_interrupted_
 def test_a_sigterm_to_the_whole_process_group_is_one_stop_not_a_dead_worker(tmp_path):
     """CI's cancel and a container's stop signal every process of the job, the isolated worker too, and GNU timeout
     signals the job and then its group: one stop arriving twice, microseconds apart."""
-    process = start_run(tmp_path, 1.0, group=True)
+    process = start_run(tmp_path, 0.2, group=True)  # (its unit, about 60 calls, finishes)
     wait_for(tmp_path / "started", process)
     os.killpg(process.pid, signal.SIGTERM)
     os.killpg(process.pid, signal.SIGTERM)
