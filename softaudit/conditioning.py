@@ -33,10 +33,12 @@ def _finite(a: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(a), a, 0.0)
 
 
-def _weights(q, kt, keep, scale, bias=None) -> np.ndarray:
+def _weights(q, kt, keep, scale, bias=None, softcap=None) -> np.ndarray:
     """Attention's weights softmax(scale q k^T + bias) over the kept keys, in float64 (0 elsewhere; kt is k
-    transposed)."""
-    s = np.where(keep, (q @ kt) * scale + (0.0 if bias is None else bias), -np.inf)
+    transposed); with a softcap the scores are softcap tanh(scale q k^T / softcap) + bias (the bias after the cap)."""
+    raw = (q @ kt) * scale
+    raw = raw if softcap is None else softcap * np.tanh(raw / softcap)
+    s = np.where(keep, raw + (0.0 if bias is None else bias), -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     total = e.sum(axis=-1, keepdims=True)
@@ -171,7 +173,9 @@ def logsumexp_grad(x, mask, g, r) -> np.ndarray:
         return np.where(kept, np.abs(r) + ag * p * (1 + _spread(p, e, s, top, ax) + lse), 0.0)
 
 
-def attention_grad(q, k, v, g, keep, grads, scale: float, bias=None, extra_keys: int = 0) -> tuple[np.ndarray, ...]:
+def attention_grad(
+    q, k, v, g, keep, grads, scale: float, bias=None, extra_keys: int = 0, softcap=None
+) -> tuple[np.ndarray, ...]:
     """scales of (dq, dk, dv), attention's VJP for the upstream gradient g, each of its input's shape; and of dz,
     the sinks' gradient, where `grads` holds it as a fourth (the sink the last key, its logit in the bias).
 
@@ -188,26 +192,50 @@ def attention_grad(q, k, v, g, keep, grads, scale: float, bias=None, extra_keys:
     dz = -sum_i P_iz D_i: rounding the scores moves P_iz by at most P_iz (2 a_iz + 2 alpha_i) (the sink's a is
     |z| / 2, its dP 0) and D_i by 2 delta_i, so each query adds P_iz (|D_i| (2 a_iz + 2 alpha_i) + 2 delta_i),
     summed over the queries of every batch entry that shares the sink.
+
+    With a softcap C the score is f_ij = C tanh(s_ij / C) + bias_ij (s = c q k^T, the bias after the cap),
+    P = softmax(f), and with t = tanh(s / C) and sigma = d f / d s = sech(s / C)**2 = 1 - t**2 the VJP is
+    dS = sigma F, F = P (dP - D), dq = c dS k, dk = c dS^T q, dv = P^T g. Rounding q and k moves s_ij by 2 a0_ij
+    (a0 = c sum_t |q_it k_jt|), and so
+    - f_ij by sigma_ij 2 a0_ij (and rounding the bias by |bias_ij| more): what P's movement reads (alpha, delta,
+      dv's and dz's parts) takes a = sigma a0 + |bias| / 2;
+    - sigma_ij by |d sigma / d s| 2 a0_ij = 4 |t_ij| sigma_ij a0_ij / C (the bias moves no sigma: a0, not a).
+    dS = sigma F moves by (sigma's movement) |F| + sigma (F's movement, the same as without a cap), so
+    W = sigma P (2 a gap + 2 b) + |dS| + |F| 4 |t| sigma a0 / C; the row-common 2 alpha_i acts on dS's row as a
+    whole (2 alpha |dq| in dq, 2 alpha |dS| in dk) and D's 2 delta_i through sigma P (2 c delta |(sigma P) k| in
+    dq, 2 delta sigma P in dk). Without a cap sigma = 1 and t = 0, and each term is the one above. Not held: the
+    cap's own roundings in an algorithm (f rounded moves it by u |f - bias|, t rounded moves sigma by 2 t**2 u),
+    no input's, which pass the inputs' part where the scores pass the cap and sigma is small.
     """
     with np.errstate(all="ignore"):
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
         dq, dk, dv, *dz = (np.asarray(r, dtype=np.float64) for r in grads)
         k, v = _finite(k), _finite(v)
         kt = np.swapaxes(k, -1, -2)
-        p = _weights(q, kt, keep, scale, bias)
+        p = _weights(q, kt, keep, scale, bias, softcap)
+        c = abs(scale)
         # Every term below is a multiple of P, 0 at a key not kept: a, dP and b are 0 there too, so that a large k
         # or v there cannot make 0 x inf NaN.
-        a = np.where(keep, (np.abs(q) @ np.abs(kt)) * abs(scale) + (0.0 if bias is None else np.abs(bias) / 2), 0.0)
+        a0 = (np.abs(q) @ np.abs(kt)) * c  # rounding q and k moves s_ij by 2 a0_ij
+        sigma = 1.0  # d f / d s: 1 without a cap
+        if softcap is not None:
+            cap = abs(softcap)
+            ratio = (q @ kt) * scale / cap
+            sigma = np.where(keep, 1 / np.cosh(ratio) ** 2, 0.0)  # not 1 - t**2: 0 in float64 past 19
+            moved = np.where(keep, 4 * np.abs(np.tanh(ratio)) * sigma * a0 / cap, 0.0)  # sigma's own movement
+        a = np.where(keep, sigma * a0 + (0.0 if bias is None else np.abs(bias) / 2), 0.0)
         alpha = (p * a).sum(axis=-1, keepdims=True)
         dp = np.where(keep, g @ np.swapaxes(v, -1, -2), 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(np.swapaxes(v, -1, -2)), 0.0)
         d = (p * dp).sum(axis=-1, keepdims=True)
         gap = np.abs(dp - d)
         delta = (p * (a * gap + b)).sum(axis=-1, keepdims=True)
-        w = p * (2 * a * gap + 2 * b + gap)  # P (2 a gap + 2 b) + |dS|
-        c = abs(scale)
-        q_part = np.abs(dq) * 2 * alpha + c * (w @ np.abs(k)) + 2 * c * delta * np.abs(p @ k)
-        k_part = c * (np.swapaxes(w + 2 * alpha * p * gap + 2 * delta * p, -1, -2) @ np.abs(q))
+        sp = sigma * p  # what D's movement acts through: dS = sigma P (dP - D)
+        w = sp * (2 * a * gap + 2 * b + gap)  # sigma P (2 a gap + 2 b) + |dS|
+        if softcap is not None:
+            w = w + p * gap * moved  # + |F| |d sigma|
+        q_part = np.abs(dq) * 2 * alpha + c * (w @ np.abs(k)) + 2 * c * delta * np.abs(sp @ k)
+        k_part = c * (np.swapaxes(w + 2 * alpha * sp * gap + 2 * delta * sp, -1, -2) @ np.abs(q))
         v_part = np.swapaxes(p * (1 + 2 * a + 2 * alpha), -1, -2) @ np.abs(g)
         lk = k.shape[-2] - extra_keys
         k_part, v_part, k, v = (x[..., :lk, :] for x in (k_part, v_part, k, v))

@@ -289,14 +289,19 @@ def test_attention_gradient_scales_bound_finite_differences_of_the_exact_vjp(see
     assert (got <= 16 * expected).all()
 
 
-def _modified_attention_vjp(q, k, v, g, b, z, c):
+def _modified_attention_vjp(q, k, v, g, b, z, c, cap=None):
     """(dq, dk, dv) flattened, in mpmath, for the scores c q.k + b and a sink of logit z (one more key of value 0),
-    from the textbook formulas: the sink's weight joins each softmax, its dP is 0."""
-    s = [[c * mpmath.fsum(a * t for a, t in zip(qi, kj)) + bij for kj, bij in zip(k, bi)] for qi, bi in zip(q, b)]
+    from the textbook formulas: the sink's weight joins each softmax, its dP is 0. With a softcap the scores are
+    cap tanh(c q.k / cap) + b, and dS is sech(c q.k / cap)**2 P (dP - D)."""
+    raw = [[c * mpmath.fsum(a * t for a, t in zip(qi, kj)) for kj in k] for qi in q]
+    capped = raw if cap is None else [[cap * mpmath.tanh(x / cap) for x in row] for row in raw]
+    s = [[x + bij for x, bij in zip(row, bi)] for row, bi in zip(capped, b)]
     p = [_softmax(row + [z[0]])[:-1] for row in s]
     dp = [[mpmath.fsum(a * t for a, t in zip(gi, vj)) for vj in v] for gi in g]
     d = [mpmath.fsum(a * t for a, t in zip(pi, dpi)) for pi, dpi in zip(p, dp)]
     ds = [[pij * (dpij - di) for pij, dpij in zip(pi, dpi)] for pi, dpi, di in zip(p, dp, d)]
+    if cap is not None:
+        ds = [[mpmath.sech(x / cap) ** 2 * dsij for x, dsij in zip(row, dsi)] for row, dsi in zip(raw, ds)]
     lq, lk, dim = len(q), len(k), len(q[0])
     dq = [[c * mpmath.fsum(ds[i][j] * k[j][t] for j in range(lk)) for t in range(dim)] for i in range(lq)]
     dk = [[c * mpmath.fsum(ds[i][j] * q[i][t] for i in range(lq)) for t in range(dim)] for j in range(lk)]
@@ -304,13 +309,14 @@ def _modified_attention_vjp(q, k, v, g, b, z, c):
     return [x for grad in (dq, dk, dv) for row in grad for x in row]
 
 
+@pytest.mark.parametrize("cap", [None, 1.5])
 @pytest.mark.parametrize("seed", range(6))
-def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differences(seed):
+def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differences(seed, cap):
     """With a bias and a sink (attention_grad's problem as the kind forms it: the sink one more key at the end),
     the scales still bound |r| + sum |d r / d input| |input| over q, k, v, g, every bias entry and the sink's
     logit, within 16x where the weights are not peaked (a bias of N(0, 1) here; a peaked softmax makes the bound
     loose for q and k as much as for the bias: its P_ij (2 a_ij + 2 alpha_i) does not see that a top weight near 1
-    hardly moves)."""
+    hardly moves). With a softcap of 1.5 too (scores up to about 3, past the cap: the bias after it)."""
     from softaudit import kinds
 
     rng = np.random.default_rng(seed)
@@ -323,7 +329,7 @@ def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differenc
 
         def vjp(*flat):
             rows = [[flat[a][i * n : (i + 1) * n] for i in range(m)] for a, (m, n) in enumerate(shapes)]
-            return _modified_attention_vjp(*rows, flat[-1], mc)
+            return _modified_attention_vjp(*rows, flat[-1], mc, None if cap is None else mpmath.mpf(cap))
 
         flat = [a.ravel() for a in (q, k, v, g, bias)] + [[float(sinks)]]
         expected, r = _grad_scale_by_differences(vjp, flat)
@@ -331,7 +337,7 @@ def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differenc
     inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": np.asarray(sinks)}
     q1, k1, v1, g1, keep, b1, extra = kinds.attention_problem(inputs, None, {})
     grads = (dq.reshape(lq, d), dk.reshape(lk, d), dv_.reshape(lk, dv))
-    got = conditioning.attention_grad(q1, k1, v1, g1, keep, grads, 1 / np.sqrt(d), b1, extra)
+    got = conditioning.attention_grad(q1, k1, v1, g1, keep, grads, 1 / np.sqrt(d), b1, extra, softcap=cap)
     assert [a.shape for a in got] == [(lq, d), (lk, d), (lk, dv)]
     got = np.concatenate([a.ravel() for a in got])
     assert (got >= expected * (1 - 1e-9)).all()
@@ -383,3 +389,137 @@ def test_the_log_kinds_scales_hold_one_rounding_of_the_sum():
     assert conditioning.sum_rounding("log_softmax", scale).tolist() == [[1.0 + 2.0**-60, 0.0, 4.0]]
     assert conditioning.sum_rounding("logsumexp", scale[0]).tolist() == [1.0 + 2.0**-60, 0.0, 4.0]
     assert conditioning.sum_rounding("softmax", scale) is scale
+
+
+def _capped_attention_vjp(q, k, v, g, bias, z, keep, cap, c):
+    """(dq, dk, dv) of attention with the scores cap tanh(c q k^T / cap) + bias over the kept keys and a sink of
+    logit z (one more weight, no value), in plain numpy from the textbook formulas: dP = g v^T, D = rowsum(P dP),
+    dS = (1 - tanh**2) P (dP - D), dq = c dS k, dk = c dS^T q, dv = P^T g. Complex inputs give the complex step
+    (the shift m is the real part's, a constant)."""
+    t = np.tanh(c * (q @ k.T) / cap)
+    f = cap * t + bias
+    m = np.maximum(np.where(keep, f.real, -np.inf).max(axis=1, keepdims=True), z.real)
+    e = np.where(keep, np.exp(f - m), 0.0)
+    p = e / (e.sum(axis=1, keepdims=True) + np.exp(z - m))
+    dp = g @ v.T
+    ds = (1 - t**2) * p * (dp - (p * dp).sum(axis=1, keepdims=True))
+    return c * ds @ k, c * ds.T @ q, p.T @ g
+
+
+CAPPED = {  # name: (seed, the queries' size, the shared part, cap, a mask, the sink's logit or None)
+    "gaussian": (0, 1.0, 0.0, 2.0, False, None),
+    "masked, bias and sink": (1, 1.5, 0.0, 3.0, True, 0.5),
+    "past the cap": (0, 4.0, 0.0, 2.0, False, None),
+    "all past the cap, masked and sink": (1, 1.0, 5.0, 2.0, True, 1.0),
+}
+
+
+def _capped_case(name):
+    """The inputs (q, k, v, g, bias, z), the keep mask and the cap of CAPPED[name]: Lq = 3, Lk = 5, d = 4, the
+    queries size N(0, 1) + shared and the keys N(0, 1) + 1 where there is a shared part (then every score c q.k is
+    about 5 and past the cap); with a mask each query keeps its own key and a random half of the rest, a bias
+    N(0, 1); without a sink z is -inf (weight 0)."""
+    seed, size, shared, cap, masked, sink = CAPPED[name]
+    rng = np.random.default_rng(seed)
+    lq, lk, d = 3, 5, 4
+    q = rng.standard_normal((lq, d)) * size + shared
+    k = rng.standard_normal((lk, d)) + (1.0 if shared else 0.0)
+    v, g = (rng.standard_normal(s) for s in ((lk, d), (lq, d)))
+    bias = rng.standard_normal((lq, lk)) if masked else np.zeros((lq, lk))
+    keep = rng.random((lq, lk)) < 0.5 if masked else np.ones((lq, lk), bool)
+    keep[np.arange(lq), np.arange(lq)] = True
+    z = np.asarray(-np.inf if sink is None else sink)
+    return [q, k, v, g, bias, z], keep, cap
+
+
+def _capped_first_order(arrays, keep, cap, c):
+    """(r, J): the exact (dq, dk, dv) flattened and its Jacobian in every input entry (q, k, v, g, the bias, z),
+    by the complex step (d r / d x = Im r(x + i h) / h, no cancellation: exact to float64's rounding)."""
+    h = 1e-30
+    r = np.concatenate([a.ravel() for a in _capped_attention_vjp(*arrays, keep, cap, c)])
+    columns = []
+    for index, a in enumerate(arrays):
+        if not np.isfinite(a).all():  # no sink: -inf, no input
+            continue
+        for position in np.ndindex(a.shape):
+            moved = [x.astype(complex) for x in arrays]
+            moved[index][position] += 1j * h
+            out = _capped_attention_vjp(*moved, keep, cap, c)
+            columns.append(np.concatenate([o.ravel() for o in out]).imag / h)
+    x = np.concatenate([a.ravel() for a in arrays if np.isfinite(a).all()])
+    return r, np.array(columns).T, x
+
+
+def _capped_scales(arrays, keep, cap, c, r):
+    """conditioning.attention_grad's scales for the case, flattened, the sink as the kind forms it."""
+    from softaudit import kinds
+
+    q, k, v, g, bias, z = arrays
+    lq, lk, d = q.shape[0], k.shape[0], q.shape[1]
+    inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias}
+    if np.isfinite(z):
+        inputs["sinks"] = z
+    q1, k1, v1, g1, keep1, b1, extra = kinds.attention_problem(inputs, keep, {})
+    grads = np.split(r, [lq * d, (lq + lk) * d])
+    grads = [a.reshape(-1, d) for a in grads]
+    got = conditioning.attention_grad(q1, k1, v1, g1, keep1, grads, c, b1, extra, softcap=cap)
+    assert [a.shape for a in got] == [(lq, d), (lk, d), (lk, d)]
+    return np.concatenate([a.ravel() for a in got])
+
+
+@pytest.mark.parametrize("name", list(CAPPED))
+def test_capped_attention_gradient_scales_bound_every_perturbation_of_the_inputs(name):
+    """Under a softcap the scales bound |r| + sum |d r / d x| |x| over q, k, v, g, the bias and the sink's logit
+    (J by the complex step of an independent numpy VJP), and bound what perturbing every input by a relative
+    eps = 1e-7 does to each output: 8 random signs, and for each output the worst signs (sign(J x) for that
+    output, which reach eps sum |J| |x| to first order; they reach 0.73 to 0.98 of eps (scale - |r|) here).
+    The two cases past the cap (scores up to 2.7 caps; every kept one 1.6 to 8 caps) need sigma's own movement,
+    |F| 4 |t| sigma a / cap: without it the worst signs reach 1.5 and 4.3 times eps (scale - |r|), and random
+    ones 2.9 times in the second. Not loose either: over the outputs the exact first-order part is at least 0.4 of
+    the scale's (scale - |r|) at the median (0.52 to 0.75 on these cases) and at least 1/8 of it everywhere (0.24
+    the least)."""
+    arrays, keep, cap = _capped_case(name)
+    c = 1 / np.sqrt(arrays[0].shape[1])
+    r, jac, x = _capped_first_order(arrays, keep, cap, c)
+    exact = np.abs(jac) @ np.abs(x)  # sum over the inputs of |d r / d x| |x|
+    got = _capped_scales(arrays, keep, cap, c, r)
+    assert (got >= (np.abs(r) + exact) * (1 - 1e-9)).all()
+
+    inputs_part = got - np.abs(r)
+    eps = 1e-7
+    rng = np.random.default_rng(7)
+    signs = [rng.choice([-1.0, 1.0], x.size) for _ in range(8)]
+    signs += [np.where(row * x >= 0, 1.0, -1.0) for row in jac]
+    for sign in signs:
+        moved, start = [], 0
+        for a in arrays:
+            if not np.isfinite(a).all():
+                moved.append(a)
+                continue
+            moved.append(a * (1 + eps * sign[start : start + a.size].reshape(a.shape)))
+            start += a.size
+        change = np.concatenate([o.ravel() for o in _capped_attention_vjp(*moved, keep, cap, c)]) - r
+        assert (np.abs(change) <= eps * inputs_part * (1 + 1e-3) + 1e-22).all(), np.max(
+            np.abs(change) / (eps * inputs_part)
+        )
+
+    nonzero = inputs_part > 0
+    ratio = exact[nonzero] / inputs_part[nonzero]
+    assert np.median(ratio) > 0.4 and ratio.min() > 1 / 8, (np.median(ratio), ratio.min())
+
+
+def test_a_far_softcap_gives_the_uncapped_scales():
+    """cap -> infinity: sigma -> 1 and sigma's movement -> 0, so the scales tend to the uncapped ones."""
+    arrays, keep, _ = _capped_case("masked, bias and sink")
+    c = 1 / np.sqrt(arrays[0].shape[1])
+    r, *_ = _capped_first_order(arrays, keep, 1e9, c)
+    far = _capped_scales(arrays, keep, 1e9, c, r)
+    q, k, v, g, bias, z = arrays
+    from softaudit import kinds
+
+    q1, k1, v1, g1, keep1, b1, extra = kinds.attention_problem(
+        {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": z}, keep, {}
+    )
+    grads = [a.reshape(-1, q.shape[1]) for a in np.split(r, [q.size, q.size + k.size])]
+    plain = np.concatenate([a.ravel() for a in conditioning.attention_grad(q1, k1, v1, g1, keep1, grads, c, b1, extra)])
+    np.testing.assert_allclose(far, plain, rtol=1e-12)
