@@ -197,15 +197,16 @@ def attention_grad(
     P = softmax(f), and with t = tanh(s / C) and sigma = d f / d s = sech(s / C)**2 = 1 - t**2 the VJP is
     dS = sigma F, F = P (dP - D), dq = c dS k, dk = c dS^T q, dv = P^T g. Rounding q and k moves s_ij by 2 a0_ij
     (a0 = c sum_t |q_it k_jt|), and so
-    - f_ij by sigma_ij 2 a0_ij (and rounding the bias by |bias_ij| more): what P's movement reads (alpha, delta,
-      dv's and dz's parts) takes a = sigma a0 + |bias| / 2;
+    - f_ij by sigma_ij 2 a0_ij (and rounding the bias by |bias_ij| more, and rounding the capped score itself,
+      which every kernel does, by |C t_ij| as the forward's scale counts it, `kinds._attention.modified_weights`):
+      what P's movement reads (alpha, delta, dv's and dz's parts) takes a = sigma a0 + |bias| / 2 + |C t| / 2;
     - sigma_ij by |d sigma / d s| 2 a0_ij = 4 |t_ij| sigma_ij a0_ij / C (the bias moves no sigma: a0, not a).
     dS = sigma F moves by (sigma's movement) |F| + sigma (F's movement, the same as without a cap), so
     W = sigma P (2 a gap + 2 b) + |dS| + |F| 4 |t| sigma a0 / C; the row-common 2 alpha_i acts on dS's row as a
     whole (2 alpha |dq| in dq, 2 alpha |dS| in dk) and D's 2 delta_i through sigma P (2 c delta |(sigma P) k| in
-    dq, 2 delta sigma P in dk). Without a cap sigma = 1 and t = 0, and each term is the one above. Not held: the
-    cap's own roundings in an algorithm (f rounded moves it by u |f - bias|, t rounded moves sigma by 2 t**2 u),
-    no input's, which pass the inputs' part where the scores pass the cap and sigma is small.
+    dq, 2 delta sigma P in dk). Without a cap sigma = 1 and t = 0, and each term is the one above. Not held: sigma
+    formed as 1 - t**2 from a rounded t (which moves it by 2 t**2 u, far past sigma where the scores pass the cap:
+    a stable sigma, from e**(-2 |s / C|), has no such error), nor where an algorithm rounds s / C apart from f.
     """
     with np.errstate(all="ignore"):
         q, k, v, g = (np.asarray(a, dtype=np.float64) for a in (q, k, v, g))
@@ -217,13 +218,14 @@ def attention_grad(
         # Every term below is a multiple of P, 0 at a key not kept: a, dP and b are 0 there too, so that a large k
         # or v there cannot make 0 x inf NaN.
         a0 = (np.abs(q) @ np.abs(kt)) * c  # rounding q and k moves s_ij by 2 a0_ij
-        sigma = 1.0  # d f / d s: 1 without a cap
+        sigma, capped = 1.0, 0.0  # d f / d s: 1 without a cap
         if softcap is not None:
             cap = abs(softcap)
             ratio = (q @ kt) * scale / cap
             sigma = np.where(keep, 1 / np.cosh(ratio) ** 2, 0.0)  # not 1 - t**2: 0 in float64 past 19
             moved = np.where(keep, 4 * np.abs(np.tanh(ratio)) * sigma * a0 / cap, 0.0)  # sigma's own movement
-        a = np.where(keep, sigma * a0 + (0.0 if bias is None else np.abs(bias) / 2), 0.0)
+            capped = cap * np.abs(np.tanh(ratio)) / 2  # the capped score rounded once
+        a = np.where(keep, sigma * a0 + (0.0 if bias is None else np.abs(bias) / 2) + capped, 0.0)
         alpha = (p * a).sum(axis=-1, keepdims=True)
         dp = np.where(keep, g @ np.swapaxes(v, -1, -2), 0.0)
         b = np.where(keep, np.abs(g) @ np.abs(np.swapaxes(v, -1, -2)), 0.0)

@@ -187,7 +187,7 @@ def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
 
 
 def attention_grad(
-    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, dtype=None, prec=113, method="auto"
+    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, softcap=None, dtype=None, prec=113, method="auto"
 ) -> tuple:
     """(dq, dk, dv): the vector-Jacobian product of `attention` for the upstream gradient g (the output's shape).
 
@@ -199,19 +199,22 @@ def attention_grad(
     infinity in q, g, or a key or value it attends makes its dq and the dk, dv of the keys it attends NaN.
 
     `bias` and `sinks` as for `attention` (the scores' additive bias, -inf removing a score; one sink logit per
-    batch entry, a key of value 0 every query attends): the gradients with respect to q, k and v of that attention.
+    batch entry, a key of value 0 every query attends) and `softcap` as for `attention` (each score s becomes
+    softcap tanh(s / softcap) before the bias): the gradients with respect to q, k and v of that attention.
     """
     fmt, method = target(dtype, prec), _method(method)
-    return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, bias=bias, sinks=sinks)
+    scale = scale_value(scale)
+    return _attention_grad(q, k, v, g, mask, scale, fmt, method, bias=bias, sinks=sinks, softcap=softcap)
 
 
 def evaluate_attention_grad(
-    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, dtype=None, prec=113, method="auto"
+    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, softcap=None, dtype=None, prec=113, method="auto"
 ) -> tuple:
     """The full `Result` of each of attention_grad's (dq, dk, dv) (undefined: per query for dq, per key for dk,
     dv)."""
     fmt, method = target(dtype, prec), _method(method)
-    return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, detail=True, bias=bias, sinks=sinks)
+    extras = {"bias": bias, "sinks": sinks, "softcap": softcap}
+    return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, detail=True, **extras)
 
 
 def sinks_grad(q, k, v, g, sinks, mask=None, *, scale=None, bias=None, dtype=None, prec=113, method="auto"):

@@ -137,12 +137,22 @@ def _scores_a(q, k, scale, bias=None, softcap=None) -> tuple[np.ndarray, np.ndar
     """Tier A's scores in float64 and their bound ds: c q k^T within the dot-product bound gamma_d sum |q||k|
     (true for any summation order, with or without FMA, so for any BLAS), then the softcap c tanh(s / c) (tanh' <= 1,
     so ds stays; s / c, tanh and the product add their own) and the bias (one rounding)."""
+    s, ds = raw_scores_a(q, k, scale)
+    return capped_scores_a(s, ds, bias, softcap)
+
+
+def raw_scores_a(q, k, scale) -> tuple[np.ndarray, np.ndarray]:
+    """c q k^T in float64 and its bound (`_scores_a` before the cap and the bias)."""
     d = q.shape[1]
     scores = q @ k.T
     size = (np.abs(q) @ np.abs(k).T) * (1 + 2 * _dd.gamma(d))
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
     s = c * scores
-    ds = (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+    return s, (abs(c) * _dd.gamma(d) * size + np.abs(s) * (c_rel + U)) * (1 + _SAFE)
+
+
+def capped_scores_a(s, ds, bias=None, softcap=None) -> tuple[np.ndarray, np.ndarray]:
+    """`_scores_a`'s cap and bias on raw scores s within ds."""
     if softcap is not None:
         capped = softcap * np.tanh(s / softcap)
         ds = ds + (np.abs(s) * U + np.abs(capped) * (LIBM_TANH_REL + 2 * U)) * (1 + _SAFE)

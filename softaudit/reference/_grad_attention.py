@@ -12,8 +12,8 @@ import math
 
 import numpy as np
 
-from . import _dd, _grad_exact, _ozaki
-from ._attention import _SAFE, _scores_a, prepare, weights_dd
+from . import _dd, _grad_exact, _grad_softcap, _ozaki
+from ._attention import _SAFE, capped_scores_a, prepare, raw_scores_a, weights_dd
 from ._dd import TINY, U
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._exact import _fraction
@@ -30,11 +30,11 @@ def _bound(a, a_err, b, n):
     return (_dd.gamma(n) * (np.abs(a) @ np.abs(b)) + a_err @ np.abs(b)) * up
 
 
-def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
+def tier_a(q, k, v, g, keep, scale, bias=None, softcap=None) -> tuple[Approx, Approx, Approx]:
     """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk), bias (Lq, Lk) or
-    None (finite where kept)."""
+    None (finite where kept), softcap a positive float or None."""
     lq, lk = q.shape[0], k.shape[0]
-    c, c_rel, p, p_err, dss, ds_err = score_grad_a(q, k, v, g, keep, scale, bias)
+    c, c_rel, p, p_err, dss, ds_err = score_grad_a(q, k, v, g, keep, scale, bias, softcap)
     # dV = P^T dO
     dv_hi = p.T @ g
     dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * 4 * TINY  # underflowing products and bounds
@@ -46,12 +46,14 @@ def tier_a(q, k, v, g, keep, scale, bias=None) -> tuple[Approx, Approx, Approx]:
     return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
 
 
-def score_grad_a(q, k, v, g, keep, scale, bias=None):
+def score_grad_a(q, k, v, g, keep, scale, bias=None, softcap=None):
     """Tier A's (c, c_rel, P, P's bound, dS, dS's bound) in float64 for one batch entry (`tier_a`'s arguments):
-    P within p_err (inf on rows whose exps are not certified), dS = P (dP - D) within ds_err."""
+    P within p_err (inf on rows whose exps are not certified), dS = P (dP - D) within ds_err, times the cap's
+    derivative sigma under a softcap (`_sigma_a`)."""
     d, lq, lk, dv = q.shape[1], q.shape[0], k.shape[0], v.shape[1]
     c, c_rel = (scale, 0.0) if scale is not None else (1 / math.sqrt(d), 2 * U)
-    s, ds = _scores_a(q, k, scale, bias)
+    raw, raw_err = raw_scores_a(q, k, scale)
+    s, ds = capped_scores_a(raw, raw_err, bias, softcap)
     s = np.where(keep, s, -np.inf)
     any_key = keep.any(axis=1)
     m = np.where(any_key, s.max(axis=1, initial=-np.inf), 0.0)[:, None]
@@ -83,9 +85,29 @@ def score_grad_a(q, k, v, g, keep, scale, bias=None):
     d_err = h_err + r_err[:, None] + U * np.abs(dd_)
     dss = p * dd_
     ds_err = (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + 4 * TINY * ((dd_ != 0) | (d_err != 0))
+    if softcap is not None:
+        sigma, sigma_err = _sigma_a(raw, raw_err, softcap)
+        f_abs = np.abs(dss)
+        dss = sigma * dss
+        ds_err = sigma * ds_err + (f_abs + ds_err) * sigma_err + U * np.abs(dss) + TINY
     ds_err = np.where(keep, ds_err, 0.0)
     ds_err *= 1 + _SAFE
     return c, c_rel, p, p_err, dss, ds_err
+
+
+def _sigma_a(s, ds, cap):
+    """sech(s / cap)**2 in float64 for raw scores s within ds, and its absolute bound, from numpy's exp (not from
+    1 - tanh**2, which cancels where tanh is near 1): y = e**(-2 |x|), sigma = 4 y / (1 + y)**2.
+
+    x = s / cap is within dx = (ds + u |s|) / cap, which moves y by e**(2 dx) - 1 relative; exp adds LIBM_EXP_REL;
+    sigma's relative change is (1 - y) / (1 + y) <= 1 times y's, and 1 + y, its square and the quotient round
+    within 4u. A y below 2**-1022 is within 2**-1074 absolute: 8 * 2**-1074 of sigma covers it."""
+    x = s / cap
+    dx = (ds + U * np.abs(s)) / cap
+    y = np.exp(-2 * np.abs(x))
+    sigma = 4 * y / ((1 + y) * (1 + y))
+    rel = (LIBM_EXP_REL + np.expm1(2 * dx) + 4 * U) * (1 + _SAFE)
+    return sigma, sigma * rel + 8 * TINY
 
 
 def tier_b(q, k, v, g, keep, scale, bias=None, *, slices: int, block: int = 1 << 20) -> tuple[Approx, Approx, Approx]:
@@ -357,14 +379,17 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
             yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
 
 
-def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending):
+def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending, softcap=None):
     """Tiers A (targets of at most 24 bits) and B on batch entry b, each on what the one before left. Queries
     whose gradient is undefined are left out (keep is False on their rows): nothing defined depends on them, and
-    their non-finite values are replaced by 0 so no product carries them; so is the bias where not kept."""
+    their non-finite values are replaced by 0 so no product carries them; so is the bias where not kept. Under a
+    softcap tier B does not run (it has no double-double tanh, and it centres K on the rows of dS summing to 0,
+    which sigma breaks): what tier A leaves goes to tier C."""
     head = [np.where(np.isfinite(a[b]), a[b], 0).astype(np.float64) for a in arrays]
     bias = None if bias is None else np.where(keep, bias[b], 0.0)
-    tiers = [(1, tier_a)] if tier_a_target(fmt) else []
-    if max(np.abs(a).max(initial=0.0) for a in head + ([] if bias is None else [bias])) < 2.0**500:
+    tiers = [(1, lambda *args: tier_a(*args, softcap=softcap))] if tier_a_target(fmt) else []
+    small = max(np.abs(a).max(initial=0.0) for a in head + ([] if bias is None else [bias])) < 2.0**500
+    if small and softcap is None:
         tiers.append((2, lambda *args: tier_b(*args, slices=3 if fmt.precision <= 24 else 5)))
     for tier, run in tiers:
         if not any(m[b].any() for m in pending):
@@ -390,12 +415,24 @@ def upstream(g, shape: tuple) -> np.ndarray:
 
 
 def attention_grad(
-    q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, extra_keys: int = 0
+    q,
+    k,
+    v,
+    g,
+    mask,
+    scale,
+    fmt: Format,
+    method: str,
+    detail: bool = False,
+    bias=None,
+    extra_keys: int = 0,
+    softcap=None,
 ) -> tuple:
     """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
-    three Results (undefined per query for dq, per key for dk and dv). bias as `prepare` takes it (the scores
-    c q.k + b); the last `extra_keys` keys are no output (a sink's: dk and dv have that many rows fewer)."""
-    problem = prepare(q, k, v, mask, scale, bias=bias)
+    three Results (undefined per query for dq, per key for dk and dv). bias and softcap as `prepare` takes them (the
+    scores cap tanh(c q.k / cap) + b); the last `extra_keys` keys are no output (a sink's: dk and dv have that many
+    rows fewer)."""
+    problem = prepare(q, k, v, mask, scale, bias=bias, softcap=softcap)
     q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
     if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
         raise ValueError("attention_grad needs q, k and v of one batch shape (the mask may broadcast)")
@@ -419,12 +456,21 @@ def attention_grad(
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
         for b in np.flatnonzero([any(m[b].any() for m in pending) for b in range(nb)]):
             run = (b, (qs, ks, vs, g3), keep[b] & ~bad[b][:, None], problem.scale, problem.bias, fmt, outs, pending)
-            _fast_tiers(*run)
+            _fast_tiers(*run, softcap=problem.softcap)
     for b in range(nb):
         if any(m[b].any() for m in pending):
-            args = (qs[b], ks[b], vs[b], g3[b], keep[b], problem.scale, fmt, [m[b] for m in pending], bad[b])
+            arrays, keep_b, want = (qs[b], ks[b], vs[b], g3[b]), keep[b], [m[b] for m in pending]
             bias_b = None if problem.bias is None else problem.bias[b]
-            for which, (i, a), entry in _exact_batch(*args, bias=bias_b):
+            if problem.softcap is None:
+                found = _exact_batch(*arrays, keep_b, problem.scale, fmt, want, bad[b], bias=bias_b)
+            else:
+
+                def plain(w, arrays=arrays, keep_b=keep_b, bad_b=bad[b], bias_b=bias_b):
+                    return _exact_batch(*arrays, keep_b, problem.scale, fmt, w, bad_b, bias=bias_b)
+
+                cap = problem.softcap
+                found = _grad_softcap.exact_batch(*arrays, keep_b, problem.scale, cap, fmt, want, bad[b], bias_b, plain)
+            for which, (i, a), entry in found:
                 outs[which].put_exact((b, i, a), *entry)
     shapes = (q0.shape,) + tuple(a.shape[:-2] + (lk0, a.shape[-1]) for a in (k0, v0))
     rows = (slice(None), slice(None, lk0), slice(None, lk0))

@@ -88,11 +88,14 @@ def plan(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Stacking | None:
     )
 
 
-def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, sinks=None):
+def attention_grad(
+    q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, sinks=None, softcap=None
+):
     """(dq, dk, dv) correctly rounded, with K and V broadcast against q or not: dq of q's shape, dk and dv of k's
     and v's (each the exact sum over the query heads sharing it, rounded once). With detail, three Results
     (undefined per query for dq, per key for dk and dv). bias: broadcastable to (..., Lq, Lk), added to the scores
-    (-inf removes a key); sinks: one logit per batch entry (`with_sinks`)."""
+    after the softcap (-inf removes a key); sinks: one logit per batch entry (`with_sinks`); softcap: each raw score
+    s becomes softcap tanh(s / softcap)."""
     q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     stacking = plan(q, k, v)
     empty = _no_pairs(q, k, v, g, mask, scale, fmt, detail) if sinks is None else None
@@ -103,7 +106,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
         k, v, mask, bias = with_sinks(q, k, v, mask, bias, sinks)
         extra = 1
     if stacking is None:
-        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail, bias, extra)
+        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail, bias, extra, softcap)
     rows = stacking.batch + (stacking.lq,)
     g = _grad_attention.upstream(g, rows + v.shape[-1:])
     keep = None if mask is None else stacking.queries(bool_mask(mask, "mask", rows + k.shape[-2:-1]))
@@ -112,7 +115,7 @@ def attention_grad(q, k, v, g, mask, scale, fmt: Format, method: str, detail: bo
         bias = stacking.queries(np.broadcast_to(bias, rows + k.shape[-2:-1]))
     own = stacking.own
     args = (stacking.queries(q), k.reshape(own + k.shape[-2:]), v.reshape(own + v.shape[-2:]), stacking.queries(g))
-    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail, bias, extra)
+    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail, bias, extra, softcap)
     shapes = [a.shape[:-2] + (a.shape[-2] - extra, a.shape[-1]) for a in (k, v)]
     if not detail:
         return stacking.unstack(dq, q.shape), dk.reshape(shapes[0]), dv.reshape(shapes[1])
