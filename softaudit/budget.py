@@ -139,17 +139,23 @@ def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
         return (np.where(kept, (p * (_grown(big_e, u) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
-def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None):
+def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None, softcap=None):
     """P, the scores' |q| |k| c (a), and P E + tiny, P's absolute error coefficient: each score is a dot of d terms
     rounded sums(d) + 2 times (its error at most that many u of a_j, and of sum_l P_l a_l through the row's shift
     and sum), then a row kind's E over the scores (with |lse| for exp(s - lse)). A bias b is added to each score in
-    one more rounding: a gains |b| (the sum's size, rounded once)."""
+    one more rounding: a gains |b| (the sum's size, rounded once). A softcap C carries the dot's error through
+    tanh's slope sigma = sech(s / C)**2 and rounds the capped score C tanh(s / C) once more: a = sigma a + |C t|."""
     c = 1 / math.sqrt(q.shape[-1])
     kt = np.swapaxes(k, -1, -2)
-    p = _weights(q, kt, keep, c, bias)
+    p = _weights(q, kt, keep, c, bias, softcap)
     b = 0.0 if bias is None else np.where(keep, bias, 0.0)
-    a = np.where(keep, (np.abs(q) @ np.abs(kt)) * c + np.abs(b), 0.0)
-    s = np.where(keep, (q @ kt) * c + b, -np.inf)
+    size = (np.abs(q) @ np.abs(kt)) * c
+    raw = (q @ kt) * c
+    if softcap is not None:
+        size = size / np.cosh(raw / softcap) ** 2 + softcap * np.abs(np.tanh(raw / softcap))
+        raw = softcap * np.tanh(raw / softcap)
+    a = np.where(keep, size + np.abs(b), 0.0)
+    s = np.where(keep, raw + b, -np.inf)
     m = s.max(axis=-1, keepdims=True, initial=-np.inf)
     d = np.where(keep, np.abs(s - np.where(np.isfinite(m), m, 0.0)), 0.0)
     n = keep.sum(axis=-1, keepdims=True)
@@ -182,16 +188,17 @@ def _backward_terms(inputs: dict, mask, options: dict, sums, tiny, u):
     """attention's backward terms for the budgets (float64, the problem as `kinds.attention_problem` forms it, a sink
     one more key): q, k, v, g, the extra keys, P and its error coefficient pe, the kept count n, c, dP, b = |g| |v|^T,
     D and D's error coefficient delta_D (attention_grad's)."""
-    q, k, v, g, keep, bias, extra = kinds.attention_problem(inputs, mask, options)
+    q, k, v, g, keep, bias, extra, cap = kinds.attention_problem(inputs, mask, options)
     q, k, v = (np.nan_to_num(a, posinf=0.0, neginf=0.0) for a in (q, k, v))
-    p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u, bias)
+    p, pe, n, c, _ = _attention_weights(q, k, keep, sums, tiny, u, bias, cap)
     vt = np.swapaxes(v, -1, -2)
     dp = np.where(keep, g @ vt, 0.0)
     b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
     dd = (p * dp).sum(axis=-1, keepdims=True)
     width = sums(v.shape[-1])
     delta = ((pe + p * (sums(n) + width + 3)) * (np.abs(dp) + b)).sum(axis=-1, keepdims=True) + n * tiny
-    return q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta
+    tanh = None if cap is None else np.where(keep, np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap), 0.0)
+    return q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta, tanh
 
 
 def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
@@ -201,17 +208,23 @@ def attention_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
     dk = c dS^T q add their own sums (sigma + (sums + 1) |dS|), and dv = P^T g, P's error and the sum over queries.
     Inputs broadcast along batch axes get the sum over them, as their gradients do. Causal and window (the options
     attention_grad takes) are the mask they make; a bias, ALiBi's and a sink's logit (a key of k = v = 0) add to the
-    scores (`_attention_weights`), and the sink's own dk and dv are no output."""
+    scores (`_attention_weights`), and the sink's own dk and dv are no output. A softcap's derivative
+    sigma = 1 - t**2 (t = tanh(s / C)) multiplies dS: formed from the rounded t as kernels do, it is within
+    (2 t**2 + 2) u of sigma, so dS = sigma F's coefficient is sigma times F's plus (2 t**2 + 2) |F|."""
     with np.errstate(all="ignore"):
         return _grad_budgets(_backward_terms(inputs, mask, options, sums, tiny, u), exact, sums, tiny)
 
 
 def _grad_budgets(terms: tuple, exact: tuple, sums, tiny) -> tuple[np.ndarray, ...]:
     """attention_grad's budgets of dq, dk, dv from `_backward_terms`."""
-    q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta = terms
+    q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta, tanh = terms
     ds = p * (dp - dd)
     width = sums(v.shape[-1])
     sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
+    if tanh is not None:  # dS = (1 - t**2) F
+        slope = 1 - tanh**2
+        sigma = slope * sigma + (2 * tanh**2 + 2) * np.abs(ds)
+        ds = slope * ds
     queries = sums(q.shape[-2])
     dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
     dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
@@ -233,7 +246,7 @@ def attention_sinks_grad(
     with np.errstate(all="ignore"):
         terms = _backward_terms(inputs, mask, options, sums, tiny, u)
         grads = _grad_budgets(terms, exact[:3], sums, tiny)
-        q, *_, p, pe, _, _, _, _, dd, delta = terms
+        q, *_, p, pe, _, _, _, _, dd, delta, _ = terms
         p_z, pe_z, d = p[..., -1:], pe[..., -1:], np.abs(dd)
         terms = pe_z * d + p_z * (delta + (sums(q.shape[-2]) + 1) * d)
         dz = _summed_to(terms[..., 0].sum(axis=-1), np.shape(exact[3]))

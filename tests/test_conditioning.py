@@ -335,7 +335,7 @@ def test_attention_gradient_scales_with_a_bias_and_a_sink_bound_finite_differenc
         expected, r = _grad_scale_by_differences(vjp, flat)
     dq, dk, dv_ = np.split(r, [lq * d, lq * d + lk * d])
     inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": np.asarray(sinks)}
-    q1, k1, v1, g1, keep, b1, extra = kinds.attention_problem(inputs, None, {})
+    q1, k1, v1, g1, keep, b1, extra, _ = kinds.attention_problem(inputs, None, {})
     grads = (dq.reshape(lq, d), dk.reshape(lk, d), dv_.reshape(lk, dv))
     got = conditioning.attention_grad(q1, k1, v1, g1, keep, grads, 1 / np.sqrt(d), b1, extra, softcap=cap)
     assert [a.shape for a in got] == [(lq, d), (lk, d), (lk, dv)]
@@ -459,7 +459,7 @@ def _capped_scales(arrays, keep, cap, c, r):
     inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias}
     if np.isfinite(z):
         inputs["sinks"] = z
-    q1, k1, v1, g1, keep1, b1, extra = kinds.attention_problem(inputs, keep, {})
+    q1, k1, v1, g1, keep1, b1, extra, _ = kinds.attention_problem(inputs, keep, {})
     grads = np.split(r, [lq * d, (lq + lk) * d])
     grads = [a.reshape(-1, d) for a in grads]
     got = conditioning.attention_grad(q1, k1, v1, g1, keep1, grads, c, b1, extra, softcap=cap)
@@ -519,7 +519,7 @@ def test_a_far_softcap_gives_the_uncapped_scales_and_the_capped_scores_rounding(
     q, k, v, g, bias, z = arrays
     from softaudit import kinds
 
-    q1, k1, v1, g1, keep1, b1, extra = kinds.attention_problem(
+    q1, k1, v1, g1, keep1, b1, extra, _ = kinds.attention_problem(
         {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": z}, keep, {}
     )
     grads = [a.reshape(-1, q.shape[1]) for a in np.split(r, [q.size, q.size + k.size])]

@@ -258,7 +258,7 @@ def gradients(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     kind's inputs (the attention backward's with those of `kinds.GRAD_MODIFIERS` it takes), and g Gaussian,
     constant along the row (softmax's exact VJP is then 0), one-hot, or spread over 8 decades."""
     entry = kinds.get(kind)
-    modifiers = takes & frozenset(kinds.GRAD_MODIFIERS)  # (the attention backward's: all but the softcap)
+    modifiers = takes & frozenset(kinds.GRAD_MODIFIERS)
     inputs, mask, options = draw(rows(kind, fmt) if entry.row_wise else attention(kind, fmt, modifiers))
     if "g" in inputs:  # a seed: the family gave its g
         return inputs, mask, options

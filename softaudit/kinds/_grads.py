@@ -1,8 +1,8 @@
 """The gradient kinds' parts of the loop: vector-Jacobian products for an upstream gradient g.
 
 Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
-output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's modifiers but the
-softcap (`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
+output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's modifiers
+(`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
 The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
 registry and must not load the reference (softaudit/adapters).
 """
@@ -18,8 +18,9 @@ from . import _attention
 
 #: The attention modifiers attention_grad takes (keywords, as the forward's): causal and window choose the keys each
 #: query attends (the backward is a masked one); a bias, ALiBi's slopes (a bias too) and sinks (one more key, of
-#: value 0, whose score is the sink's logit) add to the scores. The softcap's backward has no reference yet.
-GRAD_MODIFIERS = ("causal", "window", "bias", "alibi_slopes", "sinks")
+#: value 0, whose score is the sink's logit) add to the scores; the softcap bends them (s -> cap tanh(s / cap),
+#: before the bias), and its derivative sigma = sech(s / cap)**2 multiplies dS.
+GRAD_MODIFIERS = ("softcap", "causal", "window", "bias", "alibi_slopes", "sinks")
 
 #: Kinds whose g has the forward output's shape without the reduced axis (one value per row).
 _G_PER_ROW = ("logsumexp_grad",)
@@ -90,18 +91,13 @@ def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
 
 
 def attention_spec(inputs: dict, mask, options: dict) -> dict:
-    """The exact problem's mask (with the case's causal and window), bias (with ALiBi's) and sinks, as
-    `_attention.spec` forms them for the forward. A softcap is a ValueError: attention_grad has no reference for
-    it."""
-    if options.get("softcap") is not None:
-        raise ValueError(
-            "attention_grad takes causal, window, bias, ALiBi and sinks; no backward reference for softcap yet"
-        )
+    """The exact problem's mask (with the case's causal and window), bias (with ALiBi's), softcap and sinks, as
+    `_attention.spec` forms them for the forward."""
     return _attention.spec(inputs, mask, options)
 
 
 def attention_problem(inputs: dict, mask, options: dict) -> tuple:
-    """(q, k, v, g, keep, bias, extra) in float64 for the bounds that read the modified problem (the conditioning,
+    """(q, k, v, g, keep, bias, extra, softcap) in float64 for the bounds that read the modified problem (the conditioning,
     the rounding budget): keep and bias broadcast to the scores' shape (bias None without one), a sink as one more
     key at the end (k = v = 0, its logit in the bias column; extra = 1, else 0)."""
     from ..reference import with_sinks
@@ -118,7 +114,7 @@ def attention_problem(inputs: dict, mask, options: dict) -> tuple:
     if bias is not None:
         bias = np.broadcast_to(bias, scores)
         keep = keep & (bias != -np.inf)
-    return q, k, v, g, keep, bias, extra
+    return q, k, v, g, keep, bias, extra, found["softcap"]
 
 
 def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
@@ -127,7 +123,7 @@ def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
 
     found = attention_spec(inputs, mask, options)
     arrays = (inputs[n] for n in ("q", "k", "v", "g"))
-    extras = {"bias": found["bias"], "sinks": found["sinks"]}
+    extras = {"bias": found["bias"], "sinks": found["sinks"], "softcap": found["softcap"]}
     return tuple(reference.evaluate_attention_grad(*arrays, found["mask"], dtype=dtype, **extras))
 
 
@@ -135,9 +131,10 @@ def attention_conditioning(kind, inputs: dict, mask, references, **options) -> t
     """Per output (dq, dk, dv, and attention_sinks_grad's dsinks): its undefined rows (from the reference), the
     scale, and for dk and dv the keys no query may attend (their gradients are exactly 0: anything else is a
     leak)."""
-    q, k, v, g, keep, bias, extra = attention_problem(inputs, mask, options)
+    q, k, v, g, keep, bias, extra, cap = attention_problem(inputs, mask, options)
     scale = 1 / np.sqrt(q.shape[-1])
-    scales = _conditioning.attention_grad(q, k, v, g, keep, [_exact(r) for r in references], scale, bias, extra)
+    exact = [_exact(r) for r in references]
+    scales = _conditioning.attention_grad(q, k, v, g, keep, exact, scale, bias, extra, softcap=cap)
     keep = keep[..., : keep.shape[-1] - extra]
     chosen = not keep.all()  # some key is not attended by some query
     out = []

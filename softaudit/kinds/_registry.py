@@ -282,7 +282,7 @@ ATTENTION_GRAD = Kind(
     families=_ATTENTION_FAMILIES
     + ("attn_similar_low_rank", "attn_keys_64_mod_128", "attn_constant_1000", "attn_d256_causal")
     + tuple(f for f in _REPORTED_ATTENTION if f != "attn_nan_masked_key")
-    + ("attn_causal", "attn_window", "attn_bias", "attn_alibi", "attn_sinks"),
+    + ("attn_causal", "attn_window", "attn_bias", "attn_alibi", "attn_sinks", "attn_softcap"),
     reference=_grads.attention_reference,
     conditioning=_grads.attention_conditioning,
     conventions=_grads.attention_conventions,

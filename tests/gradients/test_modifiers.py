@@ -1,8 +1,8 @@
 """attention_grad with attention's modifiers (issue 25, part 3's gradients): causal and window choose the keys each
 query attends, bottom-right aligned as the forward's; a bias, ALiBi's slopes and sinks add to the scores (a sink is
 one more key of value 0). A backward aligned top-left, a window off by one, a dropped sink or ALiBi slopes rounded to
-float16 fail and the note names the convention implemented. The softcap has no backward reference yet: a clear
-error."""
+float16 fail and the note names the convention implemented. The softcap's backward: tests/gradients/
+test_softcap_grad.py."""
 
 import numpy as np
 import pytest
@@ -42,11 +42,6 @@ def test_the_reference_is_the_masked_backward_of_the_keys_the_modifiers_keep(opt
     for r, o, m in zip(got, oracle, masked):
         assert np.allclose(r.value, o, rtol=1e-12, atol=1e-14)
         assert np.array_equal(r.value, m.value)
-
-
-def test_a_softcap_has_no_backward_reference_yet():
-    with pytest.raises(ValueError, match="no backward reference for softcap yet"):
-        _grads.attention_reference(None, _case(3, 5), None, np.float64, softcap=20.0)
 
 
 def _modified_case(d, lq=3, lk=6, seed=0):

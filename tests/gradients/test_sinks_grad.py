@@ -98,7 +98,7 @@ def test_the_sinks_scale_bounds_finite_differences(seed):
     from softaudit import conditioning
 
     inputs = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "sinks": np.asarray(z)}
-    q1, k1, v1, g1, keep, b1, extra = kinds.attention_problem(inputs, None, {})
+    q1, k1, v1, g1, keep, b1, extra, _ = kinds.attention_problem(inputs, None, {})
     zeros = (np.zeros((lq, d)), np.zeros((lk, d)), np.zeros((lk, d)))
     *_, got = conditioning.attention_grad(q1, k1, v1, g1, keep, (*zeros, np.asarray(r[0])), 1 / np.sqrt(d), b1, extra)
     assert expected[0] <= got * (1 + 1e-9) and got <= 16 * expected[0], (got, expected)
