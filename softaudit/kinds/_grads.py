@@ -97,9 +97,9 @@ def attention_spec(inputs: dict, mask, options: dict) -> dict:
 
 
 def attention_problem(inputs: dict, mask, options: dict) -> tuple:
-    """(q, k, v, g, keep, bias, extra, softcap) in float64 for the bounds that read the modified problem (the conditioning,
-    the rounding budget): keep and bias broadcast to the scores' shape (bias None without one), a sink as one more
-    key at the end (k = v = 0, its logit in the bias column; extra = 1, else 0)."""
+    """(q, k, v, g, keep, bias, extra, softcap) in float64 for the bounds that read the modified problem (the
+    conditioning, the rounding budget): keep and bias broadcast to the scores' shape (bias None without one), a sink
+    as one more key at the end (k = v = 0, its logit in the bias column; extra = 1, else 0), the softcap or None."""
     from ..reference import with_sinks
 
     found = attention_spec(inputs, mask, options)
