@@ -27,6 +27,7 @@ docs/reference.md, "The softcap's backward".
 
 from __future__ import annotations
 
+import numpy as np
 from mpmath import libmp
 
 from ._exact import _pow2, _refine, _spec_scores, decide
@@ -58,26 +59,27 @@ def _abs(a):
     return libmp.mpf_abs(a)
 
 
-def _dot(a, b):
-    """The exact dot product of two lists of exact values."""
-    return libmp.mpf_sum([libmp.mpf_mul(x, y) for x, y in zip(a, b)])
-
-
 class _Entry:
     """One batch entry's exact inputs (libmp values) and key groups; `at(wp)` gives P and dS within bounds."""
 
     def __init__(self, q, k, v, g, keep, scale, cap, skip, bias):
+        # (an undefined query's, or an unattended key's, NaN or infinity: nothing asked for reads it)
+        q, k, v, g = (np.where(np.isfinite(a), a, 0.0) for a in (q, k, v, g))
         lq, d = q.shape
         self.d, self.scale, self.cap = d, scale, libmp.from_float(cap)
-        self.Q, self.K, self.V, self.G = ([[exact_mpf(x) for x in row] for row in a] for a in (q, k, v, g))
+        self.Q, self.K, self.G = ([[exact_mpf(x) for x in row] for row in a] for a in (q, k, g))
+        self.ints = (_inputs(k), _inputs(q), _inputs(g))
+        (k_int, ek), (q_int, eq), (g_int, eg) = self.ints
+        v_int, ev = _inputs(v)
+        scores, values = q_int.dot(k_int.T), g_int.dot(v_int.T)  # exact: q.k and dP = g.v
         self.rows = {}
         for i in range(lq):
             cols = [j for j in range(k.shape[0]) if keep[i, j]]
             if skip[i] or not cols:
                 continue
-            t = [_dot(self.Q[i], self.K[j]) for j in cols]
+            t = [libmp.from_man_exp(int(scores[i, j]), eq + ek) for j in cols]
             b = [libmp.fzero if bias is None else exact_mpf(bias[i, j]) for j in cols]
-            dp = [_dot(self.G[i], self.V[j]) for j in cols]
+            dp = [libmp.from_man_exp(int(values[i, j]), eg + ev) for j in cols]
             self.rows[i] = (cols, t, b, dp)
         #: per key, the queries that attend it and its place in their rows
         self.attending: dict = {}
@@ -246,10 +248,10 @@ def exact_batch(q, k, v, g, keep, scale, cap, fmt: Format, want, skip, bias=None
     certified = set()
     wp = fmt.precision + 32
     while pending:
-        rows = entry.at(wp)
+        sums = _Sums(entry, entry.at(wp), k.shape[0])
         c, c_rel = entry.factor(wp)
         for which, i, a in sorted(pending):
-            value, err = _element(entry, rows, which, i, a, c, c_rel, wp)
+            value, err = sums.value(which, i, a, c, c_rel, wp)
             found = decide(value, err, 0, fmt)
             if found is None and wp >= CAP_BITS:
                 found = decide(value, libmp.fzero, 0, fmt) if _holds_no_zero(value, err) else (libmp.fzero, False)
@@ -282,28 +284,52 @@ def _zero(entry: _Entry, which, i, a) -> bool:
     return _sums_zero(entry, i, a, entry.G, with_dp=False)
 
 
-def _element(entry: _Entry, rows: dict, which, i, a, c, c_rel, wp):
-    """(value, bound) of one output element at wp: dq_ia = c sum_j dS_ij k_ja, dk_ia = c sum_r dS_ri q_ra (i a
-    key), dv_ia = sum_r P_ri g_ra; each sum exact over exact products, its bound the values' bounds times |input|,
-    then times c (rounded, within c_rel) and rounded to wp."""
-    terms, bounds = [], []
-    if which == 0:
-        cols, _, _, ds, ds_err = rows[i]
-        for j, x, e in zip(cols, ds, ds_err):
-            terms.append(libmp.mpf_mul(x, entry.K[j][a]))
-            bounds.append(_mul(e, _abs(entry.K[j][a])))
-    else:
-        for r, at in entry.attending.get(i, ()):
-            _, p, p_err, ds, ds_err = rows[r]
-            weight = entry.Q[r][a] if which == 1 else entry.G[r][a]
-            x, e = (ds[at], ds_err[at]) if which == 1 else (p[at], p_err[at])
-            terms.append(libmp.mpf_mul(x, weight))
-            bounds.append(_mul(e, _abs(weight)))
-    total = libmp.mpf_sum(terms)
-    err = _sum_up(bounds)
-    if which == 2:
-        value = libmp.mpf_add(total, libmp.fzero, wp)
-        return value, _add(err, _mul(_abs(value), _pow2(1 - wp)))
-    value = libmp.mpf_mul(c, total, wp)
-    err = _mul(_mul(_abs(c), err), libmp.from_float(1.01))
-    return value, _add(_add(err, _mul(_abs(value), c_rel)), _mul(_abs(value), _pow2(1 - wp)))
+def _ints(values: dict, shape: tuple):
+    """{(r, j): libmp value} as (an object array of Python ints M, E) with each value M[r, j] 2**E exactly (0 where
+    absent): the exact sums below are then integer matrix products."""
+    out = np.zeros(shape, object)
+    live = [(at, x) for at, x in values.items() if x[1]]
+    if not live:
+        return out, 0
+    low = min(x[2] for _, x in live)
+    for at, (sign, man, exp, _) in live:
+        out[at] = (-1 if sign else 1) * (int(man) << (exp - low))
+    return out, low
+
+
+def _inputs(a: np.ndarray) -> tuple:
+    """An exact float64 array as `_ints` gives it."""
+    return _ints({at: exact_mpf(x) for at, x in np.ndenumerate(a)}, a.shape)
+
+
+class _Sums:
+    """Every output of one batch entry at one precision, exact sums over the exact products of P and dS (as held at
+    wp) with the inputs: dq = dS K, dk = dS^T Q, dv = P^T G (before c), and the same products of their bounds with
+    |K|, |Q|, |G|; read per element by `value`."""
+
+    def __init__(self, entry: _Entry, rows: dict, lk: int):
+        lq = len(entry.Q)
+        parts = {name: {} for name in ("p", "p_err", "ds", "ds_err")}
+        for i, (cols, p, p_err, ds, ds_err) in rows.items():
+            for name, values in zip(parts, (p, p_err, ds, ds_err)):
+                parts[name].update(((i, j), x) for j, x in zip(cols, values))
+        p, p_err, ds, ds_err = (_ints(parts[name], (lq, lk)) for name in parts)
+        (k, ek), (q, eq), (g, eg) = entry.ints
+        self.sums = [
+            ((ds[0].dot(k), ds[1] + ek), (ds_err[0].dot(abs(k)), ds_err[1] + ek)),
+            ((ds[0].T.dot(q), ds[1] + eq), (ds_err[0].T.dot(abs(q)), ds_err[1] + eq)),
+            ((p[0].T.dot(g), p[1] + eg), (p_err[0].T.dot(abs(g)), p_err[1] + eg)),
+        ]
+
+    def value(self, which, i, a, c, c_rel, wp):
+        """(value, bound) of one output element at wp: the exact sum, its bound (the values' bounds times |input|),
+        then times c (rounded, within c_rel) for dq and dk, and rounded to wp."""
+        (total, e_total), (bound, e_bound) = self.sums[which]
+        total = libmp.from_man_exp(int(total[i, a]), e_total)
+        err = libmp.from_man_exp(int(bound[i, a]), e_bound)
+        if which == 2:
+            value = libmp.mpf_add(total, libmp.fzero, wp)
+            return value, _add(err, _mul(_abs(value), _pow2(1 - wp)))
+        value = libmp.mpf_mul(c, total, wp)
+        err = _mul(_mul(_abs(c), err), _SAFE)
+        return value, _add(_add(err, _mul(_abs(value), c_rel)), _mul(_abs(value), _pow2(1 - wp)))
