@@ -188,6 +188,7 @@ CORPUS = [
     defect(attention_grad.missing_delta, "attention_grad", (F16, F32), "attn_gaussian", "attn_masks"),
     defect(attention_grad.dq_missing_scale, "attention_grad", (BF16, F32), "attn_gaussian", "attn_masks"),
     defect(attention_grad.scale_sqrt_d, "attention_grad", (F16, F64), "attn_gaussian", "attn_masks"),
+    defect(attention_grad.softcap_derivative_dropped, "attention_grad", (BF16, F32), "attn_softcap"),
     # attention_sinks_grad
     sound(sinks_grad.float64_once, "attention_sinks_grad", (F16, BF16, F32)),
     sound(sinks_grad.wide, "attention_sinks_grad", (BF16, F32, F64)),

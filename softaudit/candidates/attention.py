@@ -27,13 +27,20 @@ def modified(s, mask, *, bias=None, alibi_slopes=None, softcap=None, causal=Fals
     lq, lk = s.shape[-2], s.shape[-1]
     offset = np.arange(lk)[None, :] - (np.arange(lq)[:, None] + lk - lq)
     if softcap is not None:
-        c = const(softcap, d)
-        s = c * tanh(s / c)
+        s = cap_scores(s, softcap)[0]
     if bias is not None:
         s = s + np.asarray(bias).astype(d)
     if alibi_slopes is not None:
         s = s - np.asarray(alibi_slopes).astype(d)[:, None, None] * np.abs(offset).astype(d)
     return s, kept_keys(mask, lq, lk, causal, window)
+
+
+def cap_scores(s, softcap):
+    """(c tanh(s / c), the tanh) in s's dtype, c = softcap rounded to it: the cap as `modified` applies it, and the
+    tanh from which a backward forms the cap's derivative (FlashAttention's keeps it for that)."""
+    c = const(softcap, s.dtype)
+    t = tanh(s / c)
+    return c * t, t
 
 
 def kept_keys(mask, lq: int, lk: int, causal=False, window=None):

@@ -370,6 +370,32 @@ def sdpa_sinks_grad(q, k, v, g, mask=None, *, sinks=None, bias=None, alibi_slope
     return _vjp(lambda q, k, v: sdpa_sinks(q, k, v, mask, **options), [q, k, v], g)
 
 
+def _capped_attention(q, k, v, mask, softcap, bias=None, alibi_slopes=None, causal=False, window=None):
+    """Attention written out as model code writes a softcap (Gemma 2's eager attention): scores q @ k^T * c,
+    tanh(s / softcap) * softcap, the mask, causal and window limits (-inf) with the bias and ALiBi's added as
+    `torch.sdpa_bias` folds them (`_additive`), softmax, @ v; every step in q's dtype."""
+    import math
+
+    keep, extra = _keep_and_bias(q, k, mask, bias, alibi_slopes, causal, window)
+    scores = q @ k.transpose(-1, -2) * (1 / math.sqrt(q.shape[-1]))
+    scores = _run(lambda: (scores / softcap).tanh() * softcap)
+    return _run(lambda: (scores + _additive(q, keep, extra)).softmax(-1) @ v)
+
+
+@candidate(kind="attention_grad", name="torch.softcap_attention_grad", framework="torch")
+def softcap_attention_grad(
+    q, k, v, g, mask=None, *, softcap=None, causal=False, window=None, bias=None, alibi_slopes=None
+):
+    """The backward of attention with a tanh softcap written out in torch (`_capped_attention`, Gemma 2's eager
+    form): autograd's (dq, dk, dv), the cap's derivative 1 - tanh**2 by tanh's own backward. SDPA and FlexAttention's
+    CPU path have no backward with a cap, so this is torch's form that takes one. A case without a softcap is
+    skipped (it is `torch.sdpa_bias_grad`'s)."""
+    if softcap is None:
+        raise CandidateSkip("takes a case with a softcap (without one it is torch.sdpa_bias_grad)")
+    options = {"bias": bias, "alibi_slopes": alibi_slopes, "causal": causal, "window": window}
+    return _vjp(lambda q, k, v: _capped_attention(q, k, v, mask, softcap, **options), [q, k, v], g)
+
+
 @candidate(kind="attention", name="torch.sdpa_sinks", framework="torch")
 def sdpa_sinks(q, k, v, mask=None, *, sinks=None, bias=None, alibi_slopes=None, causal=False, window=None):
     """scaled_dot_product_attention with each head's sink as one more key whose score is the sink's logit and whose

@@ -587,8 +587,10 @@ for name, dtype in dtypes.items():
         elif c.kind == "attention_grad":
             out = [*c.call(*cast(q, k, v, g_attn), mask=attend), *c.call(*cast(q, k, v, g_attn))]
             out += [*c.call(*cast(q, k, v, g_attn), mask=attend, **dict(zip(("bias", "sinks"), cast(bias, sinks))))]
+            out += [*c.call(*cast(q, k, v, g_attn), mask=attend, softcap=1.5)]  # (its tanh: the portable one)
         elif c.kind == "attention_sinks_grad":
             out = [*c.call(*cast(q, k, v, g_attn, sinks), mask=attend), *c.call(*cast(q, k, v, g_attn, sinks))]
+            out += [*c.call(*cast(q, k, v, g_attn, sinks), softcap=1.5)]
         elif c.kind == "masked_softmax_grad":
             out = [c.call(x, mask, g) for x, g in zip(cast(rows), cast(g_rows))]
         elif c.kind == "cross_entropy":

@@ -1,7 +1,8 @@
 """Attention backward implementations f(q, k, v, g, mask=None) -> (dq, dk, dv), g = dO: with P the where-masked
 softmax of c q k^T (c = 1/sqrt(d), P = 0 for a query with nothing to attend), dV = P^T dO, dP = dO V^T,
 D = rowsum(dO * O), dS = P (dP - D), dQ = c dS K, dK = c dS^T Q. A gradient is summed over the axes its input
-was broadcast along (one K/V head shared by several query heads)."""
+was broadcast along (one K/V head shared by several query heads). With a tanh softcap the scores are
+cap tanh(s / cap), and dS takes the cap's derivative 1 - tanh(s / cap)**2 as a factor."""
 
 import math
 
@@ -14,18 +15,21 @@ def _t(a):
     return np.swapaxes(a, -1, -2)
 
 
-def _probabilities(q, k, mask, c):
+def _probabilities(q, k, mask, c, softcap=None):
     s = q @ _t(k) * c
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
     keep = keep_of(mask, s.shape)
     t = np.where(keep, s, -np.inf)
     e = np.where(keep, np.exp(t - guarded_max(t)), 0).astype(s.dtype)
     return safe_divide(e, e.sum(axis=-1, keepdims=True))
 
 
-def _backward(q, k, v, g, mask, p_dtype=None, delta=None, c_dq=None, c_dk=None, p_of=None):
-    """The backward in q's dtype (the working precision), with the hooks the variants below change."""
+def _backward(q, k, v, g, mask, p_dtype=None, delta=None, c_dq=None, c_dk=None, p_of=None, softcap=None):
+    """The backward in q's dtype (the working precision), with the hooks the variants below change. softcap: P from
+    the capped scores, but dS without the cap's derivative (the defect softcap_derivative_dropped)."""
     c = q.dtype.type(1 / math.sqrt(q.shape[-1]))
-    p = _probabilities(q, k, mask, c)
+    p = _probabilities(q, k, mask, c, softcap)
     if p_of is not None:
         p = p_of(p)
     p_v = p if p_dtype is None else p.astype(p_dtype).astype(p.dtype)
@@ -91,3 +95,10 @@ def scale_sqrt_d(q, k, v, g, mask=None):
     """Defect: dQ and dK multiplied by sqrt(d) instead of 1/sqrt(d) (float64, rounded once)."""
     root = math.sqrt(q.shape[-1])
     return _rounded(_backward(*f64(q, k, v, g), mask, c_dq=root, c_dk=root), q.dtype)
+
+
+def softcap_derivative_dropped(q, k, v, g, mask=None, *, softcap=None):
+    """Defect: with a tanh softcap, P from the capped scores but dS = P (dP - D) without the cap's derivative
+    1 - tanh(s / cap)**2, the chain rule through the tanh forgotten (float64, rounded once): dq and dk wrong
+    wherever the cap bends the scores; dv right."""
+    return _rounded(_backward(*f64(q, k, v, g), mask, softcap=softcap), q.dtype)

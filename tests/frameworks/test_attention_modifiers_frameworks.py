@@ -192,3 +192,34 @@ def test_jax_backward_with_a_bias_and_sinks_passes_in_float32_and_is_float32_acc
     want = O.mp_attention_vjp(q[0, :, 0], k[0, :, 0], v[0, :, 0], g[0, :, 0], None, bias[0, 0])
     errors = [np.abs(np.asarray(a)[0, :, 0] - w).max() / np.abs(w).max() for a, w in zip(got, want)]
     assert all(a.dtype == np.float64 for a in got) and all(1e-10 < e < 1e-6 for e in errors), errors
+
+
+def test_torch_softcap_backward_is_the_capped_formulas_in_float64_and_skips_a_case_without_a_cap():
+    """autograd through attention with the cap written out (SDPA takes none), called as an audit calls it (numpy in,
+    with the mask, causal, window, bias and ALiBi): in float64 it is the plain formulas of tests/gradients/oracle.py
+    (dS = sigma P (dP - D), sigma = sech(s / cap)**2) to 1e-12, and far from them without sigma."""
+    pytest.importorskip("torch")
+    from softaudit.adapters._call import call_all
+    from softaudit.adapters._targets import load_target
+
+    from ..gradients import oracle as O
+
+    found = {c.name: c for c in load_target("softaudit.frameworks.torch")}["torch.softcap_attention_grad"]
+    rng = np.random.default_rng(7)
+    q, g = (rng.standard_normal((2, 5, 16)) * 2 for _ in range(2))
+    k, v = (rng.standard_normal((2, 40, 16)) * 2 for _ in range(2))
+    mask = rng.random((5, 40)) < 0.7
+    bias, slopes = rng.standard_normal((5, 40)), np.array([0.5, 0.25])
+    offset = np.arange(40)[None, :] - (np.arange(5)[:, None] + 35)
+    keep = mask & (offset <= 0) & (offset >= -30)
+    arrays = {"q": q, "k": k, "v": v, "g": g, "bias": bias, "alibi_slopes": slopes}
+    options = {"softcap": 4.0, "causal": True, "window": (30, 0)}
+    shapes = (q.shape, k.shape, v.shape)
+    got, _ = call_all(found, arrays, mask, shapes, np.float64, timeout=None, options=options)
+    extra = bias - slopes[:, None, None] * np.abs(offset)
+    exact = O.capped_attention_vjp(q, k, v, g, 4.0, keep, extra)
+    dropped = O.capped_attention_vjp(q, k, v, g, 4.0, keep, extra, derivative=False)
+    assert max(O.normwise(a, b) for a, b in zip(got, exact)) <= 1e-12
+    assert min(O.normwise(a, b) for a, b in zip(got[:2], dropped[:2])) > 1e-2
+    with pytest.raises(softaudit.CandidateSkip, match="a softcap"):
+        call_all(found, {"q": q, "k": k, "v": v, "g": g}, mask, shapes, np.float64, timeout=None)

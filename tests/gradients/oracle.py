@@ -58,6 +58,37 @@ def attention_vjp(q, k, v, g, mask=None):
     )
 
 
+def capped_attention_vjp(q, k, v, g, softcap, keep=None, bias=None, sinks=None, derivative=True):
+    """(dq, dk, dv, and dsinks with sinks) in float64 of attention with a tanh softcap, from the plain formulas:
+    s = c q.k, f = cap tanh(s / cap) + bias, P the softmax of f over the kept keys (and the sink: one more key of
+    value 0 and score z), dP = g v^T, D = rowsum(P dP), dS = sigma P (dP - D) with sigma = sech(s / cap)**2,
+    dq = c dS k, dk = c dS^T q, dv = P^T g, dz = -sum_i P_iz D_i. Batch axes equal, sinks of the batch's shape; a
+    query with nothing to attend gives 0. derivative=False drops sigma (the defect the tests must tell apart)."""
+    q, k, v, g = (np.asarray(a, np.float64) for a in (q, k, v, g))
+    c = 1 / math.sqrt(q.shape[-1])
+    s = np.einsum("...id,...jd->...ij", q, k) * c
+    f = softcap * np.tanh(s / softcap) + (0 if bias is None else bias)
+    keep = np.broadcast_to(True if keep is None else keep, f.shape)
+    m = np.where(keep, f, -np.inf).max(axis=-1, keepdims=True)
+    z = None if sinks is None else np.asarray(sinks, np.float64)[..., None, None]
+    if z is not None:
+        m = np.maximum(m, z)
+    m = np.where(np.isfinite(m), m, 0)
+    e = np.where(keep, np.exp(f - m), 0)
+    e_z = 0 if z is None else np.exp(z - m)
+    total = e.sum(axis=-1, keepdims=True) + e_z
+    p, p_z = e / np.where(total > 0, total, 1), e_z / np.where(total > 0, total, 1)
+    dp = np.einsum("...id,...jd->...ij", g, v)
+    d = (p * dp).sum(axis=-1, keepdims=True)
+    ds = p * (dp - d) * (1 / np.cosh(s / softcap) ** 2 if derivative else 1)
+    grads = (
+        c * np.einsum("...ij,...jd->...id", ds, k),
+        c * np.einsum("...ij,...id->...jd", ds, q),
+        np.einsum("...ij,...id->...jd", p, g),
+    )
+    return grads if z is None else (*grads, -(p_z * d).sum(axis=(-2, -1)))
+
+
 def mp_softmax_vjp(row, grad, dps: int = 50):
     """softmax's VJP of one row in mpmath at `dps` digits, as floats."""
     with mpmath.workdps(dps):
