@@ -117,13 +117,15 @@ def attention_problem(inputs: dict, mask, options: dict) -> tuple:
     return q, k, v, g, keep, bias, extra, found["softcap"]
 
 
-def attention_reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
-    """The exact (dq, dk, dv) of the case with its modifiers (`attention_spec`), one Result each."""
+def attention_reference(kind, inputs: dict, mask, dtype, derivative=True, **options) -> tuple:
+    """The exact (dq, dk, dv) of the case with its modifiers (`attention_spec`), one Result each (derivative
+    False: without the softcap's derivative, the convention check's neighbour)."""
     from .. import reference
 
     found = attention_spec(inputs, mask, options)
     arrays = (inputs[n] for n in ("q", "k", "v", "g"))
     extras = {"bias": found["bias"], "sinks": found["sinks"], "softcap": found["softcap"]}
+    extras["softcap_derivative"] = derivative
     return tuple(reference.evaluate_attention_grad(*arrays, found["mask"], dtype=dtype, **extras))
 
 
@@ -196,6 +198,9 @@ def attention_conventions(kind, pc, y) -> str:
         return memo[label][index]
 
     neighbours = _attention._neighbours(inputs, pc.mask, options, lq, lk)
+    if options.get("softcap") is not None:  # (a backward's own neighbour: dS without sigma = sech(s / cap)**2)
+        label = "the backward without the cap's derivative (dS not multiplied by sech(s / cap)**2)"
+        neighbours.append((label, inputs, pc.mask, options | {"derivative": False}))
     return _attention.closest(pc, y, [(n[0], functools.partial(exact, *n)) for n in neighbours])
 
 

@@ -29,7 +29,8 @@ def _dsinks(inputs: dict, mask, dtype, options: dict):
 
     found = _grads.attention_spec(inputs, mask, options)
     arrays = (inputs[n] for n in ("q", "k", "v", "g"))
-    return evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], bias=found["bias"], dtype=dtype)
+    extras = {"bias": found["bias"], "softcap": found["softcap"]}
+    return evaluate_sinks_grad(*arrays, found["sinks"], found["mask"], dtype=dtype, **extras)
 
 
 def conventions(kind, pc, y) -> str:

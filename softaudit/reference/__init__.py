@@ -208,29 +208,48 @@ def attention_grad(
 
 
 def evaluate_attention_grad(
-    q, k, v, g, mask=None, *, scale=None, bias=None, sinks=None, softcap=None, dtype=None, prec=113, method="auto"
+    q,
+    k,
+    v,
+    g,
+    mask=None,
+    *,
+    scale=None,
+    bias=None,
+    sinks=None,
+    softcap=None,
+    dtype=None,
+    prec=113,
+    method="auto",
+    softcap_derivative=True,
 ) -> tuple:
     """The full `Result` of each of attention_grad's (dq, dk, dv) (undefined: per query for dq, per key for dk,
-    dv)."""
+    dv). softcap_derivative False gives what a backward that leaves out the cap's derivative computes (the
+    convention check's neighbour, `kinds._grads.attention_conventions`)."""
     fmt, method = target(dtype, prec), _method(method)
-    extras = {"bias": bias, "sinks": sinks, "softcap": softcap}
+    extras = {"bias": bias, "sinks": sinks, "softcap": softcap, "derivative": softcap_derivative}
     return _attention_grad(q, k, v, g, mask, scale_value(scale), fmt, method, detail=True, **extras)
 
 
-def sinks_grad(q, k, v, g, sinks, mask=None, *, scale=None, bias=None, dtype=None, prec=113, method="auto"):
+def sinks_grad(
+    q, k, v, g, sinks, mask=None, *, scale=None, bias=None, softcap=None, dtype=None, prec=113, method="auto"
+):
     """The gradient of `attention` with `sinks` with respect to each sink's logit, for the upstream gradient g (the
     output's shape), correctly rounded, of sinks' shape: dz = -sum_i P_i,z D_i over the queries of every batch entry
     that shares the sink (P_i,z its weight, D_i = sum_j P_ij dP_ij; its value being 0, its dP is 0). NaN where a
-    query of those entries is undefined for `attention_grad`. Mask, scale and bias as for `attention`."""
+    query of those entries is undefined for `attention_grad`. Mask, scale, bias and softcap as for `attention` (the
+    sink's logit is not capped)."""
     return evaluate_sinks_grad(
-        q, k, v, g, sinks, mask, scale=scale, bias=bias, dtype=dtype, prec=prec, method=method
+        q, k, v, g, sinks, mask, scale=scale, bias=bias, softcap=softcap, dtype=dtype, prec=prec, method=method
     ).value
 
 
-def evaluate_sinks_grad(q, k, v, g, sinks, mask=None, *, scale=None, bias=None, dtype=None, prec=113, method="auto"):
+def evaluate_sinks_grad(
+    q, k, v, g, sinks, mask=None, *, scale=None, bias=None, softcap=None, dtype=None, prec=113, method="auto"
+):
     """The full `Result` of `sinks_grad` (undefined: per sink)."""
     fmt, method = target(dtype, prec), _method(method)
-    return _sink_grad(q, k, v, g, mask, scale_value(scale), fmt, method, bias=bias, sinks=sinks)
+    return _sink_grad(q, k, v, g, mask, scale_value(scale), fmt, method, bias=bias, sinks=sinks, softcap=softcap)
 
 
 def cross_entropy(logits, target, *, dtype, **options) -> np.ndarray:

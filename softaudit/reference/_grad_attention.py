@@ -30,11 +30,11 @@ def _bound(a, a_err, b, n):
     return (_dd.gamma(n) * (np.abs(a) @ np.abs(b)) + a_err @ np.abs(b)) * up
 
 
-def tier_a(q, k, v, g, keep, scale, bias=None, softcap=None) -> tuple[Approx, Approx, Approx]:
+def tier_a(q, k, v, g, keep, scale, bias=None, softcap=None, derivative=True) -> tuple[Approx, Approx, Approx]:
     """float64, one batch entry: q (Lq, d), k (Lk, d), v (Lk, dv), g (Lq, dv), keep (Lq, Lk), bias (Lq, Lk) or
-    None (finite where kept), softcap a positive float or None."""
+    None (finite where kept), softcap a positive float or None (derivative False: without the cap's derivative)."""
     lq, lk = q.shape[0], k.shape[0]
-    c, c_rel, p, p_err, dss, ds_err = score_grad_a(q, k, v, g, keep, scale, bias, softcap)
+    c, c_rel, p, p_err, dss, ds_err = score_grad_a(q, k, v, g, keep, scale, bias, softcap, derivative)
     # dV = P^T dO
     dv_hi = p.T @ g
     dv_err = _bound(p.T, p_err.T, g, lq) + (keep.T @ (g != 0)) * 4 * TINY  # underflowing products and bounds
@@ -46,7 +46,7 @@ def tier_a(q, k, v, g, keep, scale, bias=None, softcap=None) -> tuple[Approx, Ap
     return out[0], out[1], Approx(dv_hi, None, dv_err * (1 + _SAFE), 0.0)
 
 
-def score_grad_a(q, k, v, g, keep, scale, bias=None, softcap=None):
+def score_grad_a(q, k, v, g, keep, scale, bias=None, softcap=None, derivative=True):
     """Tier A's (c, c_rel, P, P's bound, dS, dS's bound) in float64 for one batch entry (`tier_a`'s arguments):
     P within p_err (inf on rows whose exps are not certified), dS = P (dP - D) within ds_err, times the cap's
     derivative sigma under a softcap (`_sigma_a`)."""
@@ -85,7 +85,7 @@ def score_grad_a(q, k, v, g, keep, scale, bias=None, softcap=None):
     d_err = h_err + r_err[:, None] + U * np.abs(dd_)
     dss = p * dd_
     ds_err = (p + p_err) * d_err + p_err * np.abs(dd_) + U * np.abs(dss) + 4 * TINY * ((dd_ != 0) | (d_err != 0))
-    if softcap is not None:
+    if softcap is not None and derivative:
         sigma, sigma_err = _sigma_a(raw, raw_err, softcap)
         f_abs = np.abs(dss)
         dss = sigma * dss
@@ -379,7 +379,7 @@ def _exact_batch(q, k, v, g, keep, scale, fmt, want, skip, bias=None):
             yield which, (j, a), _grad_exact.decide_terms(terms, factor if which == 1 else _grad_exact.ONE, fmt)
 
 
-def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending, softcap=None):
+def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending, softcap=None, derivative=True):
     """Tiers A (targets of at most 24 bits) and B on batch entry b, each on what the one before left. Queries
     whose gradient is undefined are left out (keep is False on their rows): nothing defined depends on them, and
     their non-finite values are replaced by 0 so no product carries them; so is the bias where not kept. Under a
@@ -387,7 +387,7 @@ def _fast_tiers(b, arrays, keep, scale, bias, fmt: Format, outs, pending, softca
     which sigma breaks): what tier A leaves goes to tier C."""
     head = [np.where(np.isfinite(a[b]), a[b], 0).astype(np.float64) for a in arrays]
     bias = None if bias is None else np.where(keep, bias[b], 0.0)
-    tiers = [(1, lambda *args: tier_a(*args, softcap=softcap))] if tier_a_target(fmt) else []
+    tiers = [(1, lambda *args: tier_a(*args, softcap=softcap, derivative=derivative))] if tier_a_target(fmt) else []
     small = max(np.abs(a).max(initial=0.0) for a in head + ([] if bias is None else [bias])) < 2.0**500
     if small and softcap is None:
         tiers.append((2, lambda *args: tier_b(*args, slices=3 if fmt.precision <= 24 else 5)))
@@ -427,11 +427,12 @@ def attention_grad(
     bias=None,
     extra_keys: int = 0,
     softcap=None,
+    derivative: bool = True,
 ) -> tuple:
     """(dq, dk, dv) correctly rounded; q, k, v share their batch shape (no broadcasting of q, k, v). With detail,
     three Results (undefined per query for dq, per key for dk and dv). bias and softcap as `prepare` takes them (the
     scores cap tanh(c q.k / cap) + b); the last `extra_keys` keys are no output (a sink's: dk and dv have that many
-    rows fewer)."""
+    rows fewer). derivative False: the gradient a backward that leaves out the cap's derivative computes."""
     problem = prepare(q, k, v, mask, scale, bias=bias, softcap=softcap)
     q0, k0, v0 = (np.asarray(a) for a in (q, k, v))
     if not (q0.shape[:-2] == k0.shape[:-2] == v0.shape[:-2]):
@@ -456,7 +457,7 @@ def attention_grad(
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
         for b in np.flatnonzero([any(m[b].any() for m in pending) for b in range(nb)]):
             run = (b, (qs, ks, vs, g3), keep[b] & ~bad[b][:, None], problem.scale, problem.bias, fmt, outs, pending)
-            _fast_tiers(*run, softcap=problem.softcap)
+            _fast_tiers(*run, softcap=problem.softcap, derivative=derivative)
     for b in range(nb):
         if any(m[b].any() for m in pending):
             arrays, keep_b, want = (qs[b], ks[b], vs[b], g3[b]), keep[b], [m[b] for m in pending]
@@ -469,7 +470,9 @@ def attention_grad(
                     return _exact_batch(*arrays, keep_b, problem.scale, fmt, w, bad_b, bias=bias_b)
 
                 cap = problem.softcap
-                found = _grad_softcap.exact_batch(*arrays, keep_b, problem.scale, cap, fmt, want, bad[b], bias_b, plain)
+                found = _grad_softcap.exact_batch(
+                    *arrays, keep_b, problem.scale, cap, fmt, want, bad[b], bias_b, plain, derivative
+                )
             for which, (i, a), entry in found:
                 outs[which].put_exact((b, i, a), *entry)
     shapes = (q0.shape,) + tuple(a.shape[:-2] + (lk0, a.shape[-1]) for a in (k0, v0))

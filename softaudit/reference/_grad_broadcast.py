@@ -89,13 +89,25 @@ def plan(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> Stacking | None:
 
 
 def attention_grad(
-    q, k, v, g, mask, scale, fmt: Format, method: str, detail: bool = False, bias=None, sinks=None, softcap=None
+    q,
+    k,
+    v,
+    g,
+    mask,
+    scale,
+    fmt: Format,
+    method: str,
+    detail: bool = False,
+    bias=None,
+    sinks=None,
+    softcap=None,
+    derivative=True,
 ):
     """(dq, dk, dv) correctly rounded, with K and V broadcast against q or not: dq of q's shape, dk and dv of k's
     and v's (each the exact sum over the query heads sharing it, rounded once). With detail, three Results
     (undefined per query for dq, per key for dk and dv). bias: broadcastable to (..., Lq, Lk), added to the scores
     after the softcap (-inf removes a key); sinks: one logit per batch entry (`with_sinks`); softcap: each raw score
-    s becomes softcap tanh(s / softcap)."""
+    s becomes softcap tanh(s / softcap) (derivative False: the gradient without the cap's derivative)."""
     q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
     stacking = plan(q, k, v)
     empty = _no_pairs(q, k, v, g, mask, scale, fmt, detail) if sinks is None else None
@@ -106,7 +118,8 @@ def attention_grad(
         k, v, mask, bias = with_sinks(q, k, v, mask, bias, sinks)
         extra = 1
     if stacking is None:
-        return _grad_attention.attention_grad(q, k, v, g, mask, scale, fmt, method, detail, bias, extra, softcap)
+        args = (q, k, v, g, mask, scale, fmt, method, detail, bias, extra, softcap, derivative)
+        return _grad_attention.attention_grad(*args)
     rows = stacking.batch + (stacking.lq,)
     g = _grad_attention.upstream(g, rows + v.shape[-1:])
     keep = None if mask is None else stacking.queries(bool_mask(mask, "mask", rows + k.shape[-2:-1]))
@@ -115,7 +128,9 @@ def attention_grad(
         bias = stacking.queries(np.broadcast_to(bias, rows + k.shape[-2:-1]))
     own = stacking.own
     args = (stacking.queries(q), k.reshape(own + k.shape[-2:]), v.reshape(own + v.shape[-2:]), stacking.queries(g))
-    dq, dk, dv = _grad_attention.attention_grad(*args, keep, scale, fmt, method, detail, bias, extra, softcap)
+    dq, dk, dv = _grad_attention.attention_grad(
+        *args, keep, scale, fmt, method, detail, bias, extra, softcap, derivative
+    )
     shapes = [a.shape[:-2] + (a.shape[-2] - extra, a.shape[-1]) for a in (k, v)]
     if not detail:
         return stacking.unstack(dq, q.shape), dk.reshape(shapes[0]), dv.reshape(shapes[1])

@@ -16,11 +16,12 @@ to tier C: each query's dS_i,z is a cov form of its row's exact weights (`score_
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
-from . import _dd, _grad_exact, _ozaki
+from . import _dd, _grad_exact, _grad_softcap, _ozaki
 from ._attention import prepare
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._formats import Format, decide_arrays
@@ -41,9 +42,11 @@ from ._validate import float_array
 _BLOCK = 1 << 20  # scores per block of query rows in tier B, as attention_grad's
 
 
-def sink_grad(q, k, v, g, mask, scale, fmt: Format, method: str, bias=None, sinks=None) -> Result:
+def sink_grad(q, k, v, g, mask, scale, fmt: Format, method: str, bias=None, sinks=None, softcap=None) -> Result:
     """dz of sinks' shape (each sink's logit), with its parts; undefined (NaN) where a query of a batch entry that
-    shares the sink is (a NaN or infinity in its q, g, or a key, value or bias it attends)."""
+    shares the sink is (a NaN or infinity in its q, g, or a key, value or bias it attends). Under a softcap the
+    weights are the capped scores' (the sink's logit is not capped: its key is 0) and dz keeps its form; tier B
+    does not run (no double-double tanh) and tier C evaluates directly (`_grad_softcap.sink_entry`)."""
     if sinks is None:
         raise ValueError("the sinks' gradient needs sinks")
     q, k, v = (float_array(a, name, min_ndim=2) for a, name in ((q, "q"), (k, "k"), (v, "v")))
@@ -52,7 +55,7 @@ def sink_grad(q, k, v, g, mask, scale, fmt: Format, method: str, bias=None, sink
     k1, v1, mask1, bias1 = with_sinks(
         q, np.broadcast_to(k, batch + k.shape[-2:]), np.broadcast_to(v, batch + v.shape[-2:]), mask, bias, z
     )
-    problem = prepare(q, k1, v1, mask1, scale, bias=bias1)
+    problem = prepare(q, k1, v1, mask1, scale, bias=bias1, softcap=softcap)
     qs, ks, vs, keep, b3 = problem.q, problem.k, problem.v, problem.keep, problem.bias
     nb, lq, _ = qs.shape
     g3 = upstream(g, problem.shape).reshape(nb, lq, vs.shape[2])
@@ -65,7 +68,8 @@ def sink_grad(q, k, v, g, mask, scale, fmt: Format, method: str, bias=None, sink
     out.fill(undefined, np.nan)
     pending = ~undefined
     if method == "auto" and fast_target(fmt) and all(fast_input(a) for a in (qs, ks, vs, g3)):
-        tiers = ([(1, _column_a)] if tier_a_target(fmt) else []) + [(2, _column_b)]
+        column_a = functools.partial(_column_a, softcap=softcap)
+        tiers = ([(1, column_a)] if tier_a_target(fmt) else []) + ([(2, _column_b)] if softcap is None else [])
         for tier, column in tiers:
             if not pending.any():
                 break
@@ -75,7 +79,12 @@ def sink_grad(q, k, v, g, mask, scale, fmt: Format, method: str, bias=None, sink
             out.put_block(slice(None), rounded, approx, decided, tier)
             pending &= ~decided
     for s in np.flatnonzero(pending):
-        terms = _exact_terms((qs, ks, vs, g3, keep, b3), problem.scale, np.flatnonzero(owner == s), bad)
+        entries = np.flatnonzero(owner == s)
+        if softcap is not None:
+            arrays = [(qs[b], ks[b], vs[b], g3[b], keep[b], bad[b], None if b3 is None else b3[b]) for b in entries]
+            out.put_exact((s,), *_grad_softcap.sink_entry(arrays, problem.scale, softcap, fmt))
+            continue
+        terms = _exact_terms((qs, ks, vs, g3, keep, b3), problem.scale, entries, bad)
         out.put_exact((s,), *_grad_exact.decide_terms(terms, _grad_exact.ONE, fmt))
     parts = (out.array(), out.hi, out.lo, out.err, out.tier)
     fine = None if out.fine is None else out.fine.reshape(z.shape)
@@ -113,10 +122,10 @@ def _defined(q, k, v, g, keep, bias):
     return (*head, None if bias is None else np.where(keep, bias, 0.0))
 
 
-def _column_a(q, k, v, g, keep, bias, scale, fmt):
+def _column_a(q, k, v, g, keep, bias, scale, fmt, softcap=None):
     """Tier A: the sink's column of dS (the last key) in float64 and its bound, per query."""
     q, k, v, g, bias = _defined(q, k, v, g, keep, bias)
-    *_, ds, ds_err = score_grad_a(q, k, v, g, keep, scale, bias)
+    *_, ds, ds_err = score_grad_a(q, k, v, g, keep, scale, bias, softcap)
     return ds[:, -1], np.zeros(len(ds)), ds_err[:, -1]
 
 

@@ -62,11 +62,11 @@ def _abs(a):
 class _Entry:
     """One batch entry's exact inputs (libmp values) and key groups; `at(wp)` gives P and dS within bounds."""
 
-    def __init__(self, q, k, v, g, keep, scale, cap, skip, bias):
+    def __init__(self, q, k, v, g, keep, scale, cap, skip, bias, derivative=True):
         # (an undefined query's, or an unattended key's, NaN or infinity: nothing asked for reads it)
         q, k, v, g = (np.where(np.isfinite(a), a, 0.0) for a in (q, k, v, g))
         lq, d = q.shape
-        self.d, self.scale, self.cap = d, scale, libmp.from_float(cap)
+        self.d, self.scale, self.cap, self.derivative = d, scale, libmp.from_float(cap), derivative
         self.Q, self.K, self.G = ([[exact_mpf(x) for x in row] for row in a] for a in (q, k, g))
         self.ints = (_inputs(k), _inputs(q), _inputs(g))
         (k_int, ek), (q_int, eq), (g_int, eg) = self.ints
@@ -137,7 +137,10 @@ class _Entry:
     def _sigma(self, t, w):
         """sech(c t / cap)**2 per key and its relative bound: x = c t / cap within 2**(4 - w) |x| (c = 1/sqrt(d)
         rounded too), which moves sigma by 2 |tanh x| |dx| relative, and cosh, its square and the reciprocal round
-        within 2**(3 - w): 2**(5 - w) (1 + |x|) covers both."""
+        within 2**(3 - w): 2**(5 - w) (1 + |x|) covers both. 1, exactly, for the backward that drops the cap's
+        derivative (`derivative` False: the convention check's neighbour)."""
+        if not self.derivative:
+            return [libmp.fone] * len(t), [libmp.fzero] * len(t)
         if self.scale is None:
             c = libmp.mpf_div(libmp.fone, libmp.mpf_sqrt(libmp.from_int(self.d), w), w)
         else:
@@ -168,8 +171,9 @@ def _groups(cols, t, b, dp):
     return found
 
 
-def _dq_zero(row, K, a) -> bool:
-    """Whether dq_ia is exactly 0 by the pair certificate (module docstring)."""
+def _dq_zero(row, K, a, derivative=True) -> bool:
+    """Whether dq_ia is exactly 0 by the pair certificate (module docstring); without the derivative every sigma
+    is 1, one class."""
     cols, t, b, dp = row
     if all(x == dp[0] for x in dp) or all(K[j][a] == libmp.fzero for j in cols):
         return True
@@ -180,7 +184,7 @@ def _dq_zero(row, K, a) -> bool:
     for (tg, _), (n, total, members) in groups:
         a_g = libmp.mpf_sum([libmp.mpf_mul(K[j][a], x) for j, x in members])
         k_g = libmp.mpf_sum([K[j][a] for j, _ in members])
-        parts.append((_abs(tg), n, total, a_g, k_g))
+        parts.append((_abs(tg) if derivative else libmp.fone, n, total, a_g, k_g))
 
     def x(g, h):
         return libmp.mpf_sub(libmp.mpf_mul(g[3], libmp.from_int(h[1])), libmp.mpf_mul(g[4], h[2]))
@@ -223,10 +227,11 @@ def _sums_zero(entry: _Entry, j, a, weights, with_dp: bool) -> bool:
     return all(s == libmp.fzero or (with_dp and _ds_zero(row, j)) for s, row in sums.values())
 
 
-def exact_batch(q, k, v, g, keep, scale, cap, fmt: Format, want, skip, bias=None, plain=None):
+def exact_batch(q, k, v, g, keep, scale, cap, fmt: Format, want, skip, bias=None, plain=None, derivative=True):
     """Tier C for one batch entry under the cap: want = (dq mask, dk mask, dv mask); yields (which, index, Entry).
-    Elements whose every score is c t = 0 go to plain(want) (the uncapped forms), which yields the same way."""
-    entry = _Entry(q, k, v, g, keep, scale, cap, skip, bias)
+    Elements whose every score is c t = 0 go to plain(want) (the uncapped forms), which yields the same way.
+    derivative False: the gradient without the cap's derivative (sigma = 1)."""
+    entry = _Entry(q, k, v, g, keep, scale, cap, skip, bias, derivative)
     want = [w.copy() for w in want]
     flat = {i: entry.flat(i) for i in entry.rows}
     to_plain = [w.copy() for w in want]
@@ -278,7 +283,7 @@ def _holds_no_zero(value, err) -> bool:
 
 def _zero(entry: _Entry, which, i, a) -> bool:
     if which == 0:
-        return _dq_zero(entry.rows[i], entry.K, a)
+        return _dq_zero(entry.rows[i], entry.K, a, entry.derivative)
     if which == 1:
         return _sums_zero(entry, i, a, entry.Q, with_dp=True)
     return _sums_zero(entry, i, a, entry.G, with_dp=False)
@@ -333,3 +338,31 @@ class _Sums:
         value = libmp.mpf_mul(c, total, wp)
         err = _mul(_mul(_abs(c), err), _SAFE)
         return value, _add(_add(err, _mul(_abs(value), c_rel)), _mul(_abs(value), _pow2(1 - wp)))
+
+
+def sink_entry(entries: list, scale, cap, fmt: Format):
+    """The correct rounding of a sink's gradient dz = sum over the queries of its batch entries of dS_i,z, the sink
+    the last key of each (k = 0: its score is its logit z, uncapped, and sigma = 1 there), entries as
+    (q, k, v, g, keep, skip, bias); P from the capped scores. An exact 0 where every query's dS_i,z is
+    (`_ds_zero`: D_i = 0), else presumed nonzero as the other outputs are."""
+    found = [_Entry(q, k, v, g, keep, scale, cap, skip, bias) for q, k, v, g, keep, skip, bias in entries]
+    sink = entries[0][1].shape[0] - 1
+    rows_of = [[(i, row[0].index(sink)) for i, row in e.rows.items() if sink in row[0]] for e in found]
+    if all(_ds_zero(e.rows[i], sink) for e, rows in zip(found, rows_of) for i, _ in rows):
+        return _ZERO
+    wp = fmt.precision + 32
+    while True:
+        terms, bounds = [], []
+        for e, rows in zip(found, rows_of):
+            at = e.at(wp)
+            for i, place in rows:
+                terms.append(at[i][3][place])
+                bounds.append(at[i][4][place])
+        value = libmp.mpf_sum(terms, wp)
+        err = _add(_sum_up(bounds), _mul(_abs(value), _pow2(1 - wp)))
+        rounded = decide(value, err, 0, fmt)
+        if rounded is None and wp >= CAP_BITS:
+            rounded = decide(value, libmp.fzero, 0, fmt) if _holds_no_zero(value, err) else (libmp.fzero, False)
+        if rounded is not None:
+            return rounded, value, err
+        wp = _refine(wp)

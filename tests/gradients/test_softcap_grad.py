@@ -155,3 +155,40 @@ def test_scores_far_past_the_cap_give_gradients_below_every_format():
     for r, w in zip(got, want):
         assert _same_bits(r, _rounded(w, np.float32))
     assert (got[0] == 0).all() and (np.signbit(got[0]) == np.array([[x < 0 for x in row] for row in want[0]])).all()
+
+
+def _mp_dsink(q, k, v, g, cap, z, keep=None):
+    """dz = -sum_i P_iz D_i at 300 bits: the sink one more weight e**z (its logit not capped), of value 0."""
+    with mpmath.workprec(300):
+        lq, d = q.shape
+        c = 1 / mpmath.sqrt(d)
+        total = mpmath.mpf(0)
+        for i in range(lq):
+            cols = [j for j in range(k.shape[0]) if keep is None or keep[i, j]]
+            s = {j: c * mpmath.fsum(mpmath.mpf(float(a)) * float(b) for a, b in zip(q[i], k[j])) for j in cols}
+            e = {j: mpmath.exp(cap * mpmath.tanh(s[j] / cap)) for j in cols}
+            sink = mpmath.exp(mpmath.mpf(float(z)))
+            denominator = mpmath.fsum(e.values()) + sink
+            dp = {j: mpmath.fsum(mpmath.mpf(float(a)) * float(b) for a, b in zip(g[i], v[j])) for j in cols}
+            big_d = mpmath.fsum(e[j] / denominator * dp[j] for j in cols)
+            total -= sink / denominator * big_d
+        return total
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, ml_dtypes.bfloat16])
+def test_the_sinks_gradient_under_a_cap_is_correctly_rounded(dtype):
+    """dz = -sum_i P_iz D_i with P from the capped scores (the sink's own logit uncapped), one sink per head; and an
+    exact 0 where every D_i is (equal values and g orthogonal to them: dP = 0 on every key)."""
+    rng = np.random.default_rng(8)
+    q, k, v, g = _in(dtype, *(rng.standard_normal(s) for s in ((2, 4, 4), (2, 6, 4), (2, 6, 4), (2, 4, 4))))
+    q = q * 3
+    z = _in(dtype, np.array([0.5, -1.0]))[0]
+    keep = rng.random((4, 6)) < 0.7
+    got = reference.sinks_grad(q, k, v, g, z, keep, softcap=2.0, dtype=dtype)
+    want = np.array([float(_mp_dsink(q[h], k[h], v[h], g[h], 2.0, z[h], keep)) for h in range(2)]).astype(dtype)
+    assert _same_bits(got, want)
+    v0 = np.zeros_like(v)
+    v0[..., 0] = 1.0
+    g0 = g.copy()
+    g0[..., 0] = 0.0
+    assert _same_bits(reference.sinks_grad(q, k, v0, g0, z, keep, softcap=2.0, dtype=np.float64), np.zeros(2))
