@@ -174,21 +174,21 @@ def test_attention_modifiers_are_drawn_where_the_candidate_takes_them_and_the_re
         find(gradients("attention_grad", F16), lambda d: bool(d[2]) or set(d[0]) != set("qkvg"), settings=QUICK)
 
 
-def test_attention_grad_draws_the_modifiers_it_takes_and_never_a_softcap_its_reference_lacks():
+def test_attention_grad_draws_every_modifier_it_takes_the_softcap_included():
     from softaudit import kinds
     from softaudit.hunt._strategies import ATTENTION_KEYWORDS, keywords
 
     grad_kind = kinds.get("attention_grad")
-    assert keywords(grad_kind) == ("causal", "window", "bias", "alibi_slopes", "sinks")
+    assert keywords(grad_kind) == ("softcap", "causal", "window", "bias", "alibi_slopes", "sinks")
     every = frozenset(ATTENTION_KEYWORDS)
 
     def all_of_them(drawn):
         inputs, _, options = drawn
-        return {"bias", "alibi_slopes", "sinks"} <= set(inputs) and {"causal", "window"} <= set(options)
+        return {"bias", "alibi_slopes", "sinks"} <= set(inputs) and {"softcap", "causal", "window"} <= set(options)
 
     inputs, mask, options = find(gradients("attention_grad", F16, every), all_of_them, settings=QUICK)
     dq, dk, dv = grad_kind.reference(grad_kind, inputs, mask, "float16", **options)
     assert dq.value.shape == inputs["q"].shape and dv.value.shape[-1] == inputs["v"].shape[-1]
     assert dk.value.shape[-2:] == inputs["k"].shape[-2:]
-    with pytest.raises(NoSuchExample):
-        find(gradients("attention_grad", F16, every), lambda d: "softcap" in d[2], settings=QUICK)
+    with pytest.raises(NoSuchExample):  # (one that takes no softcap gets none)
+        find(gradients("attention_grad", F16, every - {"softcap"}), lambda d: "softcap" in d[2], settings=QUICK)
