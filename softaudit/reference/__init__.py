@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cross_entropy
+from . import _cross_entropy, _grad_rows, _rows
 from ._attention import prepare, round_attention, round_lse
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
@@ -61,7 +61,21 @@ __all__ = [
     "with_sinks",
 ]
 
-_ROW_KINDS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
+#: The row kinds by the name the public API takes, forward and VJP: each one's formula object (reference/_rows.py,
+#: _grad_rows.py) and whether it needs a mask. A masked kind is its unmasked formula over the entries its mask keeps.
+#: The one place the reference reads a row kind's name.
+_ROW_FORMULAS = {
+    "softmax": (_rows.SOFTMAX, False),
+    "log_softmax": (_rows.LOG_SOFTMAX, False),
+    "logsumexp": (_rows.LOGSUMEXP, False),
+    "masked_softmax": (_rows.SOFTMAX, True),
+}
+_GRAD_FORMULAS = {
+    "softmax_grad": (_grad_rows.SOFTMAX_GRAD, False),
+    "log_softmax_grad": (_grad_rows.LOG_SOFTMAX_GRAD, False),
+    "logsumexp_grad": (_grad_rows.LOGSUMEXP_GRAD, False),
+    "masked_softmax_grad": (_grad_rows.SOFTMAX_GRAD, True),
+}
 _METHODS = ("auto", "mpmath")
 
 
@@ -134,8 +148,6 @@ def logsumexp_grad(x, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.
 
 def masked_softmax_grad(x, mask, g, axis=-1, *, dtype=None, prec=113, method="auto") -> np.ndarray:
     """softmax_grad over the entries where `mask` is True; masked entries, and fully masked rows, get exactly +0."""
-    if mask is None:
-        raise TypeError("masked_softmax_grad needs a mask")
     return _evaluate_grad("masked_softmax_grad", x, mask, g, axis, dtype, prec, method, detail=False)
 
 
@@ -145,36 +157,25 @@ def evaluate_grad(kind, x, g, mask=None, axis=-1, *, dtype=None, prec=113, metho
     return _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail=True)
 
 
-_GRAD_KINDS = ("softmax_grad", "log_softmax_grad", "logsumexp_grad", "masked_softmax_grad")
-
-
 def _evaluate_grad(kind, x, mask, g, axis, dtype, prec, method, detail: bool):
     """Rows with no kept entry have gradient 0 (nothing depends on them); a row is undefined (NaN at its kept
     entries, 0 at its masked and -inf ones as in any row; NaN throughout for log_softmax_grad, which reads g there)
     when a kept x is NaN or +inf, or a kept g is not finite."""
-    if kind not in _GRAD_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(_GRAD_KINDS)}, got {kind!r}")
+    formula = _formula(_GRAD_FORMULAS, kind, mask, check_mask=True)
     fmt = target(dtype, prec)
     method = _method(method)
     x2, removed2, moved_shape, ax = _as_rows(x, mask, axis)
     g = float_array(g, "g", min_ndim=0)
-    base = "softmax_grad" if kind == "masked_softmax_grad" else kind
-    if base == "logsumexp_grad":
+    if formula.g_per_row:
         if g.shape != moved_shape[:-1]:
             raise ValueError(f"g must have x's shape without the axis, {moved_shape[:-1]}, got {g.shape}")
         g2 = g.reshape(-1)
-        bad_g = ~np.isfinite(g2) & (~removed2).any(axis=1)
     else:
         if g.shape != np.shape(x):
             raise ValueError(f"g must have x's shape {np.shape(x)}, got {g.shape}")
         g2 = np.moveaxis(g, ax, -1).reshape(x2.shape)
-        read = np.ones_like(removed2) if base == "log_softmax_grad" else ~removed2  # log-softmax reads g at -inf
-        bad_g = (~np.isfinite(g2) & read).any(axis=1)
-    with np.errstate(invalid="ignore"):
-        undefined = (((np.isnan(x2) | (x2 == np.inf)) & ~removed2).any(axis=1)) | bad_g
-    if base == "log_softmax_grad":  # its forward is NaN on a row of -inf only
-        undefined |= removed2.all(axis=1) & (x2.shape[1] > 0)
-    out = round_grad_rows(base, x2, g2, removed2, undefined, fmt, method, detail)
+    undefined = formula.undefined(x2, g2, removed2)
+    out = round_grad_rows(formula, x2, g2, removed2, undefined, fmt, method, detail)
 
     def restore(a):
         return np.moveaxis(a.reshape(moved_shape), -1, ax)
@@ -320,26 +321,15 @@ def _as_rows(x, mask, axis):
     return moved.reshape(flat), np.moveaxis(removed, ax, -1).reshape(flat), moved.shape, ax
 
 
-def _undefined(kind, x2, removed2):
-    none = np.zeros(len(x2), dtype=bool)
-    with np.errstate(invalid="ignore"):  # the masks only where a NaN or +inf is there at all (rarely)
-        nan = (np.isnan(x2) & ~removed2).any(axis=1) if np.isnan(x2).any() else none
-        if kind == "logsumexp":
-            return nan
-        pos_inf = ((x2 == np.inf) & ~removed2).any(axis=1) if (x2 == np.inf).any() else none
-    return nan | pos_inf | (removed2.all(axis=1) & (x2.shape[1] > 0))
-
-
 def undefined_rows(x, mask=None, axis=-1, *, kind="softmax") -> np.ndarray:
     """Boolean array (x's shape without `axis`): True where `kind` has no defined result for the row.
 
     For softmax, log_softmax and masked_softmax: a NaN or +inf among the kept entries, or no kept entry.
     For logsumexp only a NaN (an all -inf row gives -inf, a +inf entry gives +inf).
     """
-    if kind not in _ROW_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
+    formula = _formula(_ROW_FORMULAS, kind)
     x2, removed2, moved_shape, _ = _as_rows(x, mask, axis)
-    return _undefined(kind, x2, removed2).reshape(moved_shape[:-1])
+    return formula.undefined(x2, removed2).reshape(moved_shape[:-1])
 
 
 def evaluate(kind, x, mask=None, axis=-1, *, dtype=None, prec=113, method="auto") -> Result:
@@ -347,23 +337,30 @@ def evaluate(kind, x, mask=None, axis=-1, *, dtype=None, prec=113, method="auto"
     return _evaluate(kind, x, mask, axis, dtype, prec, method, detail=True)
 
 
+def _formula(table: dict, kind, mask=None, check_mask=False):
+    """The formula of the row kind named `kind` in `table` (_ROW_FORMULAS or _GRAD_FORMULAS), with one clear error
+    for an unknown name or, where `check_mask`, for a masked kind given no mask."""
+    if kind not in table:
+        raise ValueError(f"kind must be one of {', '.join(table)}, got {kind!r}")
+    formula, masked = table[kind]
+    if check_mask and masked and mask is None:
+        raise TypeError(f"{kind} needs a mask")
+    return formula
+
+
 def _evaluate(kind, x, mask, axis, dtype, prec, method, detail: bool):
     """A `Result` (detail True) or just the rounded values."""
-    if kind not in _ROW_KINDS:
-        raise ValueError(f"kind must be one of {', '.join(_ROW_KINDS)}, got {kind!r}")
-    if kind == "masked_softmax" and mask is None:
-        raise TypeError("masked_softmax needs a mask")
+    formula = _formula(_ROW_FORMULAS, kind, mask, check_mask=True)
     fmt = target(dtype, prec)
     method = _method(method)
     x2, removed2, moved_shape, ax = _as_rows(x, mask, axis)
-    base = "softmax" if kind == "masked_softmax" else kind
-    undefined = _undefined(base, x2, removed2)
-    out = round_rows(base, x2, removed2, undefined, fmt, method, detail)
-    shape = moved_shape[:-1] if base == "logsumexp" else moved_shape
+    undefined = formula.undefined(x2, removed2)
+    out = round_rows(formula, x2, removed2, undefined, fmt, method, detail)
+    shape = moved_shape[:-1] if formula.reduces else moved_shape
 
     def restore(a):
         a = a.reshape(shape)
-        return a if base == "logsumexp" else np.moveaxis(a, -1, ax)
+        return a if formula.reduces else np.moveaxis(a, -1, ax)
 
     if not detail:
         return restore(out.array())

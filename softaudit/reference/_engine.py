@@ -137,23 +137,12 @@ def _cells(items: list) -> np.ndarray:
     return cells
 
 
-def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
-    """Correctly rounded `kind` of each row of the 2-D x (entries where `removed` is True left out)."""
+def round_rows(formula, x, removed, undefined, fmt: Format, method: str, detail: bool = True) -> _Collector:
+    """Correctly rounded `formula` (a row formula of _rows.py) of each row of the 2-D x (entries where `removed` is
+    True left out)."""
     rows_total, n = x.shape
-    shape = (rows_total,) if kind == "logsumexp" else (rows_total, n)
-    out = _Collector(shape, fmt, detail)
-    empty = removed.all(axis=1)
-    if kind == "logsumexp":
-        has_pos_inf = (~removed & (x == np.inf)).any(axis=1)
-        out.fill(undefined, np.nan)
-        out.fill(~undefined & has_pos_inf, np.inf)
-        out.fill(~undefined & ~has_pos_inf & empty, -np.inf)
-        todo = ~undefined & ~has_pos_inf & ~empty
-    else:
-        out.fill(np.broadcast_to(undefined[:, None], shape), np.nan)
-        todo = ~undefined & ~empty
-        out.fill(todo[:, None] & removed, 0.0 if kind == "softmax" else -np.inf)
-    pending = _pending(kind, todo, removed)
+    out = _Collector((rows_total,) if formula.reduces else (rows_total, n), fmt, detail)
+    pending = formula.prefill(out, x, removed, undefined)
     if method == "auto" and fast_target(fmt) and fast_input(x):
         fast_b = ((2, _rows.tier_b_fast), (2, _rows.tier_b))
         tiers = ((1, _rows.tier_a), *fast_b) if tier_a_target(fmt) else fast_b
@@ -161,12 +150,12 @@ def round_rows(kind: str, x, removed, undefined, fmt: Format, method: str, detai
             rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
-                    approx = run(kind, _float64(x[index]), removed[index])
+                    approx = run(formula, _float64(x[index]), removed[index])
                     rounded, decided = decide_arrays(approx.hi, approx.lo, approx.err, approx.sign, fmt)
                 decided &= pending[index]
                 out.put_block(index, rounded, approx, decided, tier)
                 pending[index] &= ~decided
-    _tier_c_rows(kind, x, removed, pending, out)
+    _tier_c_rows(formula, x, removed, pending, out)
     return out
 
 
@@ -189,23 +178,9 @@ def _float64(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
-def _pending(kind, todo, removed):
-    if kind == "logsumexp":
-        return todo.copy()
-    return todo[:, None] & ~removed
-
-
-def _tier_c_rows(kind, x, removed, pending, out: _Collector):
-    fmt = out.fmt
+def _tier_c_rows(formula, x, removed, pending, out: _Collector):
     for r in np.flatnonzero(pending.reshape(len(x), -1).any(axis=1)):
         keep = np.flatnonzero(~removed[r])
         kept = [exact_mpf(v) for v in x[r, keep]]
-        if kind == "logsumexp":
-            rounded, value, err = _exact.logsumexp_row(kept, fmt)
-            out.put_exact(r, rounded, value, err)
-            continue
-        cols = np.flatnonzero(pending[r])
-        positions = list(np.searchsorted(keep, cols))
-        run = _exact.softmax_row if kind == "softmax" else _exact.log_softmax_row
-        for col, (rounded, value, err) in zip(cols, run(kept, positions, fmt)):
-            out.put_exact((r, col), rounded, value, err)
+        for at, (rounded, value, err) in formula.exact(kept, keep, pending[r], out.fmt):
+            out.put_exact((r, *at), rounded, value, err)

@@ -27,6 +27,17 @@ def test_non_boolean_mask_is_a_type_error():
         R.masked_softmax(X, np.ones((2, 3)))
 
 
+def test_a_masked_kind_without_a_mask_is_a_type_error_by_name_and_by_evaluate():
+    for call in (
+        lambda: R.masked_softmax(X, None),
+        lambda: R.evaluate("masked_softmax", X),
+        lambda: R.masked_softmax_grad(X, None, X),
+        lambda: R.evaluate_grad("masked_softmax_grad", X, X),
+    ):
+        with pytest.raises(TypeError, match=r"masked_softmax(_grad)? needs a mask"):
+            call()
+
+
 def test_mask_shape_mismatch_is_a_value_error():
     with pytest.raises(ValueError, match=r"mask of shape \(4,\) does not broadcast to \(2, 3\)"):
         R.masked_softmax(X, np.ones(4, bool))
