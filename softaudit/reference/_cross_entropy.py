@@ -144,7 +144,7 @@ def _loss_approx(run, r: _Rows, rows, o: Options):
     """(hi, lo, err) of the loss of `rows` from a row tier's log-softmax (every term >= 0: relative bounds)."""
     x, removed, y = r.x[rows], r.removed[rows], r.y[rows]
     with np.errstate(all="ignore"):
-        a = run("log_softmax", x, removed)
+        a = run(_rows.LOG_SOFTMAX, x, removed)
         at = np.arange(len(rows))
         lo_all = np.zeros_like(a.hi) if a.lo is None else a.lo
         h, lw, e = -a.hi[at, y], -lo_all[at, y], a.err[at, y].copy()
@@ -300,7 +300,7 @@ def _gradient_approx(run, r: _Rows, rows, wh, wl, o: Options):
     eps, zl = o.label_smoothing, o.z_loss
     v = x.shape[1]
     with np.errstate(all="ignore"):
-        a = run("softmax", x, removed)
+        a = run(_rows.SOFTMAX, x, removed)
         ph = np.where(removed, 0.0, a.hi)
         pl = np.zeros_like(ph) if a.lo is None else np.where(removed, 0.0, a.lo)
         pe = np.where(removed, 0.0, a.err)
@@ -315,7 +315,7 @@ def _gradient_approx(run, r: _Rows, rows, wh, wl, o: Options):
             ah[at, y], al[at, y], ae[at, y] = -om_h, -om_l, om_e
             sign = np.where(np.arange(v)[None, :] == y[:, None], -1.0, 1.0) * np.sign(wh)[:, None]
         else:
-            lse = run("logsumexp", x, removed)
+            lse = run(_rows.LOGSUMEXP, x, removed)
             t_h, t_l = _dd.mul_d(lse.hi, np.zeros_like(lse.hi) if lse.lo is None else lse.lo, 2 * zl)  # 2 zl lse
             c_h, c_l = _dd.add_d(t_h, t_l, 1.0)
             c_e = 2 * zl * lse.err

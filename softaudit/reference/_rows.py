@@ -87,7 +87,7 @@ def tier_a(formula, x: np.ndarray, removed: np.ndarray) -> Approx:
     gamma = _dd.gamma(_dd.depth(x.shape[1]))
     # exp underflowing below 2**-1022 loses its relative accuracy but not 2**-1074 absolute.
     rest_err = (rel + gamma) * rest * _SECOND_ORDER + np.maximum(kept - 1, 0) * TINY
-    return _named(formula).finish_a(Block(x, removed, m, top, rows, kept), e, rel, rest, rest_err)
+    return formula.finish_a(Block(x, removed, m, top, rows, kept), e, rel, rest, rest_err)
 
 
 def tier_b_fast(formula, x: np.ndarray, removed: np.ndarray) -> Approx:
@@ -105,7 +105,7 @@ def tier_b_fast(formula, x: np.ndarray, removed: np.ndarray) -> Approx:
     rest_h, rest_l, sum_err = _dd.extract_sum(eh, el)
     rest_err = (_dd.EXP_FAST_REL * rest_h + sum_err) * _SECOND_ORDER + np.maximum(kept - 1, 0) * 2 * TINY
     block = Block(x, removed, m, top, rows, kept, (th, tl))
-    return _named(formula).finish_b_fast(block, eh, el, rest_h, rest_l, rest_err)
+    return formula.finish_b_fast(block, eh, el, rest_h, rest_l, rest_err)
 
 
 #: Rows at least this long are multiplied one at a time by their row's values as Python floats: numpy
@@ -143,7 +143,7 @@ def tier_b(formula, x: np.ndarray, removed: np.ndarray) -> Approx:
     rel = _dd.EXP_DD_REL + (_dd.depth(x.shape[1], 2) + 1) * _dd.DD_OP_REL
     rest_err = rel * rest_h * _SECOND_ORDER + np.maximum(kept - 1, 0) * 2 * TINY
     block = Block(x, removed, m, top, rows, kept, (th, tl))
-    return _named(formula).finish_b(block, eh, el, rest_h, rest_l, rest_err)
+    return formula.finish_b(block, eh, el, rest_h, rest_l, rest_err)
 
 
 class _Formula:
@@ -273,12 +273,6 @@ class LogSumExp(_FromLog):
 
 SOFTMAX, LOG_SOFTMAX, LOGSUMEXP = Softmax(), LogSoftmax(), LogSumExp()
 FORMULAS = (SOFTMAX, LOG_SOFTMAX, LOGSUMEXP)
-_BY_NAME = {f.name: f for f in FORMULAS}
-
-
-def _named(formula):
-    """The formula itself, or the one of that name: reference/_cross_entropy.py calls the tiers by name."""
-    return _BY_NAME[formula] if isinstance(formula, str) else formula
 
 
 def _nan_rows(x: np.ndarray, removed: np.ndarray) -> np.ndarray:
