@@ -245,7 +245,7 @@ class _Units:
 
     def submit(self, key: tuple, fam, candidate, fmt, family: str, called: bool = True) -> None:
         who, runnable = self.where.sent(candidate)
-        future = self.where.submit(
+        future = self.where.submit_staged(
             _unit_task, fam, who, runnable, fmt, family, self.job, called, gpu=execute.needs_gpu(candidate)
         )
         self.pending[future] = key
@@ -256,6 +256,8 @@ class _Units:
     def collect(self, block: bool, stopped: _Stop) -> None:
         """Take the finished units' results, as their futures report them done; with block, until none is pending
         (cancelling what is not started once stopped)."""
+        if block:
+            self.where.finish()
         while self.pending:
             if stopped():
                 for future in self.where.cancel(list(self.pending)):
@@ -309,17 +311,25 @@ def _prepare_task(source: plan.Source, fmt, job: _Job, share: Path | None, *, ex
 
 def _unit_task(
     fam, candidate, runnable, fmt, family: str, job: _Job, called: bool, *, ex: execute.Executor
-) -> judge.UnitResult | None:
-    """One unit: the candidate's calls on the family (runnable: the candidate as this process loads it) and their
-    rows, with the frameworks loaded where the calls ran (None for a family with no case in this dtype). called
-    False: the rows of a candidate not called again."""
+) -> Callable[[], judge.UnitResult | None]:
+    """One unit, staged (`submit_staged`): the candidate's calls on the family begin (runnable: the candidate as this
+    process loads it), and what is returned judges them: its rows, with the frameworks loaded where the calls ran
+    (None for a family with no case in this dtype). A unit of several round trips is judged here, so that its
+    calls come before the next unit's. called False: the rows of a candidate not called again."""
     fam = prepare.shared(fam)
     if not fam.prepared:
-        return None
+        return lambda: None
     if not called:
-        return judge.UnitResult([], heads=judge.head_rows(candidate, fmt, family, fam, job.policy)).not_again()
-    result = judge.unit(
-        candidate, fmt, family, fam, execute.calls(runnable, fam.prepared, job.timeout, ex), job.policy, job.recipe
-    )
-    result.frameworks = ex.frameworks()  # (the calls are made: judge.unit consumed them)
-    return result
+        result = judge.UnitResult([], heads=judge.head_rows(candidate, fmt, family, fam, job.policy)).not_again()
+        return lambda: result
+    made = execute.calls(runnable, fam.prepared, job.timeout, ex)
+
+    def judged() -> judge.UnitResult:
+        result = judge.unit(candidate, fmt, family, fam, made, job.policy, job.recipe)
+        result.frameworks = ex.frameworks()  # (the calls are made: judge.unit consumed them)
+        return result
+
+    if made.overlaps:
+        return judged
+    result = judged()
+    return lambda: result

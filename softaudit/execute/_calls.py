@@ -85,18 +85,43 @@ def calls(
     candidate, prepared: list, timeout, ex: Executor, probes: bool = True, reuse: bool = True
 ) -> Iterator[Called]:
     """The candidate called on each prepared case in turn, a Called for each; CandidateError or CandidateSkip from
-    the first call that fails. probes: make the checks' calls too (the comparisons need none). An executor with
-    round trips (`Executor.batches`: a worker) gets a unit's calls a batch at a time (BATCH_BYTES), each call with
-    its own time limit; the others, one case at a time.
+    the first call that fails, as they are read. probes: make the checks' calls too (the comparisons need none). An
+    executor with round trips (`Executor.batches`: a worker) gets a unit's calls a batch at a time (BATCH_BYTES),
+    each call with its own time limit; the others, one case at a time, as they are read. A unit whose calls fit one
+    batch has them sent before this returns (`Executor.send_many`: a worker makes them while the audit judges the
+    unit before). The iterator's `overlaps` says whether the next unit's calls may be sent before these are read
+    (False for a unit of several batches, each sent as it is read: the calls then come in the plan's order).
 
     reuse (in process): the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large
     inputs copied without page faults), so an output that is its input is valid only until the next reusing call
     (the next case's); the checks' calls get copies of their own. False: every output stays valid."""
     keyword = split_keyword(_callable(candidate)) if probes else None
     plans = (_Plan.of(pc, probes, keyword) for pc in prepared)
-    if ex.batches:
-        yield from _batched(candidate, plans, timeout, ex)
-        return
+    if not ex.batches:
+        return _Made(_one_by_one(candidate, plans, timeout, ex, reuse), True)
+    batches = _batches(plans)
+    first, more = next(batches, (None, False))
+    if more:
+        return _Made(_answered(candidate, first, None, batches, timeout, ex), False)
+    sent = None if first is None else _send(candidate, first, timeout, ex)
+    return _Made(_answered(candidate, first, sent, batches, timeout, ex), True)
+
+
+class _Made:
+    """A unit's Called as they are read, and whether the next unit's calls may be sent before they are."""
+
+    def __init__(self, called: Iterator[Called], overlaps: bool):
+        self._called, self.overlaps = called, overlaps
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Called:
+        return next(self._called)
+
+
+def _one_by_one(candidate, plans, timeout, ex: Executor, reuse: bool) -> Iterator[Called]:
+    """Each plan's Called: its own call, then its checks' calls in one call_many."""
     for plan in plans:
         dtype = plan.pc.fmt.dtype
         start = time.perf_counter()
@@ -118,17 +143,29 @@ def _callable(candidate):
         return candidate
 
 
-def _batched(candidate, plans, timeout, ex: Executor) -> Iterator[Called]:
-    """The plans' calls in round trips of at most about BATCH_BYTES (a plan whole in one)."""
+def _batches(plans) -> Iterator[tuple[list, bool]]:
+    """The plans in batches of at most about BATCH_BYTES of calls (a plan whole in one), and whether more follow."""
     batch, held = [], 0
-    for plan in [*plans, None]:
-        size = 0 if plan is None else plan.nbytes
-        if batch and (plan is None or held + size > BATCH_BYTES):
-            answers = ex.call_many(candidate, [c for p in batch for c in p.calls], batch[0].pc.fmt.dtype, timeout)
-            for p in batch:
-                yield p.called(answers[: len(p.calls)])
-                answers = answers[len(p.calls) :]
+    for plan in plans:
+        size = plan.nbytes
+        if batch and held + size > BATCH_BYTES:
+            yield batch, True
             batch, held = [], 0
-        if plan is not None:
-            batch.append(plan)
-            held += size
+        batch.append(plan)
+        held += size
+    if batch:
+        yield batch, False
+
+
+def _send(candidate, batch: list, timeout, ex: Executor):
+    return ex.send_many(candidate, [c for p in batch for c in p.calls], batch[0].pc.fmt.dtype, timeout)
+
+
+def _answered(candidate, batch, sent, batches, timeout, ex: Executor) -> Iterator[Called]:
+    """Each batch's Called, a round trip a batch, each sent as it is read (the first sent already, or None)."""
+    while batch is not None:
+        answers = (sent or _send(candidate, batch, timeout, ex))()
+        for p in batch:
+            yield p.called(answers[: len(p.calls)])
+            answers = answers[len(p.calls) :]
+        batch, sent = next(batches, (None, False))[0], None

@@ -10,7 +10,7 @@ the isolation process).
 from __future__ import annotations
 
 from ..adapters import check_device
-from ._pool import Serial, needs_gpu, task
+from ._pool import Serial, _whole, needs_gpu, task
 
 INSTALL = "--scheduler needs Dask: pip install 'softaudit[dask]'"
 GPU_WORKERS = "dask worker tcp://HOST:PORT --resources GPU=1"
@@ -41,6 +41,9 @@ class Dask(Serial):
         """fn(*args, ex=...) on a worker (one with a GPU resource if gpu); its Dask future. A future among args
         stands for its result, which Dask moves to that worker."""
         return self.client.submit(task, fn, *self.settings, *args, resources={"GPU": 1} if gpu else None, pure=False)
+
+    def submit_staged(self, fn, *args, gpu: bool = False):
+        return self.submit(_whole, fn, *args, gpu=gpu)
 
     def cancel(self, futures: list) -> list:
         unfinished = [future for future in futures if not future.done()]

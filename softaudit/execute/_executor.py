@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import numpy as np
@@ -66,6 +67,12 @@ class Executor:
         except TimedOut:
             self._past_limit.add(key)
             raise
+
+    def send_many(self, candidate, calls: list, dtype, timeout: float | None):
+        """call_many begun: a function that returns its answers, or raises what call_many would. A worker starts on
+        them at once (`Isolated`), so that this process can judge the unit before while they run; the calls of an
+        executor without one are made when asked."""
+        return functools.partial(self.call_many, candidate, calls, dtype, timeout)
 
     def call(self, candidate, arrays: dict, mask, shape: tuple, dtype, timeout: float | None, reuse: bool = False):
         """A one-output kind's call_all: (output cast to dtype, note or "")."""

@@ -1,16 +1,19 @@
 """Isolated gives what InProcess gives, bit for bit: built-ins of every kind, 16-bit dtypes, masks, framework ops;
-a candidate without a source reaches the worker by cloudpickle, or runs in process with a note."""
+a candidate without a source reaches the worker by cloudpickle, or runs in process with a note; a whole audit's
+table."""
 
 import os
 import threading
 
 import ml_dtypes
 import numpy as np
+import pandas as pd
 import pytest
 
+import softaudit
 from softaudit import Candidate, CandidateError, CandidateSkip
 from softaudit.candidates import builtins
-from softaudit.execute import InProcess, Isolated
+from softaudit.execute import InProcess, Isolated, _calls
 
 RNG = np.random.default_rng(1)
 ROWS = RNG.standard_normal((3, 200)) * 8
@@ -99,3 +102,16 @@ def test_a_candidate_that_does_not_load_in_a_worker_is_an_error(executors):
     cause = "^does not load in a worker: TargetError: module 'softaudit_no_such_module'"
     with pytest.raises(CandidateError, match=cause):
         both(executors[1:], gone, np.float32)
+
+
+@pytest.mark.parametrize("batch_bytes", [_calls.BATCH_BYTES, 1], ids=["a unit a round trip", "a case a round trip"])
+def test_an_isolated_audit_gives_the_in_process_table(monkeypatch, batch_bytes):
+    """A unit's calls go to the worker while the unit before is judged (Serial.submit_staged); a unit of several
+    round trips is judged before the next unit's are sent. Either way, the table made in process."""
+    monkeypatch.setattr(_calls, "BATCH_BYTES", batch_bytes)
+    targets = [c for c in builtins() if c.kind == "softmax"][:3]
+    tables = [
+        softaudit.audit(targets, dtypes=["float16"], suite="quick", isolation=isolation, cache_dir="off").table
+        for isolation in ("none", "worker")
+    ]
+    pd.testing.assert_frame_equal(*(table.drop(columns="seconds") for table in tables))
