@@ -55,6 +55,20 @@ def test_every_kind_is_complete_and_consistent(kind):
     assert not kind.leak_probe or kind.masked
 
 
+def test_every_kind_is_defined_whole_in_its_own_module():
+    """Issue 25: each Kind(...) is made in a module named for its kind (a kind and its gradient may share one:
+    cross_entropy), never in the private modules, which hold what several kinds share and the registry."""
+    import ast
+
+    made = {}
+    for path in sorted((PACKAGE / "kinds").glob("*.py")):
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            value = getattr(node, "value", None)
+            if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Kind":
+                made.setdefault(value.args[0].value, []).append(path.stem)
+    assert made == {name: [name.removesuffix("_grad")] if name == "cross_entropy_grad" else [name] for name in KINDS}
+
+
 def test_every_family_is_run_by_a_kind():
     assert all(family.kinds for family in FAMILIES.values())
 

@@ -100,7 +100,7 @@ def head_dim_256_causal(rng, heads=2, length=128, d=256):
     return _attention(rng, q, k, d), np.tril(np.ones((length, length), bool))
 
 
-# --- the families (registered for the kinds that list them in softaudit/kinds/_registry.py) ----------------------
+# --- the families (registered for the kinds that list them, each in its module of softaudit/kinds/) --------------
 # Every forward family runs for the gradient kinds too, with a Gaussian g (Kind.upstream); these add the upstream
 # gradients whose structure matters, on Gaussian logits, and the attention backward bugs above.
 

@@ -1,7 +1,8 @@
 """Attention's parts of the loop: q (..., Lq, d), k (..., Lk, d), v (..., Lk, dv), a mask (..., Lq, Lk) or None.
 
-The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
-registry and must not load the reference (softaudit/adapters).
+kinds/attention.py imports these (attention_lse.py and the attention gradient kinds some of them); each imports the
+reference where it uses it, since marking a candidate loads the registry and must not load the reference
+(softaudit/adapters).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Row kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad): x of rows x n and g of the forward
 output's shape. attention_grad: q, k, v, g = dO (..., Lq, dv) and a mask or None, and attention's modifiers
 (`GRAD_MODIFIERS`); three outputs (dq, dk, dv).
-The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
-registry and must not load the reference (softaudit/adapters).
+The gradient kind modules (softmax_grad.py ... attention_grad.py, attention_sinks_grad.py) import these and
+`ROW_GRAD_FIELDS`, `ATTENTION_GRAD_FIELDS`, what they share as kinds; each part imports the reference where it uses
+it, since marking a candidate loads the registry and must not load the reference (softaudit/adapters).
 """
 
 from __future__ import annotations
@@ -81,6 +82,24 @@ def row_element_inputs(kind, pc, position: tuple, output: int = 0) -> tuple[dict
     x, g = pc.inputs["x"], pc.inputs["g"]
     mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
     return {"x": x[row], "g": g[row]}, mask
+
+
+#: What the row gradient kinds share as kinds (softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad):
+#: x of rows x n and g, dx of x's shape; each kind module adds the rest.
+ROW_GRAD_FIELDS = {
+    "reference": row_reference,
+    "conditioning": row_conditioning,
+    "element_inputs": row_element_inputs,
+    "upstream": row_upstream,
+    "reduction": ("x", -1),
+    "row_wise": True,
+    "reduces": False,
+    "logarithmic": False,
+    "causes": ("subnormal",),
+}
+#: What softmax's VJP's conditioning scale adds up (softmax_grad's and masked_softmax_grad's), for the cancellation
+#: sentence.
+SOFTMAX_GRAD_TERMS = "the terms of g - <g, p>"
 
 
 def attention_upstream(kind, arrays: dict, mask, rng) -> np.ndarray:

@@ -1,6 +1,7 @@
 """The row kinds' parts of the loop (softmax, log_softmax, logsumexp, masked_softmax): x of rows x n.
 
-The registry imports these; each imports the reference where it uses it, since marking a candidate loads the
+The row kind modules (softmax.py, log_softmax.py, logsumexp.py, masked_softmax.py) import these and `ROW_FIELDS`,
+what they share as kinds; each part imports the reference where it uses it, since marking a candidate loads the
 registry and must not load the reference (softaudit/adapters).
 """
 
@@ -48,3 +49,15 @@ def element_inputs(kind, pc, position: tuple) -> tuple[dict, np.ndarray | None]:
     x = pc.inputs["x"]
     mask = None if pc.mask is None else np.broadcast_to(pc.mask, x.shape)[row]
     return {"x": x[row]}, mask
+
+
+#: What the row kinds share: x of rows x n, reduced along its last axis (each kind module adds the rest).
+ROW_FIELDS = {
+    "reference": reference,
+    "conditioning": conditioning,
+    "element_inputs": element_inputs,
+    "reduction": ("x", -1),
+    "row_wise": True,
+}
+#: The measures of the kinds whose outputs are probabilities (softmax, masked_softmax).
+PROBABILITIES = ("negative", "sum_err", "argmax_flips")
