@@ -207,7 +207,7 @@ def attention(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
         # (0 x NaN is NaN in every product form): V's in P V. The gradient kinds take none: a backward pass meets
         # what masked keys hold (dP = dO V^T overflows on the dtype's max in V, and P (dP - D) is then 0 x inf;
         # dQ = dS K meets K's), so best practice fails there too, as attention_grad's families say (no
-        # attn_nan_masked_key: softaudit/kinds/_registry.py).
+        # attn_nan_masked_key: softaudit/kinds/attention_grad.py).
         if junk is not None and forward:
             free = _unattended_keys(mask, lk)
             k[..., free, :1], v[..., free, :1] = junk, junk if math.isfinite(junk) else _top(fmt)
