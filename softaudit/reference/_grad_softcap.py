@@ -27,6 +27,8 @@ docs/reference.md, "The softcap's backward".
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mpmath import libmp
 
@@ -67,7 +69,7 @@ class _Entry:
         q, k, v, g = (np.where(np.isfinite(a), a, 0.0) for a in (q, k, v, g))
         lq, d = q.shape
         self.d, self.scale, self.cap, self.derivative = d, scale, libmp.from_float(cap), derivative
-        self.Q, self.K, self.G = ([[exact_mpf(x) for x in row] for row in a] for a in (q, k, g))
+        self.lq, self._q, self._k, self._g = lq, q, k, g
         self.ints = (_inputs(k), _inputs(q), _inputs(g))
         (k_int, ek), (q_int, eq), (g_int, eg) = self.ints
         v_int, ev = _inputs(v)
@@ -87,6 +89,20 @@ class _Entry:
             for at, j in enumerate(cols):
                 self.attending.setdefault(j, []).append((i, at))
         self._at = {}
+
+    # q, k and g as lists of exact libmp values: only the exact-zero certificates read them, and only where an
+    # element's interval holds 0
+    @functools.cached_property
+    def Q(self) -> list:
+        return _exact_values(self._q)
+
+    @functools.cached_property
+    def K(self) -> list:
+        return _exact_values(self._k)
+
+    @functools.cached_property
+    def G(self) -> list:
+        return _exact_values(self._g)
 
     def flat(self, i) -> bool:
         """Whether every kept score of query i is c t = 0 (the cap changes nothing)."""
@@ -257,9 +273,7 @@ def exact_batch(q, k, v, g, keep, scale, cap, fmt: Format, want, skip, bias=None
         c, c_rel = entry.factor(wp)
         for which, i, a in sorted(pending):
             value, err = sums.value(which, i, a, c, c_rel, wp)
-            found = decide(value, err, 0, fmt)
-            if found is None and wp >= CAP_BITS:
-                found = decide(value, libmp.fzero, 0, fmt) if _holds_no_zero(value, err) else (libmp.fzero, False)
+            found = _rounding(value, err, wp, fmt)
             if found is None and (which, i, a) not in certified and _holds_zero(value, err):
                 certified.add((which, i, a))
                 if _zero(entry, which, i, a):
@@ -277,8 +291,13 @@ def _holds_zero(value, err) -> bool:
     return libmp.mpf_cmp(_abs(value), err) <= 0
 
 
-def _holds_no_zero(value, err) -> bool:
-    return not _holds_zero(value, err)
+def _rounding(value, err, wp: int, fmt: Format):
+    """The rounding of every number within err of value, or None; at CAP_BITS bits and past, the midpoint's
+    rounding where the interval excludes 0, else +0 (the value presumed nonzero and below what it sums by then)."""
+    found = decide(value, err, 0, fmt)
+    if found is not None or wp < CAP_BITS:
+        return found
+    return (libmp.fzero, False) if _holds_zero(value, err) else decide(value, libmp.fzero, 0, fmt)
 
 
 def _zero(entry: _Entry, which, i, a) -> bool:
@@ -302,6 +321,10 @@ def _ints(values: dict, shape: tuple):
     return out, low
 
 
+def _exact_values(a: np.ndarray) -> list:
+    return [[exact_mpf(x) for x in row] for row in a]
+
+
 def _inputs(a: np.ndarray) -> tuple:
     """An exact float64 array as `_ints` gives it."""
     return _ints({at: exact_mpf(x) for at, x in np.ndenumerate(a)}, a.shape)
@@ -313,7 +336,7 @@ class _Sums:
     |K|, |Q|, |G|; read per element by `value`."""
 
     def __init__(self, entry: _Entry, rows: dict, lk: int):
-        lq = len(entry.Q)
+        lq = entry.lq
         parts = {name: {} for name in ("p", "p_err", "ds", "ds_err")}
         for i, (cols, p, p_err, ds, ds_err) in rows.items():
             for name, values in zip(parts, (p, p_err, ds, ds_err)):
@@ -360,9 +383,7 @@ def sink_entry(entries: list, scale, cap, fmt: Format):
                 bounds.append(at[i][4][place])
         value = libmp.mpf_sum(terms, wp)
         err = _add(_sum_up(bounds), _mul(_abs(value), _pow2(1 - wp)))
-        rounded = decide(value, err, 0, fmt)
-        if rounded is None and wp >= CAP_BITS:
-            rounded = decide(value, libmp.fzero, 0, fmt) if _holds_no_zero(value, err) else (libmp.fzero, False)
+        rounded = _rounding(value, err, wp, fmt)
         if rounded is not None:
             return rounded, value, err
         wp = _refine(wp)
