@@ -25,8 +25,9 @@ F16, BF16, F32, F64 = "float16", "bfloat16", "float32", "float64"
 ALL = (F16, BF16, F32, F64)
 WIDE = (F32, F64)
 
-#: attention_grad is the slow kind (about 1 s a family and dtype): plain scores, masks and ragged tile edges.
-FAMILIES = {"attention_grad": ["attn_gaussian", "attn_masks", "attn_tile_edges"]}
+#: attention_grad is the slow kind (about 1 s a family and dtype): plain scores, masks and ragged tile edges, and the
+#: softcap (its sound entries take one: their 1 - tanh**2 in float32 or float64 must not fail).
+FAMILIES = {"attention_grad": ["attn_gaussian", "attn_masks", "attn_tile_edges", "attn_softcap"]}
 
 
 @dataclass(frozen=True)

@@ -16,26 +16,32 @@ def _t(a):
 
 
 def _probabilities(q, k, mask, c, softcap=None):
+    """(P, the cap's derivative 1 - tanh**2 of the scores, or 1 without a cap)."""
     s = q @ _t(k) * c
+    sigma = 1
     if softcap is not None:
-        s = softcap * np.tanh(s / softcap)
+        t = np.tanh(s / softcap)
+        s, sigma = softcap * t, 1 - t * t
     keep = keep_of(mask, s.shape)
     t = np.where(keep, s, -np.inf)
     e = np.where(keep, np.exp(t - guarded_max(t)), 0).astype(s.dtype)
-    return safe_divide(e, e.sum(axis=-1, keepdims=True))
+    return safe_divide(e, e.sum(axis=-1, keepdims=True)), sigma
 
 
-def _backward(q, k, v, g, mask, p_dtype=None, delta=None, c_dq=None, c_dk=None, p_of=None, softcap=None):
+def _backward(
+    q, k, v, g, mask, p_dtype=None, delta=None, c_dq=None, c_dk=None, p_of=None, softcap=None, derivative=True
+):
     """The backward in q's dtype (the working precision), with the hooks the variants below change. softcap: P from
-    the capped scores, but dS without the cap's derivative (the defect softcap_derivative_dropped)."""
+    the capped scores, and dS times the cap's derivative (without it where derivative is False: the defect
+    softcap_derivative_dropped)."""
     c = q.dtype.type(1 / math.sqrt(q.shape[-1]))
-    p = _probabilities(q, k, mask, c, softcap)
+    p, sigma = _probabilities(q, k, mask, c, softcap)
     if p_of is not None:
         p = p_of(p)
     p_v = p if p_dtype is None else p.astype(p_dtype).astype(p.dtype)
     dp = g @ _t(v)
     d = (dp * p).sum(axis=-1, keepdims=True) if delta is None else delta(p, dp, g, v)
-    ds = p * (dp - d)
+    ds = p * (dp - d) * (sigma if derivative else 1)
     grads = (ds @ k * (c if c_dq is None else c_dq), _t(ds) @ q * (c if c_dk is None else c_dk), _t(p_v) @ g)
     return tuple(unbroadcast(a, b.shape) for a, b in zip(grads, (q, k, v)))
 
@@ -47,14 +53,14 @@ def _rounded(grads, dtype):
 # -- sound --------------------------------------------------------------------------------------------------------
 
 
-def float64_once(q, k, v, g, mask=None):
+def float64_once(q, k, v, g, mask=None, *, softcap=None):
     """Sound: the whole backward in float64, each gradient rounded once."""
-    return _rounded(_backward(*f64(q, k, v, g), mask), q.dtype)
+    return _rounded(_backward(*f64(q, k, v, g), mask, softcap=softcap), q.dtype)
 
 
-def wide(q, k, v, g, mask=None):
+def wide(q, k, v, g, mask=None, *, softcap=None):
     """Sound: the backward in float32 for 16-bit inputs (the dtype otherwise), BLAS matmuls."""
-    return _rounded(_backward(*up(q, k, v, g), mask), q.dtype)
+    return _rounded(_backward(*up(q, k, v, g), mask, softcap=softcap), q.dtype)
 
 
 def delta_from_output(q, k, v, g, mask=None):
@@ -101,4 +107,4 @@ def softcap_derivative_dropped(q, k, v, g, mask=None, *, softcap=None):
     """Defect: with a tanh softcap, P from the capped scores but dS = P (dP - D) without the cap's derivative
     1 - tanh(s / cap)**2, the chain rule through the tanh forgotten (float64, rounded once): dq and dk wrong
     wherever the cap bends the scores; dv right."""
-    return _rounded(_backward(*f64(q, k, v, g), mask, softcap=softcap), q.dtype)
+    return _rounded(_backward(*f64(q, k, v, g), mask, softcap=softcap, derivative=False), q.dtype)
