@@ -6,11 +6,11 @@ The comparisons (the plain implementation in the dtype, the other standard same-
 set the verdict's bounds; their calls go through the executor as the candidates' do. A prepared built-in family
 is kept between audits: in this process (`CACHE_BYTES`) and in a folder for later processes and for worker
 processes (softaudit/_store.py); the families are deterministic, so the same kind, dtype, suite and seed reuse it.
-In the folder a case keeps what the measures cannot derive cheaply, its reference packed (`_pack`: hi, and lo, fine
-and the rounded values only where they say more); a built-in case keeps its recipe and a digest of its rounded
-inputs, and its family makes them again when the file is read (about 2 s for the whole default suite, whose inputs
-were 277 of its 636 MB); the rest is derived when first read (ulps, masks, conditioning scales, the invariants'
-probes): about 6 bytes per input element of the main job, where every array of the measures took 52.
+In the folder a case keeps what the measures cannot derive cheaply, its reference packed (softaudit/_packed.py:
+every bit, in the smallest of a few forms); a built-in case keeps its recipe and a digest of its rounded inputs, and
+its family makes them again when the file is read (about 2 s for the whole default suite, whose inputs were 277 of
+its 636 MB); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes): about
+6 bytes per input element of the main job, where every array of the measures took 52.
 """
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _store, invariants, kinds, reproducibility
+from . import _packed, _store, invariants, kinds, reproducibility
 from . import candidates as builtin
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .cases import FAMILIES, Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
-from .reference import Format, Result, round_to
+from .reference import Format, round_to
 
 
 class Prepared:
@@ -56,8 +56,8 @@ class Prepared:
         )
 
     def __getstate__(self) -> dict:
-        """What a kept case holds (softaudit/_store.py): each reference packed (`_pack`), and its rounded inputs and
-        mask where it has no recipe (a built-in case's are made again when it is read, `PreparedFamily`, and
+        """What a kept case holds (softaudit/_store.py): each reference packed (softaudit/_packed.py), and its rounded
+        inputs and mask where it has no recipe (a built-in case's are made again when it is read, `PreparedFamily`, and
         checked against the digest kept in their place); not the float64 originals, nor what is derived from the
         reference (the bases: ulps, masks, conditioning scales) or from the inputs (the invariants' probes), which
         `references`, `bases` and `probes` compute again when first read: the file is about 7x smaller, and the
@@ -69,7 +69,7 @@ class Prepared:
             state["case"] = dataclasses.replace(self.case, arrays={})
         else:
             state["digest"], state["kind"] = _digest(self.inputs, self.mask), self.case.kind
-        state["packed"] = tuple(_pack(ref) for ref in self.references)
+        state["packed"] = tuple(_packed.pack(ref, self.inputs) for ref in self.references)
         if self._keeps_extras:
             state["extras"] = self.__dict__.get("extras") or self._conditioning()
         return state
@@ -115,7 +115,7 @@ class Prepared:
         """The exact results, one reference Result per output of the kind (a kept case's unpacked)."""
         packed = self.__dict__.pop("packed", None)
         if packed is not None:
-            return tuple(_unpack(p) for p in packed)
+            return tuple(_packed.unpack(p, self.inputs) for p in packed)
         return self.kind.reference(self.kind, self.inputs, self.mask, self.fmt.dtype, **self.case.options)
 
     @functools.cached_property
@@ -228,62 +228,6 @@ def _digest(inputs: dict, mask) -> bytes:
         digest.update(f"{name} {a.dtype.str} {a.shape}".encode())
         digest.update(a.reshape(-1).view(np.uint8))
     return digest.digest()
-
-
-def _pack(ref: Result) -> tuple:
-    """A reference Result as a kept case holds it, every bit: hi, lo and fine only where they are not 0 (errors are
-    measured from hi to its last bit; lo is 0 wherever tier A, one float64, decided: nearly everywhere below
-    float64; hi is 0 on whole rows of exact zeros: cross-entropy's ignored rows), the rounded values only where
-    they are not hi rounded to the dtype (where hi + lo rounds otherwise: about 1 in 5,000 elements), and the
-    undefined rows. err and tier are not kept: no measure reads them."""
-    hi = np.ascontiguousarray(ref.hi)
-    value = ref.value
-    if value.shape == hi.shape and value.dtype != object and value.dtype.itemsize in (2, 4, 8):
-        value = _sparse(value, _rounded(hi, value.dtype))
-    return value, _sparse(hi), _sparse(ref.lo), None if ref.fine is None else _sparse(ref.fine), ref.undefined
-
-
-def _unpack(packed: tuple) -> Result:
-    """The Result `_pack` kept, bit for bit (err and tier size 0, as in a Result without detail)."""
-    value, hi, lo, fine, undefined = packed
-    hi = _whole(hi)
-    if isinstance(value, tuple):
-        value = _whole(value, _rounded(hi, value[2].dtype))
-    lo = _whole(lo)
-    fine = None if fine is None else _whole(fine)
-    none = (0,) * hi.ndim
-    return Result(value, hi, lo, np.zeros(none), np.zeros(none, np.int8), undefined, fine)
-
-
-def _rounded(hi: np.ndarray, dtype) -> np.ndarray:
-    """hi rounded to the dtype (overflowing to inf as the correctly rounded values do)."""
-    with np.errstate(all="ignore"):
-        return hi.astype(dtype)
-
-
-def _bits(a: np.ndarray) -> np.ndarray:
-    return a.reshape(-1).view(f"u{a.dtype.itemsize}")
-
-
-def _sparse(a: np.ndarray, base: np.ndarray | None = None):
-    """a whole, or where that is smaller (shape, flat indices, values): the elements whose bits differ from base's
-    (from 0 where base is None; -0.0 and NaNs' payloads kept exactly)."""
-    a = np.ascontiguousarray(a)
-    at = np.flatnonzero(_bits(a) != (0 if base is None else _bits(base)))
-    index = at.astype(np.int32) if a.size < 2**31 else at
-    if at.size * (index.itemsize + a.itemsize) >= a.nbytes:
-        return a
-    return a.shape, index, a.reshape(-1)[at]
-
-
-def _whole(kept, base: np.ndarray | None = None) -> np.ndarray:
-    """The array `_sparse` kept (base: the same base)."""
-    if not isinstance(kept, tuple):
-        return kept
-    shape, at, values = kept
-    out = np.zeros(shape, values.dtype) if base is None else base
-    _bits(out)[at] = _bits(values)
-    return out
 
 
 class _AsFloat64(collections.abc.Mapping):

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import softaudit
-from softaudit import _store, metrics, prepare, reference
+from softaudit import _packed, _store, metrics, prepare, reference
 from softaudit.cases import FAMILIES, Case
 from softaudit.reference import format_of, round_to
 
@@ -401,11 +401,11 @@ def test_packing_keeps_the_values_hi_alone_would_round_otherwise():
     bits = [0x3C01, 0x3C00, 0x8000, 0xFE00, 0x7C00, 0x34CD]  # 1 + 2**-10, 1, -0, -NaN, inf, 0.3 (rounded by hand)
     value[:6] = np.array(bits, np.uint16).view(np.float16)
     ref = reference.Result(value, hi, lo, np.zeros(100), np.zeros(100, np.int8), np.zeros((), bool), None)
-    packed = prepare._pack(ref)
-    back = prepare._unpack(packed)
+    packed = _packed.pack(ref, {})
+    back = _packed.unpack(packed, {})
     for name in ("value", "hi", "lo", "undefined"):
         assert _same(getattr(back, name), getattr(ref, name)), name
-    assert back.fine is None and list(packed[0][1]) == [0, 3]  # kept: the first value and the NaN's sign
+    assert back.fine is None and list(packed[0].at) == [0, 3]  # kept: the first value and the NaN's sign
 
 
 def test_a_reference_of_mostly_exact_zeros_is_kept_sparse_bit_for_bit():
@@ -416,8 +416,79 @@ def test_a_reference_of_mostly_exact_zeros_is_kept_sparse_bit_for_bit():
     hi[0, 5], hi[2, 7], hi[3, 9] = -0.0, 5e-324, np.nan
     value = hi.astype(np.float32)
     ref = reference.Result(value, hi, np.zeros_like(hi), np.zeros(4), np.zeros(4, np.int8), np.zeros(4, bool), None)
-    packed = prepare._pack(ref)
-    assert isinstance(packed[1], tuple) and len(packed[1][1]) == 1000 + 3  # (shape, where, values): row 1 and 3 more
-    back = prepare._unpack(packed)
+    packed = _packed.pack(ref, {})
+    assert isinstance(packed[1], _packed.Sparse) and len(packed[1].at) == 1000 + 3  # row 1 and 3 more
+    back = _packed.unpack(packed, {})
     for name in ("value", "hi", "lo"):
         assert _same(getattr(back, name), getattr(ref, name)), name
+
+
+def _result(hi: np.ndarray, lo: np.ndarray, dtype) -> reference.Result:
+    with np.errstate(all="ignore"):
+        value = (hi + lo).astype(dtype)
+    rows = hi.shape[:-1]
+    return reference.Result(value, hi, lo, np.zeros(rows), np.zeros(rows, np.int8), np.zeros(rows, bool), None)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
+def test_a_sixteen_bit_row_is_kept_by_its_inputs_bit_for_bit(dtype):
+    """Within a row, an output that is a function of the input at the same place (softmax's e**(x_j - m) / s) is kept
+    as a table over (row, the input's bits) and the elements that break the rule (a target's entry, a -0.0 where the
+    table says +0, a NaN with a payload): every bit comes back, from the case's own inputs, in far fewer bytes than
+    the array; rows with the same logits but another scale stay apart."""
+    rng = np.random.default_rng(5)
+    x = round_to(rng.standard_normal((6, 32000)) * 3, np.dtype(dtype)).astype(np.float64)
+    x[3] = x[2]  # the same logits, another row: its own table entries
+    hi = np.exp(x - x.max(axis=1, keepdims=True)) * np.arange(1.0, 7.0)[:, None]
+    lo = hi * 2.0**-60 * np.where(x > 0, 1.0, -0.75)
+    hi[:, 7] -= 1.0  # a target's entry: p_y - 1
+    hi[0, :3] = 0.0
+    hi[0, 2] = -0.0
+    hi[1, 9] = np.array(0x7FF8_0000_0000_0ABC, np.uint64).view(np.float64)
+    ref = _result(hi, lo, dtype)
+    inputs = {"x": round_to(x, np.dtype(dtype)), "target": np.zeros(6, np.int64)}
+    packed = _packed.pack(ref, inputs)
+    assert isinstance(packed[1], _packed.ByInput) and isinstance(packed[2], _packed.ByInput)
+    assert _packed.nbytes(packed[1]) < hi.nbytes / 2  # (rows of 32,000 float16 values of N(0, 9): 10,800 keys each)
+    back = _packed.unpack(packed, inputs)
+    for name in ("value", "hi", "lo", "undefined"):
+        assert _same(getattr(back, name), getattr(ref, name)), name
+    assert _same(_packed.unpack(_packed.pack(ref, {}), {}).hi, hi)  # (without the inputs: another form, same bits)
+
+
+def test_an_array_of_few_exponents_is_deflated_and_one_of_random_bits_is_not():
+    """A correction whose values take a few exponents and short significands deflates; float64 numbers with random
+    significands do not, and stay whole; both come back bit for bit."""
+    rng = np.random.default_rng(6)
+    hi = rng.standard_normal((4, 8192))
+    lo = np.ldexp(rng.integers(-8, 8, hi.shape) / 8, -60)  # (3 significant bits, 2 exponents)
+    ref = _result(hi, lo, np.float32)
+    packed = _packed.pack(ref, {})
+    assert isinstance(packed[1], np.ndarray) and isinstance(packed[2], _packed.Deflated)
+    assert _packed.nbytes(packed[2]) < lo.nbytes / 4
+    back = _packed.unpack(packed, {})
+    assert _same(back.hi, hi) and _same(back.lo, lo) and _same(back.value, ref.value)
+
+
+@pytest.mark.parametrize(
+    ("family", "kind", "dtype", "at_most"),
+    [
+        ("ce_gaussian", "cross_entropy_grad", "float16", 0.3),  # by input: 10,800 values in a row of 32,003
+        ("long", "log_softmax", "bfloat16", 0.1),  # by input: a row of 65,536 bfloat16 logits has 2,518 values
+        ("long", "log_softmax", "float32", 0.5),  # deflated: its corrections' few exponents
+        ("long", "softmax", "float64", 0.9),
+    ],
+)
+def test_a_default_family_is_kept_compactly_and_read_back_exactly(tmp_path, family, kind, dtype, at_most):
+    """The default suite's families the compact forms were made for: the file holds at most a share of the whole
+    hi and lo arrays (lo where it is not 0), and every reference comes back with every bit."""
+    computed = _built_in(family, kind, dtype, suite="default")
+    _store.save(tmp_path / "f.pkl", computed)
+    kept = _store.load(tmp_path / "f.pkl")
+    refs = [r for pc in computed.prepared for r in pc.references]
+    whole = sum(r.hi.nbytes + (r.lo.nbytes if r.lo.any() else 0) for r in refs)
+    assert (tmp_path / "f.pkl").stat().st_size <= at_most * whole
+    for pc, back in zip(computed.prepared, kept.prepared):
+        for ref, again in zip(pc.references, back.references):
+            for name in ("value", "hi", "lo", "undefined", "fine"):
+                assert _same(getattr(ref, name), getattr(again, name)), (pc.case.description, name)
