@@ -146,13 +146,24 @@ def _sparse(a: np.ndarray, base: np.ndarray | None) -> Sparse:
 def _whole(kept, inputs: dict, base: np.ndarray | None = None) -> np.ndarray:
     """The array kept in any form (base: a sparse form's base, None for 0)."""
     if isinstance(kept, ByInput):
-        at = np.searchsorted(_array(kept.keys), row_keys(inputs[kept.name]))
+        at = _positions(_array(kept.keys), row_keys(inputs[kept.name]))
         return _whole(kept.rest, inputs, _array(kept.table)[at].reshape(kept.rest.shape))
     if not isinstance(kept, Sparse):
         return _array(kept)
     out = np.zeros(kept.shape, kept.values.dtype) if base is None else base
     _bits(out)[_array(kept.at)] = _bits(_array(kept.values))
     return out
+
+
+def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Where each of `wanted` is in the sorted `keys` (each is there): through an index over every (row, bits)
+    where that is at most 8 entries an element (rows of at least 8,192: 0.03 s where searching took 0.9 s, over the
+    main job's files), else by binary search."""
+    if wanted.size and (int(wanted[-1]) >> 16) + 1 <= wanted.size >> 13:
+        index = np.empty(((int(wanted[-1]) >> 16) + 1) << 16, np.int32)
+        index[keys] = np.arange(keys.size, dtype=np.int32)
+        return index[wanted]
+    return np.searchsorted(keys, wanted)
 
 
 def _array(kept) -> np.ndarray:

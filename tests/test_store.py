@@ -431,25 +431,26 @@ def _result(hi: np.ndarray, lo: np.ndarray, dtype) -> reference.Result:
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16])
-def test_a_sixteen_bit_row_is_kept_by_its_inputs_bit_for_bit(dtype):
+@pytest.mark.parametrize("shape", [(6, 32000), (64, 5000)])  # (long rows: an index over every key; short: a search)
+def test_a_sixteen_bit_row_is_kept_by_its_inputs_bit_for_bit(dtype, shape):
     """Within a row, an output that is a function of the input at the same place (softmax's e**(x_j - m) / s) is kept
     as a table over (row, the input's bits) and the elements that break the rule (a target's entry, a -0.0 where the
     table says +0, a NaN with a payload): every bit comes back, from the case's own inputs, in far fewer bytes than
     the array; rows with the same logits but another scale stay apart."""
     rng = np.random.default_rng(5)
-    x = round_to(rng.standard_normal((6, 32000)) * 3, np.dtype(dtype)).astype(np.float64)
+    x = round_to(np.round(rng.standard_normal(shape) * 12) / 4, np.dtype(dtype)).astype(np.float64)  # (about 90 values)
     x[3] = x[2]  # the same logits, another row: its own table entries
-    hi = np.exp(x - x.max(axis=1, keepdims=True)) * np.arange(1.0, 7.0)[:, None]
+    hi = np.exp(x - x.max(axis=1, keepdims=True)) * np.arange(1.0, shape[0] + 1)[:, None]
     lo = hi * 2.0**-60 * np.where(x > 0, 1.0, -0.75)
     hi[:, 7] -= 1.0  # a target's entry: p_y - 1
     hi[0, :3] = 0.0
     hi[0, 2] = -0.0
     hi[1, 9] = np.array(0x7FF8_0000_0000_0ABC, np.uint64).view(np.float64)
     ref = _result(hi, lo, dtype)
-    inputs = {"x": round_to(x, np.dtype(dtype)), "target": np.zeros(6, np.int64)}
+    inputs = {"x": round_to(x, np.dtype(dtype)), "target": np.zeros(shape[0], np.int64)}
     packed = _packed.pack(ref, inputs)
     assert isinstance(packed[1], _packed.ByInput) and isinstance(packed[2], _packed.ByInput)
-    assert _packed.nbytes(packed[1]) < hi.nbytes / 2  # (rows of 32,000 float16 values of N(0, 9): 10,800 keys each)
+    assert _packed.nbytes(packed[1]) < hi.nbytes / 10
     back = _packed.unpack(packed, inputs)
     for name in ("value", "hi", "lo", "undefined"):
         assert _same(getattr(back, name), getattr(ref, name)), name
