@@ -95,23 +95,26 @@ def matmul(a, b, dtype, *, chunk: int = MATMUL_CHUNK) -> np.ndarray:
         raise ValueError(f"matmul: contraction dimensions differ ({k} and {k_b}) for shapes {a.shape} and {b.shape}")
     batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
     count = math.prod(batch)
-    rows = np.broadcast_to(a2, batch + (m, k)).reshape(count * m, k)
+    lefts = np.broadcast_to(a2, batch + (m, k)).reshape(count, m, k)
     # Contiguous along the columns: the products' inner loop then reads b in order (attention's k^T, a transposed
     # view, read with a stride of d took 10x as long: 2.6 s against 0.28 s for 8 heads of 32 x 128 x 8192).
-    bs = np.ascontiguousarray(np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n))
-    out = np.empty((rows.shape[0], n), w)
+    rights = np.ascontiguousarray(np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n))
+    out = np.empty((count, m, n), w)
+    # A step: several batch entries where whole ones fit in a chunk, else rows and columns of one; each entry's
+    # right operand is read in place (gathering it for every row, as before, cost 1.3x to 1.5x on attention's heads).
     step_n = max(1, min(n, chunk // max(k, 1)))
-    step_r = max(1, chunk // (max(k, 1) * step_n))
+    step_r = max(1, min(m, chunk // (max(k, 1) * step_n)))
+    step_e = max(1, chunk // (max(k, 1) * step_n * step_r)) if step_r == m else 1
     with np.errstate(all="ignore"):
-        for r0 in range(0, rows.shape[0], step_r):
-            left = rows[r0 : r0 + step_r]
-            for c0 in range(0, n, step_n):
-                c = slice(c0, c0 + step_n)
-                # the right operand of each row: its batch entry, gathered only when there are several
-                right = bs[np.arange(r0, r0 + len(left)) // m, :, c] if bs.shape[0] > 1 else bs[:, :, c]
-                products = np.empty((k, len(left), right.shape[-1]), w)  # contraction axis first: contiguous halves
-                np.multiply(left.T[:, :, None], right.transpose(1, 0, 2), out=products)
-                out[r0 : r0 + len(left), c] = _pairwise_sum_leading(products)
+        for e0 in range(0, count, step_e):
+            for r0 in range(0, m, step_r):
+                left = lefts[e0 : e0 + step_e, r0 : r0 + step_r].transpose(2, 0, 1)[:, :, :, None]
+                for c0 in range(0, n, step_n):
+                    right = rights[e0 : e0 + step_e, :, c0 : c0 + step_n].transpose(1, 0, 2)[:, :, None, :]
+                    # (contraction axis first: contiguous halves for the pairwise sum)
+                    products = np.empty((k, left.shape[1], left.shape[2], right.shape[-1]), w)
+                    np.multiply(left, right, out=products)
+                    out[e0 : e0 + step_e, r0 : r0 + step_r, c0 : c0 + step_n] = _pairwise_sum_leading(products)
     out = out.reshape(batch + (m, n))
     if a.ndim == 1:
         out = out[..., 0, :]

@@ -417,6 +417,22 @@ def test_matmul_forms_products_in_float32_adds_them_pairwise_and_rounds_once(dty
     assert np.array_equal(got.astype(np.float32), expected.astype(np.float32))
 
 
+@pytest.mark.parametrize("chunk", [2**18, 64, 1])  # (several batch entries a step; rows of one; a column of K)
+def test_matmul_forms_each_batch_entry_as_its_own_product(chunk):
+    """Broadcast batch axes: each entry's product is its two matrices' product in the same order, products in float32
+    and added pairwise, whatever the step the chunk allows."""
+    a = RNG.standard_normal((2, 1, 3, 21)).astype(np.float16)
+    b = RNG.standard_normal((3, 21, 5)).astype(np.float16)
+    got = matmul(a, b, np.float16, chunk=chunk)
+    assert got.shape == (2, 3, 3, 5)
+    for i, j in np.ndindex(2, 3):
+        expected = [
+            [_pairwise([np.float32(x) * np.float32(y) for x, y in zip(row, col)]) for col in b[j].T.astype(np.float32)]
+            for row in a[i, 0].astype(np.float32)
+        ]
+        assert np.array_equal(got[i, j].astype(np.float32), np.array(expected, np.float32).astype(np.float16)), (i, j)
+
+
 SHAPES = [
     ((3, 4), (4, 5)),
     ((4,), (4, 5)),
