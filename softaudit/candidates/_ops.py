@@ -144,16 +144,16 @@ def rowwise(fn):
     @functools.wraps(fn)
     def wrapper(x, *rest, axis=-1):
         x = np.asarray(x)
-        if x.ndim and axis in (-1, x.ndim - 1):  # (the usual axis: its moves were 2 s of a profiled warm main job)
-            rest = tuple(np.broadcast_to(np.asarray(m), x.shape) for m in rest)
-            with np.errstate(all="ignore"):
-                return fn(x, *rest)
-        x = np.moveaxis(x, axis, -1)
-        rest = tuple(
-            np.moveaxis(np.broadcast_to(np.asarray(m), np.moveaxis(x, -1, axis).shape), axis, -1) for m in rest
-        )
+        # (the usual last axis is not moved there and back: those moves were 2 s of a profiled warm main job)
+        moved = not (x.ndim and axis in (-1, x.ndim - 1))
+        shape = x.shape
+        if moved:
+            x = np.moveaxis(x, axis, -1)
+        rest = tuple(np.broadcast_to(np.asarray(m), shape) for m in rest)
+        if moved:
+            rest = tuple(np.moveaxis(m, axis, -1) for m in rest)
         with np.errstate(all="ignore"):
             out = fn(x, *rest)
-        return out if out.ndim < x.ndim else np.moveaxis(out, -1, axis)
+        return np.moveaxis(out, -1, axis) if moved and out.ndim == x.ndim else out
 
     return wrapper
