@@ -421,8 +421,10 @@ _shares = itertools.count()
 
 def share(fam: PreparedFamily, folder: Path) -> str:
     """Where worker processes map the family from: its cache file linked into `folder` (a private folder on the
-    same file system: the link holds the file even if the cache is pruned meanwhile), else the family saved there."""
+    same file system: the link holds the file even if the cache is pruned meanwhile), else the family saved there.
+    This process keeps the family itself for its own tasks (`shared`): its units run here (execute._lanes)."""
     path = folder / f"{os.getpid()}-{next(_shares)}.pkl"
+    _SHARED[str(path)] = fam
     if fam.stored is not None:
         with contextlib.suppress(OSError):
             os.link(fam.stored, path)

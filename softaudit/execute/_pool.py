@@ -19,7 +19,6 @@ import functools
 import multiprocessing.util
 import os
 import shutil
-import signal
 import tempfile
 import threading
 from pathlib import Path
@@ -27,6 +26,7 @@ from pathlib import Path
 from ..adapters import Candidate, parse_device, time_limits
 from ._executor import Executor, InProcess, Scoped
 from ._isolated import Isolated
+from ._lanes import Lanes
 from ._worker import ENV, ignore_stops
 
 #: The values of `isolation` (`softaudit run --isolation`, the config key, `audit(isolation=...)`).
@@ -186,9 +186,11 @@ def _whole(fn, *args, ex: Executor):
 
 
 class Local(Serial):
-    """Units in `workers` worker processes on this machine (loky: fresh interpreters, a dead one reported and
-    replaced), each with its own executor. Prepared families reach them through files they map (`share`: a
-    private folder beside the cache, removed on close), so a family is computed and copied once, not per unit."""
+    """Units in `workers` worker processes on this machine (loky: fresh interpreters; a lane's dead process is
+    reported and replaced), each with its own executor. Prepared families reach them through files they map
+    (`share`: a private folder beside the cache, removed on close), so a family is computed and copied once, not per
+    unit; and a family's units go to the process that prepared it (`_lanes.Lanes`), which keeps it: each family is
+    read, and its cases' measure bases made, in one process, not in every worker."""
 
     parallel = True
 
@@ -200,14 +202,15 @@ class Local(Serial):
         # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
         # retire it again and again, each time starting its isolation child and mapping the families anew. One BLAS
         # thread, as every call has (_threads.py).
-        self._pool = ProcessPoolExecutor(max_workers=workers, initializer=ignore_stops, env=ENV)
+        self._lanes = Lanes(
+            workers, functools.partial(ProcessPoolExecutor, max_workers=1, initializer=ignore_stops, env=ENV)
+        )
         self.share = _private_folder(folder)
 
     def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
-        """fn(*args, ex=...) in a worker process; its future. A future among args stands for its result (waited for
-        here)."""
-        args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in args)
-        return self._pool.submit(task, fn, *self.settings, *args)
+        """fn(*args, ex=...) in a worker process; its future. A future among args (a prepared family) stands for its
+        result: the task runs where that one ran, once it is done."""
+        return self._lanes.submit(task, fn, *self.settings, *args)
 
     def submit_staged(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
         return self.submit(_whole, fn, *args, gpu=gpu)
@@ -216,15 +219,11 @@ class Local(Serial):
         return [future for future in futures if future.cancel()]
 
     def close(self, killed: bool = False) -> None:
-        if killed:
-            # loky's shutdown(kill_workers=True) sets an error on every future not yet run, the cancelled ones too
-            # (a stop cancels them), and its manager thread dies of the InvalidStateError before it kills the
-            # workers (loky 3.7, and its main branch). Killed here, the workers read as a broken pool, whose
-            # handling skips cancelled futures; their isolation workers follow them (_end_with_parent).
-            for process in list(self._pool._processes.values()):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(process.pid, signal.SIGKILL)  # (SIGKILL: a worker ignores SIGTERM, ignore_stops)
-        self._pool.shutdown(wait=True)
+        # (killed: the lanes' processes get SIGKILL rather than loky's shutdown(kill_workers=True), which sets an
+        # error on every future not yet run, the cancelled ones too, and its manager thread dies of the
+        # InvalidStateError before it kills the workers (loky 3.7, and its main branch); their isolation workers
+        # follow them: _end_with_parent.)
+        self._lanes.close(killed)
         shutil.rmtree(self.share, ignore_errors=True)
 
 

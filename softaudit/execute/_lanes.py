@@ -1,0 +1,196 @@
+"""Local's scheduler: a lane per worker (a loky executor of one process), and each family's units sent to the lane
+that prepared it.
+
+One pool of N processes gave each unit to whichever process was free, so every process ended up with units of every
+family: each read every family from its file and made every case's measure basis (ulps, conditioning), invariant
+probes and reruns itself. On the main job the two workers did that work twice, about a tenth of the run's CPU
+(benchmarks/bench_main_job.py). Here a family is prepared on the first lane free, its process keeps it
+(`prepare.share`), and the family's units wait for that lane. A lane with nothing of its own to run, and nothing in
+flight, takes the oldest unit waiting on another lane (at the end of a run: that family is then read there too).
+Otherwise tasks start in the order they were submitted, as with one pool.
+
+A task's future here is this module's own (the caller's): pending while it waits in a queue (so `cancel` takes
+back what has not started, as before), running once sent to its lane's process, done with what that task gave.
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import itertools
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+#: Tasks sent to a lane's process at once: the one it runs and the next, so it never waits between two tasks.
+DEPTH = 2
+
+
+@dataclasses.dataclass(order=True)
+class _Task:
+    seq: int  # submission order: each queue is sorted by it
+    future: concurrent.futures.Future = dataclasses.field(compare=False)
+    fn: Callable = dataclasses.field(compare=False)
+    args: tuple = dataclasses.field(compare=False)
+    family: concurrent.futures.Future | None = dataclasses.field(compare=False)  # the prepared family it needs
+
+
+class Lanes:
+    """Tasks run in `width` lanes, each an executor of one process that `make()` gives (made on first use, made
+    again if its process dies). A task whose arguments hold a future of an earlier task (its prepared family) runs
+    on that task's lane once the future is done, its result passed in the future's place."""
+
+    def __init__(self, width: int, make: Callable[[], concurrent.futures.Executor]):
+        self._make = make
+        self._executors: list = [None] * width
+        # Every task queued may be sent: one that needs a family waits aside until the family is done.
+        self._queues: list[list[_Task]] = [[] for _ in range(width)]  # each lane's tasks, by submission order
+        self._open: list[_Task] = []  # tasks of no lane (families to prepare): the first lane free takes them
+        self._waiting: dict = {}  # a family's future -> the tasks that need it, until it is done
+        self._home: dict = {}  # a family's future, done -> the lane it ran on (where the tasks that need it run)
+        self._busy = [0] * width  # tasks sent to each lane, not done
+        self._seq = itertools.count()
+        self._changed = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+
+    def submit(self, fn, *args) -> concurrent.futures.Future:
+        """fn(*args) on a lane: that of the task whose future is among args, if any; its future."""
+        future = concurrent.futures.Future()
+        family = next((a for a in args if isinstance(a, concurrent.futures.Future)), None)
+        with self._changed:
+            if self._closed:
+                raise RuntimeError("softaudit: the worker lanes are closed")
+            task = _Task(next(self._seq), future, fn, args, family)
+            if family is None:
+                self._open.append(task)
+            elif family in self._home:
+                bisect.insort(self._queues[self._home[family]], task)
+            elif family.done():  # (cancelled before it was sent, or not of these lanes: no lane to go to)
+                self._open.append(dataclasses.replace(task, family=None))
+            else:
+                self._waiting.setdefault(family, []).append(task)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._send_all, name="softaudit-lanes", daemon=True)
+                self._thread.start()
+            self._changed.notify()
+        return future
+
+    def processes(self) -> list:
+        """The lanes' worker processes (loky's process objects) now running."""
+        return [p for ex in self._executors if ex is not None for p in list(ex._processes.values())]
+
+    def close(self, killed: bool = False) -> None:
+        """Cancel the tasks not sent, stop sending, and shut the lanes down (killed: their processes at once, with
+        SIGKILL: a worker ignores SIGTERM)."""
+        with self._changed:
+            self._closed = True
+            left = self._open + [t for q in self._queues for t in q] + [t for w in self._waiting.values() for t in w]
+            self._open, self._queues, self._waiting = [], [[] for _ in self._queues], {}
+            self._changed.notify()
+        for task in left:
+            task.future.cancel()
+        if self._thread is not None:
+            self._thread.join()
+        if killed:
+            for process in self.processes():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
+        for ex in self._executors:
+            if ex is not None:
+                ex.shutdown(wait=True)
+
+    def _send_all(self) -> None:
+        """The sending thread: each task to its lane as the lane has room, until closed."""
+        while True:
+            with self._changed:
+                picked = self._pick()
+                while picked is None and not self._closed:
+                    self._changed.wait()
+                    picked = self._pick()
+                if picked is None:
+                    return
+                lane, task = picked
+                self._busy[lane] += 1
+            self._send(lane, task)
+
+    def _pick(self) -> tuple[int, _Task] | None:
+        """(lane, task) to send next, taken from its queue; None if no lane with room has a task it may run.
+
+        A lane with room takes the older of its own first task and the first task of no lane (the least busy lane
+        first); where none has one, an idle lane takes the oldest task another lane holds (one that lane has no room
+        for now). Cancelled tasks are dropped on the way."""
+        if self._closed:
+            return None
+        room = sorted((lane for lane, busy in enumerate(self._busy) if busy < DEPTH), key=self._busy.__getitem__)
+        for lane in room:
+            found = [q for q in (self._queues[lane], self._open) if self._first(q) is not None]
+            if found:
+                return lane, min(found, key=lambda q: q[0].seq).pop(0)
+        for lane in (lane for lane in room if self._busy[lane] == 0):
+            found = [q for q in self._queues if self._first(q) is not None]
+            if found:
+                return lane, min(found, key=lambda q: q[0].seq).pop(0)
+        return None
+
+    def _first(self, queue: list[_Task]) -> _Task | None:
+        """The queue's first task (the cancelled ones before it removed), else None."""
+        while queue and queue[0].future.cancelled():
+            self._release(queue.pop(0).future)
+        return queue[0] if queue else None
+
+    def _release(self, future: concurrent.futures.Future, lane: int | None = None) -> None:
+        """A family done on `lane` (None: cancelled before it was sent): the tasks that wait for it go to that lane's
+        queue (to the first lane free where it was not sent: they fail there at once, their family cancelled)."""
+        for waiting in self._waiting.pop(future, []):
+            if lane is None:
+                bisect.insort(self._open, dataclasses.replace(waiting, family=None))
+            else:
+                bisect.insort(self._queues[lane], waiting)
+        if lane is not None:
+            self._home[future] = lane
+
+    def _send(self, lane: int, task: _Task) -> None:
+        """The task to its lane's process (outside the lock); its future is done when that task is."""
+        if not task.future.set_running_or_notify_cancel():  # (cancelled since it was picked)
+            self._done(lane, task, lambda: None)
+            return
+        try:
+            args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in task.args)
+            sent = self._executor(lane).submit(task.fn, *args)
+        except BaseException as exc:  # (its family failed or was cancelled; a lane that cannot start)
+            self._done(lane, task, functools.partial(task.future.set_exception, exc))
+            return
+        sent.add_done_callback(functools.partial(self._settle, lane, task))
+
+    def _executor(self, lane: int) -> concurrent.futures.Executor:
+        """The lane's executor, made anew where there is none or its process died (loky's pool is then broken)."""
+        ex = self._executors[lane]
+        if ex is None or ex._flags.broken:  # (loky's flag)
+            if ex is not None:
+                ex.shutdown(wait=False)
+            ex = self._executors[lane] = self._make()
+        return ex
+
+    def _settle(self, lane: int, task: _Task, sent: concurrent.futures.Future) -> None:
+        """What the lane's process gave, onto the caller's future."""
+        if sent.cancelled():
+            self._done(lane, task, functools.partial(task.future.set_exception, concurrent.futures.CancelledError()))
+        elif sent.exception() is not None:
+            self._done(lane, task, functools.partial(task.future.set_exception, sent.exception()))
+        else:
+            self._done(lane, task, functools.partial(task.future.set_result, sent.result()))
+
+    def _done(self, lane: int, task: _Task, outcome: Callable[[], None]) -> None:
+        """The task's outcome set (under the lock: a family is done exactly when its waiting tasks move to its
+        lane), the lane has room again, and a family's waiting tasks go to this lane."""
+        with self._changed:
+            outcome()
+            self._busy[lane] -= 1
+            if task.family is None:
+                self._release(task.future, lane)
+            self._changed.notify()
