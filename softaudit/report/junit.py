@@ -18,19 +18,26 @@ def junit(result, comparison=None) -> str:
     regressions = {c.key: c.what for c in (comparison.regressions if comparison else [])}
     failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
-    for candidate, group in result.table.groupby("candidate", sort=False):
-        outcomes = [_outcome(row, failing, regressions, comparison is not None) for row in group.to_dict("records")]
+    table = result.table
+    # the rows as dicts once, grouped here (to_dict of each candidate's group, twice, took 0.8 s of the main job's
+    # report); a suite's time is pandas' sum of its rows' still, the same float as before
+    groups: dict = {}  # candidate -> its rows, in the table's order
+    for row in table.to_dict(orient="records"):
+        groups.setdefault(row["candidate"], []).append(row)
+    times = {candidate: s.sum() for candidate, s in table.seconds.fillna(0).groupby(table.candidate, sort=False)}
+    for candidate, rows in groups.items():
+        outcomes = [_outcome(row, failing, regressions, comparison is not None) for row in rows]
         suite = ET.SubElement(
             root,
             "testsuite",
             name=str(candidate),
-            tests=str(len(group)),
+            tests=str(len(rows)),
             failures=str(sum(o[0] == "failure" for o in outcomes)),
             errors=str(sum(o[0] == "error" for o in outcomes)),
             skipped=str(sum(o[0] == "skipped" for o in outcomes)),
-            time=f"{group.seconds.fillna(0).sum():.6f}",
+            time=f"{times[candidate]:.6f}",
         )
-        for row, (element, why) in zip(group.to_dict(orient="records"), outcomes):
+        for row, (element, why) in zip(rows, outcomes):
             seconds = row["seconds"]
             case = ET.SubElement(
                 suite,
