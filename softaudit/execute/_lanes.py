@@ -131,20 +131,20 @@ class Lanes:
             return None
         room = sorted((lane for lane, busy in enumerate(self._busy) if busy < DEPTH), key=self._busy.__getitem__)
         for lane in room:
-            found = [q for q in (self._queues[lane], self._open) if self._first(q) is not None]
-            if found:
-                return lane, min(found, key=lambda q: q[0].seq).pop(0)
-        for lane in (lane for lane in room if self._busy[lane] == 0):
-            found = [q for q in self._queues if self._first(q) is not None]
-            if found:
-                return lane, min(found, key=lambda q: q[0].seq).pop(0)
+            if queue := self._oldest((self._queues[lane], self._open)):
+                return lane, queue.pop(0)
+        for lane in room:
+            if self._busy[lane] == 0 and (queue := self._oldest(self._queues)):
+                return lane, queue.pop(0)
         return None
 
-    def _first(self, queue: list[_Task]) -> _Task | None:
-        """The queue's first task (the cancelled ones before it removed), else None."""
-        while queue and queue[0].future.cancelled():
-            self._release(queue.pop(0).future)
-        return queue[0] if queue else None
+    def _oldest(self, queues) -> list[_Task] | None:
+        """Of these queues, the one whose first task was submitted first (cancelled tasks at their fronts dropped
+        on the way), None if all are empty."""
+        for queue in queues:
+            while queue and queue[0].future.cancelled():
+                self._release(queue.pop(0).future)
+        return min((q for q in queues if q), key=lambda q: q[0].seq, default=None)
 
     def _release(self, future: concurrent.futures.Future, lane: int | None = None) -> None:
         """A family done on `lane` (None: cancelled before it was sent): the tasks that wait for it go to that lane's

@@ -75,16 +75,10 @@ def _fix_table(table) -> str:
     )
 
 
-def _series(part, param):
-    """candidate -> [(param value, max conditioning-scaled error over the cases with finite outputs (NaN if none),
-    any case with NaN or inf outputs?)] from the per-case rows of one kind x dtype x family (None: none); _plots
-    takes every part of a family at once from `_points`."""
-    return {} if part is None else next(iter(_points(part, param).values()), {})
-
-
 def _points(rows, param) -> dict:
-    """(kind, dtype) -> candidate -> its points (as `_series`) from the per-case rows of one family, in one groupby
-    (a groupby per kind x dtype took 0.3 s of the main job's report)."""
+    """(kind, dtype) -> candidate -> [(param value, max conditioning-scaled error over the cases with finite outputs
+    (NaN if none), any case with NaN or inf outputs?)] from the per-case rows of one family, in one groupby (a groupby
+    per kind x dtype took 0.3 s of the main job's report)."""
     if param not in rows:
         return {}
     # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
