@@ -415,7 +415,7 @@ def _mapped(path: Path) -> PreparedFamily | None:
     return found
 
 
-_SHARED: dict[str, PreparedFamily] = {}  # in a worker process: share path -> the family mapped from it
+_SHARED: dict[str, PreparedFamily] = {}  # in a lane's process: share path -> the family it kept or mapped
 _shares = itertools.count()
 
 
@@ -445,6 +445,12 @@ def shared(fam: PreparedFamily | str) -> PreparedFamily:
             raise FileNotFoundError(f"softaudit: the prepared family shared at {fam} is gone")
         _SHARED[fam] = found
     return _SHARED[fam]
+
+
+def forget(folder: Path) -> None:
+    """Let go of the families this process kept from `share` into `folder` (an audit's end: its lanes are done)."""
+    for path in [p for p in _SHARED if Path(p).parent == folder]:
+        del _SHARED[path]
 
 
 def finish(folder: Path | None, last: bool = False, others: bool = False) -> None:

@@ -71,9 +71,9 @@ def audit(
     stop: a threading.Event (anything with is_set()); once set, nothing new starts and the audit returns the rows
     it finished, with settings["interrupted"] True; a KeyboardInterrupt after it is set (softaudit run's second
     Ctrl-C) abandons the units running, whose workers are killed, and returns the rows finished before it.
-    workers: units run in up to this many processes on this machine (1: in this process; "auto": one per core this
-    process may use, in this process where that is one; a plan of fewer than POOL_MIN_UNITS units runs in this
-    process whatever the number: starting the workers would cost more than they give). scheduler: a Dask
+    workers: units run in up to this many processes on this machine, this one among them (1: this one alone;
+    "auto": one per core this process may use); the others start only once the work queued would keep this one
+    busy a while (execute/_lanes.py: their start would cost more than they give a small plan). scheduler: a Dask
     scheduler's address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU candidates only
     on those with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
     """
@@ -95,17 +95,14 @@ def audit(
         # (a bad isolation, memory limit, workers or scheduler: ValueError before anything runs)
         with contextlib.ExitStack() as held:
             where = held.enter_context(execute.pool(workers, scheduler, isolation, memory_limit_mib, folder))
+            if where.share is not None:  # (the families this process kept for its own lane's units: let go at the end)
+                held.callback(prepare.forget, where.share)
             found = candidates_for(targets, kind, device, check_devices=scheduler is None)
             where.check(found)
             its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
             from_files = load_case_files(files, its_kinds, warn=True)  # (a bad file: here)
             planned = plan.groups(found, formats, from_files, only, corpus)
             plan.check_planned(planned, only)
-            units = sum(len(g.candidates) * len(g.sources) for g in planned)
-            if where.parallel and scheduler is None and units < POOL_MIN_UNITS:
-                # Few units: a worker process's start (an interpreter, softaudit's imports, its own isolation
-                # worker) would cost more than it gives; the pool's workers start on its first task, so none started.
-                where = held.enter_context(execute.pool(1, None, isolation, memory_limit_mib, folder))
             job = _Job(suite, seed, corpus, cache and not where.parallel, folder, timeout, policy)
             results = _run(planned, where, job, stopped, progress)
             prepare.finish(folder, last=True, others=where.parallel)
@@ -139,11 +136,9 @@ def audit(
     return AuditResult(table, worst, settings, case_rows, frameworks)
 
 
-#: A plan of fewer units than this runs in softaudit's process whatever `workers` says (`--workers N` is never
-#: slower than serial for it): one softmax built-in over the quick suite's 12 families in 2 dtypes (24 units) took
-#: 1.26 s there and 1.6 s on 2 workers (their start, about 0.6 s, against units of about 50 ms); the built-ins over
-#: the quick suite (hundreds of units) 20.4 s and 12.6 s. benchmarks/bench_workers.py measures both sides.
-POOL_MIN_UNITS = 48
+#: Seconds a waiting audit sleeps between looks at its stop event and (Local) its own lane's queue, which a family
+#: prepared elsewhere fills without a unit finishing.
+POLL = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,9 +257,8 @@ class _Units:
             if stopped():
                 for future in self.where.cancel(list(self.pending)):
                     self._close(self.pending.pop(future))
-            try:
-                future = self.done.get(timeout=0.5) if block else self.done.get_nowait()
-            except queue.Empty:
+            future = self._next(block)
+            if future is None:
                 if block:
                     continue
                 return
@@ -275,6 +269,19 @@ class _Units:
             if self.finished[key] is not None and self.finished[key].timed_out:
                 self._not_again(key)
             self._close(key)
+
+    def _next(self, block: bool):
+        """The next future done, or None: none is done (with block: none came within POLL, or this process ran a
+        task of its own lane meanwhile: Local's)."""
+        try:
+            return self.done.get_nowait()
+        except queue.Empty:
+            if not block or self.where.work():
+                return None
+        try:
+            return self.done.get(timeout=POLL)
+        except queue.Empty:
+            return None
 
     def harvest(self) -> None:
         """Take the results of the units finished but not yet collected (a KeyboardInterrupt came first); those in

@@ -28,6 +28,23 @@ def counted_references(monkeypatch):
     return calls
 
 
+def units_on_the_workers(monkeypatch) -> None:
+    """From now on, `workers` > 1 runs every unit in the worker processes, started at once (as a large plan's units
+    mostly run once they have started): softaudit's own process runs none (execute/_lanes.py), so a test of what a
+    worker process does sees a worker do it, whatever the plan's size."""
+    from softaudit.execute import _lanes, _pool
+
+    monkeypatch.setattr(_lanes, "SPREAD_AFTER", 0.0)
+    monkeypatch.setattr(_lanes, "SPREAD_WORK", 0.0)
+    monkeypatch.setattr(_pool.Local, "work", lambda self: False)
+
+
+@pytest.fixture
+def on_the_workers(monkeypatch):
+    """units_on_the_workers for the test."""
+    units_on_the_workers(monkeypatch)
+
+
 @pytest.fixture(scope="session")
 def quick_audit():
     """The built-ins' audit on the quick suite in the default dtypes, made once for the tests that read it (about

@@ -225,12 +225,9 @@ def test_split_kv_moves_between_key_splits_and_fails_where_split_invariance_is_r
     assert "pin how the keys are split" in row.fix
 
 
-def test_the_key_splits_are_called_where_units_run_in_worker_processes(monkeypatch):
+def test_the_key_splits_are_called_where_units_run_in_worker_processes(on_the_workers):
     """A unit in a worker process gets the candidate by its source: its signature is read there too, so the split
     columns are the serial run's (the flake matrix found them NaN with --workers 2 and on Dask)."""
-    from softaudit import runner
-
-    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 2)  # (its 2 units go to the workers)
     target, families = "softaudit.candidates.attention:split_kv", ["attn_gaussian", "attn_shapes"]
     serial = softaudit.audit(target, dtypes=["float16"], suite="quick", families=families, cache=False).table
     pooled = softaudit.audit(target, dtypes=["float16"], suite="quick", families=families, cache=False, workers=2)

@@ -169,5 +169,22 @@ class Scoped(Executor):
     def _call_many(self, candidate, calls, dtype, timeout):
         return self._shared._call_many(candidate, calls, dtype, timeout)
 
+    def send_many(self, candidate, calls: list, dtype, timeout: float | None):
+        """The shared executor's calls begun (its worker starts on them at once: Local's lane in softaudit's
+        process judges the unit before meanwhile), a time limit passed remembered by this task, not the shared one."""
+        if self.past_limit(candidate, dtype):
+            return super().send_many(candidate, calls, dtype, timeout)
+        sent = self._shared.send_many(candidate, calls, dtype, timeout)
+        return functools.partial(self._taken, sent, _unit(candidate, dtype))
+
+    def _taken(self, sent, key: tuple) -> list[tuple]:
+        try:
+            return sent()
+        except TimedOut:
+            self._past_limit.add(key)
+            raise
+        finally:
+            self._shared._past_limit.discard(key)
+
     def frameworks(self) -> dict:
         return self._shared.frameworks()  # (one process: what it had loaded, whichever task's call loaded it)

@@ -1,5 +1,5 @@
-"""Local's scheduler: a lane per worker (a loky executor of one process), and each family's units sent to the lane
-that prepared it.
+"""Local's scheduler: a lane per worker (this process, then a loky executor of one process each), and each family's
+units sent to the lane that prepared it.
 
 One pool of N processes gave each unit to whichever process was free, so every process ended up with units of every
 family: each read every family from its file and made every case's measure basis (ulps, conditioning), invariant
@@ -7,8 +7,13 @@ probes and reruns itself: on the main job (warm, 2 workers) the bases were made 
 3,278 and families read from their files 1,535 times, 8 to 12 s of the run's 72 to 77 s of CPU (docs/scale.md).
 Here a family is prepared on the first lane free, its process keeps it (`prepare.share`), and the family's units
 wait for that lane. A lane with nothing of its own to run, and nothing in flight, takes the oldest unit waiting on
-another lane (at the end of a run: that family is then read there too). Otherwise tasks start in the order they
-were submitted, as with one pool.
+another lane, and the rest of that unit's family (at the end of a run: that family is then read there too, once).
+Otherwise tasks start in the order they were submitted, as with one pool.
+
+The first lane may be this process (`here`): the caller runs its tasks (`run_here`) while it waits for results, and
+the other lanes' processes start once the work queued is worth their start (SPREAD_AFTER, SPREAD_WORK). A small plan
+is then done here as fast as in one process (two workers of their own, started at once, took 2.25 s for its 1.85 s
+on 144 small units); a large one has every core after its first half second.
 
 A task's future here is this module's own (the caller's): pending while it waits in a queue (so `cancel` takes
 back what has not started, as before), running once sent to its lane's process, done with what that task gave.
@@ -25,10 +30,18 @@ import itertools
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 
 #: Tasks sent to a lane's process at once: the one it runs and the next, so it never waits between two tasks.
 DEPTH = 2
+
+#: With a lane in this process, the other lanes' processes start only once that is worth their start: SPREAD_AFTER
+#: seconds after the first task came, the tasks queued would take this process more than SPREAD_WORK seconds more (at
+#: its mean time per task so far). A worker's start (an interpreter, softaudit's imports, its own isolated worker,
+#: the families it reads) took about 1.2 s on 2 cores, on the cores this process and its isolated worker were using.
+SPREAD_AFTER = 0.5
+SPREAD_WORK = 2.0
 
 
 @dataclasses.dataclass(order=True)
@@ -45,10 +58,18 @@ class _Task:
 class Lanes:
     """Tasks run in `width` lanes, each an executor of one process that `make()` gives (made on first use, made
     again if its process dies). A task whose arguments hold a future of an earlier task (its prepared family) runs
-    on that task's lane once the future is done, its result passed in the future's place."""
+    on that task's lane once the future is done, its result passed in the future's place.
 
-    def __init__(self, width: int, make: Callable[[], concurrent.futures.Executor]):
-        self._make = make
+    here: the first lane is the calling thread's: `here(fn, *args)` starts a task there and returns the rest of it
+    (a function of nothing that gives its result), run after the next task of that lane has started (a unit's calls
+    go to the isolated worker while this process judges the unit before)."""
+
+    def __init__(self, width: int, make: Callable[[], concurrent.futures.Executor], here: Callable | None = None):
+        self._make, self._here = make, here
+        self._sent = range(1 if here else 0, width)  # the lanes of processes, that the sending thread feeds
+        self._staged: tuple | None = None  # (task, the rest of it): the task of this thread's lane started last
+        self._spread = here is None  # whether the lanes of processes run (with a lane here: once worth it)
+        self._began, self._started_here = None, 0  # when the first task came; how many this thread's lane started
         self._executors: list = [None] * width
         # Every task queued may be sent: one that needs a family waits aside until the family is done.
         self._queues: list[list[_Task]] = [[] for _ in range(width)]  # each lane's tasks, by submission order
@@ -69,6 +90,7 @@ class Lanes:
             if self._closed:
                 raise RuntimeError("softaudit: the worker lanes are closed")
             task = _Task(next(self._seq), future, fn, args, family)
+            self._began = self._began if self._began is not None else time.monotonic()
             if family is None:
                 self._open.append(task)
             elif family in self._home:
@@ -91,7 +113,7 @@ class Lanes:
         """Cancel the tasks not sent, stop sending, and shut the lanes down (killed: their processes at once, with
         SIGKILL: a worker ignores SIGTERM)."""
         with self._changed:
-            self._closed = True
+            self._closed, self._staged = True, None
             left = self._open + [t for q in self._queues for t in q] + [t for w in self._waiting.values() for t in w]
             self._open, self._queues, self._waiting = [], [[] for _ in self._queues], {}
             self._changed.notify()
@@ -111,32 +133,93 @@ class Lanes:
         """The sending thread: each task to its lane as the lane has room, until closed."""
         while True:
             with self._changed:
-                picked = self._pick()
+                picked = self._pick(self._sent) if self._spread else None
                 while picked is None and not self._closed:
-                    self._changed.wait()
-                    picked = self._pick()
+                    self._changed.wait(None if self._spread else 0.05)
+                    self._spread = self._spread or self._worth_spreading()
+                    picked = self._pick(self._sent) if self._spread else None
                 if picked is None:
                     return
                 lane, task = picked
                 self._busy[lane] += 1
             self._send(lane, task)
 
-    def _pick(self) -> tuple[int, _Task] | None:
-        """(lane, task) to send next, taken from its queue; None if no lane with room has a task it may run.
+    def _worth_spreading(self) -> bool:
+        """Whether the tasks queued would keep this thread's lane busy SPREAD_WORK seconds more at its pace so far,
+        SPREAD_AFTER seconds after the first task came (a lane that started none: at a task's worth so far)."""
+        worked = time.monotonic() - self._began if self._began is not None else 0.0
+        if worked < SPREAD_AFTER:
+            return False
+        queued = len(self._open) + sum(map(len, self._queues)) + sum(map(len, self._waiting.values()))
+        return queued * worked / max(self._started_here, 1) > SPREAD_WORK
+
+    def run_here(self) -> bool:
+        """Start the next task of this thread's lane, if it has one, then finish the one started before (else, where
+        none is left to start, finish that one); whether anything ran. The caller calls it while it waits. A task
+        of no family (a family's preparation: its units wait for it) is finished at once."""
+        with self._changed:
+            picked = self._pick(range(1)) if self._here else None
+            if picked is not None:
+                self._busy[0] += 1
+                self._started_here += 1
+        before, self._staged = self._staged, None
+        if picked is not None:
+            self._staged = self._start_here(picked[1])
+            if self._staged is not None and picked[1].family is None:
+                self._finish_here(*self._staged)
+                self._staged = None
+        if before is not None:
+            self._finish_here(*before)
+        return picked is not None or before is not None
+
+    def _start_here(self, task: _Task) -> tuple | None:
+        """(task, the rest of it) started in this thread; None if it ended there (cancelled, or it raised)."""
+        if not task.future.set_running_or_notify_cancel():
+            self._done(0, task, lambda: None)
+            return None
+        try:
+            args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in task.args)
+            return task, self._here(task.fn, *args)
+        except Exception as exc:
+            self._done(0, task, functools.partial(task.future.set_exception, exc))
+            return None
+
+    def _finish_here(self, task: _Task, rest: Callable) -> None:
+        """The rest of a task started in this thread run (outside the lock), and its outcome set."""
+        try:
+            outcome = functools.partial(task.future.set_result, rest())
+        except Exception as exc:
+            outcome = functools.partial(task.future.set_exception, exc)
+        self._done(0, task, outcome)
+
+    def _pick(self, lanes) -> tuple[int, _Task] | None:
+        """(lane, task) to run next on one of these lanes, taken from its queue; None if no lane with room has a task
+        it may run.
 
         A lane with room takes the older of its own first task and the first task of no lane (the least busy lane
         first); where none has one, an idle lane takes the oldest task another lane holds (one that lane has no room
-        for now). Cancelled tasks are dropped on the way."""
+        for now), and that task's family with it. Cancelled tasks are dropped on the way."""
         if self._closed:
             return None
-        room = sorted((lane for lane, busy in enumerate(self._busy) if busy < DEPTH), key=self._busy.__getitem__)
+        room = sorted((lane for lane in lanes if self._busy[lane] < DEPTH), key=self._busy.__getitem__)
         for lane in room:
             if queue := self._oldest((self._queues[lane], self._open)):
                 return lane, queue.pop(0)
         for lane in room:
             if self._busy[lane] == 0 and (queue := self._oldest(self._queues)):
-                return lane, queue.pop(0)
+                return lane, self._steal(lane, queue)
         return None
+
+    def _steal(self, lane: int, queue: list[_Task]) -> _Task:
+        """The first task of another lane's queue, taken by `lane`, with the rest of its family's tasks: the family
+        then lives there (it is read once more, not once per unit taken: a queue holds a candidate's units of every
+        family in turn)."""
+        task = queue.pop(0)
+        if task.family is not None:  # (`lane` found nothing of its own to run: its queue is empty)
+            self._queues[lane] = [t for t in queue if t.family is task.family]
+            queue[:] = [t for t in queue if t.family is not task.family]
+            self._home[task.family] = lane
+        return task
 
     def _oldest(self, queues) -> list[_Task] | None:
         """Of these queues, the one whose first task was submitted first (cancelled tasks at their fronts dropped

@@ -138,6 +138,11 @@ class Serial:
             self._staged = future, rest
         return future
 
+    def work(self) -> bool:
+        """Run a task here while the caller waits for results, if this process has one; whether one ran (none here:
+        every unit ran when it was submitted)."""
+        return False
+
     def finish(self) -> None:
         """Run the rest of the staged task not finished, if any."""
         if self._staged is not None:
@@ -186,24 +191,28 @@ def _whole(fn, *args, ex: Executor):
 
 
 class Local(Serial):
-    """Units in `workers` worker processes on this machine (loky: fresh interpreters; a lane's dead process is
-    reported and replaced), each with its own executor. Prepared families reach them through files they map
-    (`share`: a private folder beside the cache, removed on close), so a family is computed and copied once, not per
-    unit; and a family's units go to the process that prepared it (`_lanes.Lanes`), which keeps it: each family is
-    read, and its cases' measure bases made, in one process, not in every worker."""
+    """Units in this process and `workers - 1` worker processes on this machine (loky: fresh interpreters; a lane's
+    dead process is reported and replaced), each with its own executor. Prepared families reach them through files
+    they map (`share`: a private folder beside the cache, removed on close), so a family is computed and copied once,
+    not per unit; and a family's units go to the process that prepared it (`_lanes.Lanes`), which keeps it: each
+    family is read, and its cases' measure bases made, in one process, not in every worker. This process runs its
+    lane's tasks while it waits for the others' (`work`): the workers start meanwhile, so a plan too small to repay
+    their start is done here about as fast as `--workers 1` does it."""
 
     parallel = True
 
     def __init__(self, workers: int, isolation: str, memory_mib: int | None, folder: Path | None):
         from loky import ProcessPoolExecutor
 
-        super().__init__(None)
+        super().__init__(executor(isolation, memory_mib))
         self.settings, self.width = (isolation, memory_mib), workers
         # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
         # retire it again and again, each time starting its isolation child and mapping the families anew. One BLAS
         # thread, as every call has (_threads.py).
         self._lanes = Lanes(
-            workers, functools.partial(ProcessPoolExecutor, max_workers=1, initializer=ignore_stops, env=ENV)
+            workers,
+            functools.partial(ProcessPoolExecutor, max_workers=1, initializer=ignore_stops, env=ENV),
+            here=self._here,
         )
         self.share = _private_folder(folder)
 
@@ -215,6 +224,18 @@ class Local(Serial):
     def submit_staged(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
         return self.submit(_whole, fn, *args, gpu=gpu)
 
+    def work(self) -> bool:
+        """Run a task of this process's lane (the caller waits for results meanwhile); whether one ran."""
+        return self._lanes.run_here()
+
+    def _here(self, worker_task, fn, isolation, memory_mib, *args):
+        """A task as this process's lane starts it (`submit`'s arguments: what a worker runs as `task`): through the
+        audit's executor, scoped to the task; a staged one's rest comes back to run later, another's result at once."""
+        if fn is _whole:
+            return args[0](*args[1:], ex=Scoped(self.ex))
+        result = fn(*args, ex=Scoped(self.ex))
+        return lambda: result
+
     def cancel(self, futures: list) -> list:
         return [future for future in futures if future.cancel()]
 
@@ -225,6 +246,7 @@ class Local(Serial):
         # follow them: _end_with_parent.)
         self._lanes.close(killed)
         shutil.rmtree(self.share, ignore_errors=True)
+        super().close(killed)
 
 
 def _private_folder(folder: Path | None) -> Path:

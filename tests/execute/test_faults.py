@@ -12,6 +12,7 @@ import pytest
 from softaudit import CandidateError
 from softaudit.adapters._targets import load_target
 from softaudit.execute import NOT_AGAIN, Isolated
+from softaudit.execute._executor import Scoped
 
 FAULTY = Path(__file__).with_name("faulty.py").resolve()
 X = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
@@ -239,3 +240,21 @@ def test_each_call_of_a_round_trip_has_its_own_limit(callers_timer):
         with pytest.raises(CandidateError, match=r"^no answer in 2 s: killed$"):
             executor.call_many(faulty("naps"), calls, np.float32, LIMIT)
         assert 2.2 * LIMIT < time.monotonic() - start < 6 * LIMIT
+
+
+def test_a_tasks_calls_go_ahead_to_the_shared_worker_and_its_time_limit_stays_its_own():
+    """Scoped (each task of a Local lane sees its executor so) hands a unit's calls to the shared worker at once, as
+    the audit's own executor does (the lane in softaudit's process judges the unit before meanwhile); a candidate
+    past its time limit there is remembered by that task alone: the next task calls it again."""
+    hangs, calls = faulty("hangs_on_float32"), [({"x": X}, None, (X.shape,))]
+    with Isolated() as shared:
+        first = Scoped(shared)
+        answers = first.send_many(hangs, calls, np.float32, 0.5)
+        assert shared._ahead is not None  # (sent: not made only when asked)
+        with pytest.raises(CandidateError, match=r"^no answer in 0.5 s: killed$"):
+            answers()
+        assert first.past_limit(hangs, np.float32) and not shared.past_limit(hangs, np.float32)
+        with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
+            first.send_many(hangs, calls, np.float32, 0.5)()
+        with pytest.raises(CandidateError, match=r"^no answer in 0.5 s: killed$"):
+            Scoped(shared).send_many(hangs, calls, np.float32, 0.5)()

@@ -46,12 +46,9 @@ def same(a, b) -> None:
 
 
 @pytest.fixture(autouse=True)
-def pooled_small_plans(monkeypatch):
-    """These tests check what worker processes do, on plans small enough to stay in softaudit's process otherwise
-    (runner.POOL_MIN_UNITS): a plan of 2 units or more goes to the workers here, as one of 48 or more does."""
-    from softaudit import runner
-
-    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 2)
+def pooled_small_plans(on_the_workers):
+    """These tests check what worker processes do, on plans small enough to stay in softaudit's process otherwise:
+    their units go to the workers (conftest.on_the_workers; tests/execute/test_lanes.py has the plans as they are)."""
 
 
 @pytest.fixture(scope="module")
@@ -298,8 +295,8 @@ def test_ctrl_c_with_workers_keeps_finished_rows_and_exits_130(tmp_path):
 
 
 def test_a_second_ctrl_c_kills_the_workers_and_keeps_the_finished_rows(tmp_path):
-    """Two dtypes: 48 units, past POOL_MIN_UNITS, so they run on the workers; the slow candidate's calls (60 s) hold
-    both when the first Ctrl-C comes, and the second kills them rather than wait."""
+    """Two dtypes: 48 units, whose slow calls (60 s) soon make the work queued worth the worker's start: this process
+    and the worker each hold one when the first Ctrl-C comes, and the second kills them rather than wait."""
     process = start_run(tmp_path, 60, "--workers", "2", "--dtype", "float16")
     wait_for(tmp_path / "started", process)
     output, seconds = stop_twice(process, 60)
@@ -415,25 +412,3 @@ def _pids(seen: Path, families: list, workers) -> set:
         cache_dir="off",
     )
     return set(map(int, seen.read_text().split()))
-
-
-def test_one_unit_runs_in_this_process_whatever_the_workers(tmp_path):
-    """A worker's start (an interpreter, softaudit's imports) would only add to a single unit: `--workers 2` runs it
-    here, as a serial run does; two units go to the workers."""
-    seen = tmp_path / "pids"
-    assert _pids(seen, ["textbook"], 2) == {os.getpid()}
-    assert os.getpid() not in _pids(seen, ["textbook", "gaussian"], 2)
-
-
-def test_a_plan_of_few_units_runs_in_this_process_whatever_the_workers(tmp_path, monkeypatch):
-    """A plan of fewer than POOL_MIN_UNITS units stays in softaudit's process with `--workers 2` or "auto" on two
-    cores (the workers' start would cost more than they give: `--workers N` is never slower than serial there); a
-    larger one goes to the workers."""
-    from softaudit import runner
-
-    monkeypatch.setattr(_pool, "usable_cores", lambda: 2)
-    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 48)
-    seen, two = tmp_path / "pids", ["textbook", "gaussian"]
-    assert _pids(seen, two, 2) == _pids(seen, two, "auto") == {os.getpid()}  # (2 units)
-    monkeypatch.setattr(runner, "POOL_MIN_UNITS", 2)
-    assert os.getpid() not in _pids(seen, two, 2) | _pids(seen, two, "auto")
