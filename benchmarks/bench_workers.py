@@ -83,17 +83,16 @@ def dealt(seconds: list[float], workers: int) -> float:
 
 
 def pool_start() -> float:
-    """Seconds to start a pool of worker processes and run a first task there (what Local pays once per audit)."""
-    from softaudit.execute import pool
+    """Seconds to start a worker process as Local's lanes do and run a first task there (what Local pays once per
+    audit that starts its workers)."""
+    from loky import ProcessPoolExecutor
+
+    from softaudit.execute._worker import ENV, ignore_stops
 
     start = time.perf_counter()
-    with pool(workers=2) as where:
-        where.submit(_first_task).result()
+    with ProcessPoolExecutor(max_workers=1, initializer=ignore_stops, env=ENV) as worker:
+        worker.submit(os.getpid).result()
     return time.perf_counter() - start
-
-
-def _first_task(*, ex) -> int:
-    return os.getpid()
 
 
 def main() -> None:

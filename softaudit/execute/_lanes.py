@@ -38,10 +38,14 @@ DEPTH = 2
 
 #: With a lane in this process, the other lanes' processes start only once that is worth their start: SPREAD_AFTER
 #: seconds after the first task came, the tasks queued would take this process more than SPREAD_WORK seconds more (at
-#: its mean time per task so far). A worker's start (an interpreter, softaudit's imports, its own isolated worker,
-#: the families it reads) took about 1.2 s on 2 cores, on the cores this process and its isolated worker were using.
+#: its mean time per task so far, which the families' preparations, first in the queue, make look slower). A
+#: worker's start (an interpreter, softaudit's imports, its own isolated worker, the families it reads) took about
+#: 1.2 s on 2 cores, on the cores this process and its isolated worker were using. At 2 s, 288 small softmax units
+#: (2.6 s in one process) spread, and took 6% longer than in one process; at 4 s, up to 576 (4.3 s) stay here, and
+#: every built-in over the quick suite (4,582 rows, 29 s) spreads after its first half second and takes 26% less
+#: (docs/scale.md; benchmarks/bench_small_plans.py).
 SPREAD_AFTER = 0.5
-SPREAD_WORK = 2.0
+SPREAD_WORK = 4.0
 
 
 @dataclasses.dataclass(order=True)

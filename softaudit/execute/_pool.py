@@ -196,8 +196,8 @@ class Local(Serial):
     they map (`share`: a private folder beside the cache, removed on close), so a family is computed and copied once,
     not per unit; and a family's units go to the process that prepared it (`_lanes.Lanes`), which keeps it: each
     family is read, and its cases' measure bases made, in one process, not in every worker. This process runs its
-    lane's tasks while it waits for the others' (`work`): the workers start meanwhile, so a plan too small to repay
-    their start is done here about as fast as `--workers 1` does it."""
+    lane's tasks while it waits for the others' (`work`), and the workers start only once the work queued is worth
+    their start: a plan too small to repay it runs here alone, as `--workers 1` runs it."""
 
     parallel = True
 

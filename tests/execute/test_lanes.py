@@ -198,11 +198,11 @@ def test_a_small_plan_runs_in_this_process_whatever_the_workers(tmp_path, monkey
 
 def test_the_workers_start_once_the_work_queued_here_would_take_longer_than_their_start():
     """SPREAD_AFTER seconds after the first task came, at this process's mean time per task so far: 10 tasks in 1 s
-    (0.1 s each) make 15 queued 1.5 s of work (under SPREAD_WORK, 2 s: not worth it), 25 queued 2.5 s (worth it);
+    (0.1 s each) make 35 queued 3.5 s of work (under SPREAD_WORK, 4 s: not worth it), 45 queued 4.5 s (worth it);
     before SPREAD_AFTER (0.5 s), never."""
     lanes = Lanes(2, _OneThread, here=_here)
     lanes._started_here = 10
-    for queued, began, worth in ((15, 1.0, False), (25, 1.0, True), (25, 0.3, False)):
+    for queued, began, worth in ((35, 1.0, False), (45, 1.0, True), (45, 0.3, False)):
         lanes._open = [_lanes._Task(i, concurrent.futures.Future(), print, (), None) for i in range(queued)]
         lanes._began = time.monotonic() - began
         assert lanes._worth_spreading() is worth, (queued, began)
