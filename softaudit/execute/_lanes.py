@@ -160,21 +160,28 @@ class Lanes:
     def run_here(self) -> bool:
         """Start the next task of this thread's lane, if it has one, then finish the one started before (else, where
         none is left to start, finish that one); whether anything ran. The caller calls it while it waits. A task
-        of no family (a family's preparation: its units wait for it) is finished at once."""
+        of no family (a family's preparation: its units wait for it) runs whole, after the one before is finished,
+        as Serial runs one."""
         with self._changed:
             picked = self._pick(range(1)) if self._here else None
             if picked is not None:
                 self._busy[0] += 1
                 self._started_here += 1
         before, self._staged = self._staged, None
+        ran = picked is not None or before is not None
+        whole = picked is None or picked[1].family is None
+        if before is not None and whole:
+            self._finish_here(*before)
+            before = None
         if picked is not None:
-            self._staged = self._start_here(picked[1])
-            if self._staged is not None and picked[1].family is None:
-                self._finish_here(*self._staged)
-                self._staged = None
+            started = self._start_here(picked[1])
+            if started is not None and whole:
+                self._finish_here(*started)
+            else:
+                self._staged = started
         if before is not None:
             self._finish_here(*before)
-        return picked is not None or before is not None
+        return ran
 
     def _start_here(self, task: _Task) -> tuple | None:
         """(task, the rest of it) started in this thread; None if it ended there (cancelled, or it raised)."""

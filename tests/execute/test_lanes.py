@@ -140,13 +140,14 @@ def test_the_calling_threads_lane_takes_a_task_that_raises_or_was_cancelled_in_i
     go.set()
     try:
         family = lanes.submit(_where, "family", started, go)
+        first = lanes.submit(_where, "first", started, go, family)  # (staged when the next one raises)
         failing = lanes.submit(_raise, family)
         cancelled = lanes.submit(_fail_after, started, go, family)
         assert cancelled.cancel()
         after = lanes.submit(_where, "after", started, go, family)
-        _drive(lanes.run_here, [family, failing, after])
+        _drive(lanes.run_here, [family, first, failing, after])
         assert isinstance(failing.exception(), ZeroDivisionError) and "ran" not in started
-        assert after.result() == threading.get_ident()
+        assert first.result() == after.result() == threading.get_ident()
     finally:
         lanes.close()
 
