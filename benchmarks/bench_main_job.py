@@ -6,9 +6,10 @@ it writes, measured in one run (issue 26's goals: 30 s cold, 10 s warm, 300 MB; 
 Each configuration runs the README's main job (`softaudit run`: the built-ins, the default suite, gated against
 reports/baseline.json) as a new process, with its own fresh cache folder: cold is its first run there (references and
 comparisons computed and kept), warm the runs after (read back). The project's default (`workers = "auto"` in
-pyproject.toml: a worker process per core) and `--workers 1` (softaudit's process) are interleaved, round by round,
-so the machine's noise falls on both. Printed: wall seconds per run, the cache folder's size and file count
-after the cold run, and the largest peak memory of any one process so far (not the sum over worker processes).
+pyproject.toml: a process per core, softaudit's and workers) and `--workers 1` (softaudit's alone) are interleaved,
+round by round, so the machine's noise falls on both. Printed: wall seconds per run, the cache folder's size and
+file count after the cold run, and the largest peak memory of any one process so far (not the sum over worker
+processes).
 """
 
 from __future__ import annotations
