@@ -156,11 +156,13 @@ class InProcess(Executor):
 
 class Scoped(Executor):
     """Another executor's calls, with a memory of its own of the candidates past their time limit: one task's, so
-    that what a task gets never depends on what ran before it in the same worker."""
+    that what a task gets never depends on what ran before it in the same worker. ahead: calls are sent ahead as the
+    shared executor sends them (softaudit's own lane, which judges the unit before meanwhile); else made when their
+    answers are asked for (a worker's task, which asks at once: sending ahead only made it wait for the send)."""
 
-    def __init__(self, shared: Executor):
+    def __init__(self, shared: Executor, ahead: bool = False):
         super().__init__()
-        self._shared = shared
+        self._shared, self._ahead = shared, ahead
         self.batches = shared.batches
 
     def _call(self, candidate, arrays, mask, shapes, dtype, timeout, reuse, options=None):
@@ -172,7 +174,7 @@ class Scoped(Executor):
     def send_many(self, candidate, calls: list, dtype, timeout: float | None):
         """The shared executor's calls begun (its worker starts on them at once: Local's lane in softaudit's
         process judges the unit before meanwhile), a time limit passed remembered by this task, not the shared one."""
-        if self.past_limit(candidate, dtype):
+        if not self._ahead or self.past_limit(candidate, dtype):
             return super().send_many(candidate, calls, dtype, timeout)
         sent = self._shared.send_many(candidate, calls, dtype, timeout)
         return functools.partial(self._taken, sent, _unit(candidate, dtype))

@@ -232,8 +232,8 @@ class Local(Serial):
         """A task as this process's lane starts it (`submit`'s arguments: what a worker runs as `task`): through the
         audit's executor, scoped to the task; a staged one's rest comes back to run later, another's result at once."""
         if fn is _whole:
-            return args[0](*args[1:], ex=Scoped(self.ex))
-        result = fn(*args, ex=Scoped(self.ex))
+            return args[0](*args[1:], ex=Scoped(self.ex, ahead=True))
+        result = fn(*args, ex=Scoped(self.ex, ahead=True))
         return lambda: result
 
     def cancel(self, futures: list) -> list:

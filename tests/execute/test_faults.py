@@ -243,12 +243,15 @@ def test_each_call_of_a_round_trip_has_its_own_limit(callers_timer):
 
 
 def test_a_tasks_calls_go_ahead_to_the_shared_worker_and_its_time_limit_stays_its_own():
-    """Scoped (each task of a Local lane sees its executor so) hands a unit's calls to the shared worker at once, as
-    the audit's own executor does (the lane in softaudit's process judges the unit before meanwhile); a candidate
-    past its time limit there is remembered by that task alone: the next task calls it again."""
+    """Scoped ahead (each task of softaudit's own lane sees its executor so) hands a unit's calls to the shared worker
+    at once, as the audit's own executor does (that lane judges the unit before meanwhile; a worker's task, which
+    asks for the answers at once, has them made then); a candidate past its time limit there is remembered by that
+    task alone: the next task calls it again."""
     hangs, calls = faulty("hangs_on_float32"), [({"x": X}, None, (X.shape,))]
     with Isolated() as shared:
-        first = Scoped(shared)
+        Scoped(shared).send_many(hangs, calls, np.float32, 0.5)  # (a worker's task: made when asked, so not yet)
+        assert shared._ahead is None
+        first = Scoped(shared, ahead=True)
         answers = first.send_many(hangs, calls, np.float32, 0.5)
         assert shared._ahead is not None  # (sent: not made only when asked)
         with pytest.raises(CandidateError, match=r"^no answer in 0.5 s: killed$"):
@@ -257,4 +260,4 @@ def test_a_tasks_calls_go_ahead_to_the_shared_worker_and_its_time_limit_stays_it
         with pytest.raises(CandidateError, match=f"^{NOT_AGAIN}$"):
             first.send_many(hangs, calls, np.float32, 0.5)()
         with pytest.raises(CandidateError, match=r"^no answer in 0.5 s: killed$"):
-            Scoped(shared).send_many(hangs, calls, np.float32, 0.5)()
+            Scoped(shared, ahead=True).send_many(hangs, calls, np.float32, 0.5)()
