@@ -27,6 +27,7 @@ from ..test_hunt import BROKEN
 
 KERNELS = Path(__file__).with_name("kernels.py").resolve()
 FAULTY = [f"{KERNELS}:{name}" for name in ("sound", "crashes_on_short_rows", "hangs_on_long_rows", "nan_everywhere")]
+LANE_HERE = _pool.Local.work  # (softaudit's own lane at work, as the tests of worker processes turn it off)
 OPTIONS = {
     "dtypes": ["float32", "bfloat16"],
     "suite": "quick",
@@ -69,6 +70,13 @@ def test_the_serial_run_shows_every_rule_the_workers_must_keep(serial):
 
 
 def test_two_worker_processes_give_the_serial_table(serial):
+    same(softaudit.audit(FAULTY + ["softaudit.candidates.softmax:naive"], workers=2, **OPTIONS), serial)
+
+
+def test_this_process_and_a_worker_together_give_the_serial_table(serial, monkeypatch):
+    """Softaudit's own lane runs units too (as it does once a large plan's worker has started; here at once): the
+    crashes, the time limit and "not called again" come out as in the serial run whichever lane ran a unit."""
+    monkeypatch.setattr(_pool.Local, "work", LANE_HERE)
     same(softaudit.audit(FAULTY + ["softaudit.candidates.softmax:naive"], workers=2, **OPTIONS), serial)
 
 
