@@ -85,12 +85,10 @@ def dealt(seconds: list[float], workers: int) -> float:
 def pool_start() -> float:
     """Seconds to start a worker process as Local's lanes do and run a first task there (what Local pays once per
     audit that starts its workers)."""
-    from loky import ProcessPoolExecutor
-
-    from softaudit.execute._worker import ENV, ignore_stops
+    from softaudit.execute._pool import worker_lane
 
     start = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=1, initializer=ignore_stops, env=ENV) as worker:
+    with worker_lane() as worker:
         worker.submit(os.getpid).result()
     return time.perf_counter() - start
 

@@ -168,20 +168,16 @@ class Lanes:
                 self._busy[0] += 1
                 self._started_here += 1
         before, self._staged = self._staged, None
-        ran = picked is not None or before is not None
-        whole = picked is None or picked[1].family is None
-        if before is not None and whole:
-            self._finish_here(*before)
-            before = None
-        if picked is not None:
-            started = self._start_here(picked[1])
-            if started is not None and whole:
-                self._finish_here(*started)
-            else:
-                self._staged = started
+        if picked is not None and picked[1].family is not None:  # a unit: started, the one before judged meanwhile
+            self._staged = self._start_here(picked[1])
+            if before is not None:
+                self._finish_here(*before)
+            return True
         if before is not None:
             self._finish_here(*before)
-        return ran
+        if picked is not None and (started := self._start_here(picked[1])) is not None:
+            self._finish_here(*started)
+        return picked is not None or before is not None
 
     def _start_here(self, task: _Task) -> tuple | None:
         """(task, the rest of it) started in this thread; None if it ended there (cancelled, or it raised)."""
@@ -189,8 +185,7 @@ class Lanes:
             self._done(0, task, lambda: None)
             return None
         try:
-            args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in task.args)
-            return task, self._here(task.fn, *args)
+            return task, self._here(task.fn, *_arguments(task))
         except Exception as exc:
             self._done(0, task, functools.partial(task.future.set_exception, exc))
             return None
@@ -257,8 +252,7 @@ class Lanes:
             self._done(lane, task, lambda: None)
             return
         try:
-            args = tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in task.args)
-            sent = self._executor(lane).submit(task.fn, *args)
+            sent = self._executor(lane).submit(task.fn, *_arguments(task))
         except BaseException as exc:  # (its family failed or was cancelled; a lane that cannot start)
             self._done(lane, task, functools.partial(task.future.set_exception, exc))
             return
@@ -291,3 +285,8 @@ class Lanes:
             if task.family is None:
                 self._release(task.future, lane)
             self._changed.notify()
+
+
+def _arguments(task: _Task) -> tuple:
+    """The task's arguments, a future among them (its family, done) replaced by its result."""
+    return tuple(a.result() if isinstance(a, concurrent.futures.Future) else a for a in task.args)

@@ -202,18 +202,9 @@ class Local(Serial):
     parallel = True
 
     def __init__(self, workers: int, isolation: str, memory_mib: int | None, folder: Path | None):
-        from loky import ProcessPoolExecutor
-
         super().__init__(executor(isolation, memory_mib))
         self.settings, self.width = (isolation, memory_mib), workers
-        # The families a worker maps count in its memory: loky's leak check (300 MB more than at its start) would
-        # retire it again and again, each time starting its isolation child and mapping the families anew. One BLAS
-        # thread, as every call has (_threads.py).
-        self._lanes = Lanes(
-            workers,
-            functools.partial(ProcessPoolExecutor, max_workers=1, initializer=ignore_stops, env=ENV),
-            here=self._here,
-        )
+        self._lanes = Lanes(workers, worker_lane, here=self._here)
         self.share = _private_folder(folder)
 
     def submit(self, fn, *args, gpu: bool = False) -> concurrent.futures.Future:
@@ -247,6 +238,15 @@ class Local(Serial):
         self._lanes.close(killed)
         shutil.rmtree(self.share, ignore_errors=True)
         super().close(killed)
+
+
+def worker_lane() -> concurrent.futures.Executor:
+    """A worker lane's executor: a loky pool of one process. The families a worker maps count in its memory: loky's
+    leak check (300 MB more than at its start) would retire it again and again, each time starting its isolation
+    child and mapping the families anew. One BLAS thread, as every call has (_threads.py)."""
+    from loky import ProcessPoolExecutor
+
+    return ProcessPoolExecutor(max_workers=1, initializer=ignore_stops, env=ENV)
 
 
 def _private_folder(folder: Path | None) -> Path:
