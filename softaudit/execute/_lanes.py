@@ -6,9 +6,12 @@ family: each read every family from its file and made every case's measure basis
 probes and reruns itself: on the main job (warm, 2 workers) the bases were made 9,284 times for the serial run's
 3,278 and families read from their files 1,535 times, 8 to 12 s of the run's 72 to 77 s of CPU (docs/scale.md).
 Here a family is prepared on the first lane free, its process keeps it (`prepare.share`), and the family's units
-wait for that lane. A lane with nothing of its own to run, and nothing in flight, takes the oldest unit waiting on
-another lane, and the rest of that unit's family (at the end of a run: that family is then read there too, once).
-Otherwise tasks start in the order they were submitted, as with one pool.
+wait for that lane. A lane runs the units of the families it prepared before it prepares another (the runner
+submits every family, then every unit: a lane that prepared the next family first held every family before it ran a
+unit, and the other lane, out of work, then took 339 of the main job's 840 families, each read and measured there
+again). A lane with nothing of its own to run, and nothing in flight, takes the oldest unit waiting on another lane,
+and the rest of that unit's family (at the end of a run: that family is then read there too, once). Otherwise tasks
+start in the order they were submitted, as with one pool.
 
 The first lane may be this process (`here`): the caller runs its tasks (`run_here`) while it waits for results, and
 the other lanes' processes start once the work queued is worth their start (SPREAD_AFTER, SPREAD_WORK). A small plan
@@ -202,14 +205,15 @@ class Lanes:
         """(lane, task) to run next on one of these lanes, taken from its queue; None if no lane with room has a task
         it may run.
 
-        A lane with room takes the older of its own first task and the first task of no lane (the least busy lane
-        first); where none has one, an idle lane takes the oldest task another lane holds (one that lane has no room
-        for now), and that task's family with it. Cancelled tasks are dropped on the way."""
+        A lane with room takes its own first task (a unit of a family it prepared), else the first task of no lane
+        (a family to prepare; the least busy lane first); where none has one, an idle lane takes the oldest task
+        another lane holds (one that lane has no room for now), and that task's family with it. Cancelled tasks are
+        dropped on the way."""
         if self._closed:
             return None
         room = sorted((lane for lane in lanes if self._busy[lane] < DEPTH), key=self._busy.__getitem__)
         for lane in room:
-            if queue := self._oldest((self._queues[lane], self._open)):
+            if queue := self._oldest((self._queues[lane],)) or self._oldest((self._open,)):
                 return lane, queue.pop(0)
         for lane in room:
             if self._busy[lane] == 0 and (queue := self._oldest(self._queues)):
