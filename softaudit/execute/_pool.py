@@ -222,9 +222,10 @@ class Local(Serial):
     def _here(self, worker_task, fn, isolation, memory_mib, *args):
         """A task as this process's lane starts it (`submit`'s arguments: what a worker runs as `task`): through the
         audit's executor, scoped to the task; a staged one's rest comes back to run later, another's result at once."""
+        ex = Scoped(self.ex, ahead=True)
         if fn is _whole:
-            return args[0](*args[1:], ex=Scoped(self.ex, ahead=True))
-        result = fn(*args, ex=Scoped(self.ex, ahead=True))
+            return args[0](*args[1:], ex=ex)
+        result = fn(*args, ex=ex)
         return lambda: result
 
     def cancel(self, futures: list) -> list:
