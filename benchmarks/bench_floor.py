@@ -22,12 +22,13 @@ import argparse
 import collections
 import contextlib
 import os
-import resource
 import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench_workers import cpu_seconds  # (run as a script: benchmarks/ is on the path)
 
 from softaudit import cli
 from softaudit.execute import _calls
@@ -69,18 +70,13 @@ def tagged(of):
     return lambda pc, probes, keyword: (of(pc, probes, keyword), probes)
 
 
-def cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter, collections.Counter]:
     """(wall seconds, CPU seconds, seconds per group of calls, calls per group) of one main job in this process."""
     spent, counted = collections.Counter(), collections.Counter()
     original, of = _calls._one_by_one, _calls._Plan.__dict__["of"]
     _calls._one_by_one, _calls._Plan.of = timed_calls(spent, counted), tagged(_calls._Plan.of)
     args = ["run", "-q", "--workers", "1", "--isolation", "none", "--cache-dir", str(cache), "--out", str(out)]
-    wall, used = time.perf_counter(), cpu()
+    wall, used = time.perf_counter(), cpu_seconds()
     try:
         with contextlib.chdir(ROOT):
             cli.main(args, prog_name="softaudit", standalone_mode=False)
@@ -89,12 +85,12 @@ def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter,
             sys.exit(f"the main job failed ({exc.code})")
     finally:
         _calls._one_by_one, _calls._Plan.of = original, of
-    return time.perf_counter() - wall, cpu() - used, spent, counted
+    return time.perf_counter() - wall, cpu_seconds() - used, spent, counted
 
 
 def report(name: str, wall: float, used: float, spent: collections.Counter, counted: collections.Counter) -> None:
     calls = sum(spent.values())
-    print(f"{name}: {wall:.1f} s wall, {used:.1f} s CPU in this process")
+    print(f"{name}: {wall:.1f} s wall, {used:.1f} s CPU")
     for group in (*GROUPS, COMPARED):
         print(f"  {group:20s} {spent[group]:6.1f} s in {counted[group]:6d} calls")
     print(f"  {'the calls':20s} {calls:6.1f} s ({calls / used:.0%} of the CPU)")

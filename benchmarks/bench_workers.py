@@ -33,13 +33,13 @@ def timed(options: dict, workers: int) -> tuple[float, float]:
     cache emptied first, as a new process starts. CPU time does not depend on what else the machine runs: it
     says what running on workers costs, and so what it gives on idle cores."""
     prepare.clear_cache()
-    before = _cpu()
+    before = cpu_seconds()
     start = time.perf_counter()
     softaudit.audit(workers=workers, **options)
-    return time.perf_counter() - start, _cpu() - before
+    return time.perf_counter() - start, cpu_seconds() - before
 
 
-def _cpu() -> float:
+def cpu_seconds() -> float:
     """CPU seconds (user and system) of this process and of its children that have ended, theirs included."""
     mine, theirs = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return mine.ru_utime + mine.ru_stime + theirs.ru_utime + theirs.ru_stime
