@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import causes, invariants, kinds
+from . import causes, diagnosis, invariants, kinds
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .execute import NOT_AGAIN, Called, TimedOut
 from .metrics import Tally, measure
@@ -37,6 +37,7 @@ class Measured:
     parts: list
     moved: Moved = dataclasses.field(default_factory=Moved)
     convention: str = ""  # which neighbouring convention a far output matches (Kind.conventions), if one does
+    outputs: dict = dataclasses.field(default_factory=dict)  # case index -> the case's outputs (all of the kind's)
 
 
 @dataclasses.dataclass
@@ -94,21 +95,50 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.best[index] if fam.best else None
-        verdict, cause, text, fix = _verdict(
+        verdict, cause, text, fix, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
+        finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, tally, row, verdict, cause)
+        if finding not in ("", diagnosis.UNEXPLAINED):  # (the model says what happened: no guess beside it)
+            text = _without_guesses(text, pattern, record)
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
             "verdict": verdict,
             "cause": cause,
+            "finding": finding,
             "fix": fix,
-            "note": "; ".join(filter(None, [note, *failed, text, m.convention, m.moved.note(policy.require)])),
+            "note": "; ".join(filter(None, [why, note, *failed, text, m.convention, m.moved.note(policy.require)])),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }
         result.rows.append(row | _row(tally) | m.moved.columns() | judged)
     return result
+
+
+def _without_guesses(text: str, pattern: str, record) -> str:
+    """A note without what the input pattern and the worst element's band suggest happened (causes.diagnose,
+    causes.classify): once a bug model reproduces the output, they would only compete with it."""
+    if pattern:
+        text = text.replace(f": {pattern}", "", 1)
+    if record is not None and record.explanation:
+        text = text.replace(f"; worst element: {record.explanation}", "", 1)
+    return text
+
+
+def _finding(kind, fmt, fam, outputs, index, tally, row, verdict, cause) -> tuple[str, str, str]:
+    """(finding, fix, the note's sentence) of a judged row: a warn or fail is diagnosed on its worst case (that of
+    its first NaN or inf, else of its worst element) by the kind's bug models (softaudit/diagnosis.py); what the
+    reruns measured (a nondeterministic or batch-variant row) is its own finding, with its known fix."""
+    if verdict not in ("warn", "fail"):
+        return "", "", ""
+    if cause in diagnosis.MEASURED:
+        return cause, causes.fix(cause, kind), ""
+    at = tally.event_at or (tally.worst[1:3] if tally.worst is not None else None)
+    if at is None or at[0] not in outputs:
+        return diagnosis.UNEXPLAINED, "", ""
+    found = diagnosis.diagnose(kind, fmt, fam.prepared[at[0]], outputs[at[0]], index, row["fail_above"])
+    return found.name, found.fix, found.text
 
 
 def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Policy) -> list[dict]:
@@ -168,6 +198,7 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
         pc = done.pc
         seconds += done.seconds
         notes.add(done.note)
+        measured[0].outputs[pc.case_in_family] = done.outputs
         for index, (m, y) in enumerate(zip(measured, done.outputs)):
             view = pc.output(index)
             part = measure(view.basis, y, case_index=pc.case_in_family)
@@ -220,9 +251,10 @@ def _far(part) -> bool:
 
 def _verdict(
     kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved
-) -> tuple[str, str, str, str]:
-    """(verdict, cause, note, fix) of one row: the rules it broke, in plain words, with the known fix. best: best
-    practice's Comparison on the family (None: none ran)."""
+) -> tuple[str, str, str, str, str]:
+    """(verdict, cause, note, fix, why) of one row: the rules it broke, in plain words, with the known fix, and the
+    input pattern the note gives for a NaN or inf ("" for none). best: best practice's Comparison on the family
+    (None: none ran)."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -238,9 +270,9 @@ def _verdict(
             moved=moved,
         )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
-        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), "", ""
     if not reasons:
-        return "pass", "", "", ""
+        return "pass", "", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best", "sum") and record is not None else first.rule
     if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -258,7 +290,7 @@ def _verdict(
             f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
             "set the ULP error: a log of a sum that rounds to 1"
         )
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt)
+    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt), why
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:

@@ -25,6 +25,7 @@ COLUMNS = {
     "output": str,
     "verdict": str,
     "cause": str,
+    "finding": str,
     "note": str,
     "fix": str,
     "cases": int,

@@ -1,0 +1,65 @@
+"""Bug models: each kind's standard algorithm with one known mistake, beside the same algorithm without it.
+
+softaudit names the cause of a failing or warning row only where one of these reproduces the candidate's output
+on the row's worst case, and the model's own fix (the algorithm without the mistake) does not have the error
+(softaudit/diagnosis.py). A model is a family of variants, one per choice a kernel makes that the mistake does not
+depend on (the working precision, a block size, a fill value, a constant): each variant is a pair of functions with
+the kind's calling convention, as a candidate has, the buggy one and the fixed one.
+
+The library grows by adding a model to its kind's module (rows.py, attention.py, cross_entropy.py, grads.py) with a
+test that an independently written kernel with that mistake gets its name (tests/test_diagnosis.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+
+
+class Inapplicable(Exception):
+    """A variant that does not apply to these inputs (a 16-bit-only mistake on float32 data, an option the model
+    does not take): the diagnosis skips it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One way a kernel can make the mistake: its label ("float32, blocks of 64"), the buggy function and the
+    same function without the mistake, both with the kind's calling convention."""
+
+    label: str
+    buggy: Callable
+    fixed: Callable
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A known mistake in a kind's standard algorithm: its name (the finding's), what the code does in words, the
+    fix in one sentence, and the variants tried."""
+
+    name: str
+    kind: str
+    mistake: str
+    fix: str
+    variants: tuple[Variant, ...]
+
+
+@functools.cache
+def _registry() -> dict[str, tuple[Model, ...]]:
+    from . import attention, cross_entropy, grads, rows
+
+    found: dict[str, list[Model]] = {}
+    for module in (rows, attention, cross_entropy, grads):
+        for model in module.MODELS:
+            found.setdefault(model.kind, []).append(model)
+    return {kind: tuple(models) for kind, models in found.items()}
+
+
+def models(kind: str) -> tuple[Model, ...]:
+    """The bug models of a kind (none for a kind without a library yet)."""
+    return _registry().get(kind, ())
+
+
+def kinds_modelled() -> tuple[str, ...]:
+    """The kinds that have bug models."""
+    return tuple(_registry())

@@ -1,0 +1,232 @@
+"""Bug models of attention, f(q, k, v, mask=None, **modifiers) -> o.
+
+The standard algorithm (`standard`): scores s = q k^T / sqrt(d) with the modifiers (softaudit.candidates.attention's
+`modified`: cap, bias, ALiBi, causal and window bottom-right aligned), masked keys excluded with where, the max over
+kept scores (0 where none is), P = exp(s - m) / l with l its sum (and a sink's term), zeros for a query that attends
+no key, then P V; or the same online over key blocks (FlashAttention's form). Each model flips one switch; the fix is
+the same call without it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._ops import const, dtype_sum, exp, exp2, matmul
+from ..attention import modified
+from ..cross_entropy import tanh
+from . import Model, Variant
+from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, working
+
+_SCALES = {"rsqrt": lambda d: 1 / np.sqrt(d), "none": lambda d: 1.0, "sqrt": np.sqrt}
+
+
+def standard(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    work: str = "wide",
+    scale: str = "rsqrt",
+    shift: bool = True,
+    fill=None,
+    guard: bool = True,
+    p_in_dtype: bool = False,
+    block: int | None = None,
+    rescale_o: bool = True,
+    rescale_l: bool = True,
+    log2e: float | None = None,
+    after_softmax: bool = False,
+    hide_nan: bool = False,
+    sinks=None,
+    **modifiers,
+):
+    """Attention with one switch per known mistake: scale "none" or "sqrt" (times sqrt(d)) for 1 / sqrt(d);
+    shift=False drops the max; fill writes masked scores as a value instead of excluding them; guard=False leaves a
+    max of -inf (nothing kept yet) and a zero sum unguarded; p_in_dtype rounds P to the 16-bit dtype before P V;
+    block runs it online over key blocks, rescale_o / rescale_l=False forgetting to rescale o or l when the max
+    grows; log2e computes exp as exp2 with that constant; after_softmax zeroes masked keys' weights after a softmax
+    over every key; hide_nan zeroes NaN outputs."""
+    d = q.dtype
+    w = working(d, work)
+    qw, kw, vw = (a.astype(w) for a in (q, k, v))
+    c = w.type(_SCALES[scale](w.type(q.shape[-1])))
+    with np.errstate(all="ignore"):
+        if block is None:
+            dense = (shift, fill, guard, p_in_dtype, log2e, after_softmax, sinks, modifiers)
+            o = _dense(qw, kw, vw, mask, c, w, d, *dense)
+        else:
+            o = _online(qw, kw, vw, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dtype, sinks, modifiers)
+        o = o.astype(d)
+        return np.where(np.isnan(o), np.zeros((), d), o) if hide_nan else o
+
+
+def _dense(q, k, v, mask, c, w, d, shift, fill, guard, p_in_dtype, log2e, after_softmax, sinks, modifiers):
+    s, keep = modified(matmul(q, np.swapaxes(k, -1, -2), w) * c, mask, **modifiers)
+    masked = None
+    if after_softmax:
+        keep, masked = None, keep
+    if fill is not None and keep is not None:
+        s, keep = np.where(keep, s, const(fill, d).astype(w)), None
+    kept = s if keep is None else np.where(keep, s, -np.inf)
+    m = kept.max(axis=-1, keepdims=True, initial=-np.inf) if shift else np.zeros(s.shape[:-1] + (1,), w)
+    z = None if sinks is None else np.broadcast_to(np.asarray(sinks).astype(w)[..., None, None], m.shape)
+    if z is not None and shift:
+        m = np.maximum(m, z)
+    if guard:
+        m = np.where(np.isneginf(m), np.zeros((), w), m)
+    e = exp2((kept - m) * w.type(log2e)) if log2e is not None else exp(kept - m)
+    total = dtype_sum(e) + (0 if z is None else exp(z - m))
+    p = np.where(total > 0, e / np.where(total > 0, total, 1), 0).astype(w) if guard else e / total
+    if masked is not None:
+        p = np.where(masked, p, np.zeros((), w))
+    if p_in_dtype:
+        p = p.astype(d).astype(w)
+    return matmul(p, v, w)
+
+
+def _online(q, k, v, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dtype, sinks, modifiers):
+    lq, lk = q.shape[-2], k.shape[-2]
+    shape = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]) + (lq,)
+    m, total = np.full(shape + (1,), -np.inf, w), np.zeros(shape + (1,), w)
+    if sinks is not None:
+        m = np.broadcast_to(np.asarray(sinks).astype(w)[..., None, None], m.shape).copy()
+        total = np.ones(shape + (1,), w)
+    acc = np.zeros(shape + (v.shape[-1],), w)
+    keep = np.ones(shape[:-1] + (lq, lk), bool) if mask is None else np.broadcast_to(mask, shape[:-1] + (lq, lk))
+    cap = modifiers.pop("softcap", None)
+    extra, limits = modified(np.zeros(shape[:-1] + (lq, lk), w), None, **modifiers) if modifiers else (None, None)
+    if limits is not None:
+        keep = keep & limits
+    for start in range(0, lk, block):
+        s = matmul(q, np.swapaxes(k[..., start : start + block, :], -1, -2), w) * c
+        if cap is not None:
+            s = w.type(cap) * tanh(s / w.type(cap))
+        if extra is not None:
+            s = s + extra[..., start : start + block]
+        s = np.where(keep[..., start : start + block], s, -np.inf)
+        new = np.maximum(m, s.max(axis=-1, keepdims=True))
+        safe = np.where(np.isfinite(new), new, 0) if guard else new
+        p = exp(s - safe)
+        correction = exp((np.where(np.isfinite(m), m, safe) if guard else m) - safe)
+        total = (total * correction if rescale_l else total) + dtype_sum(p)
+        pv = matmul(p.astype(d).astype(w) if p_in_dtype else p, v[..., start : start + block, :], w)
+        acc = (acc * correction if rescale_o else acc) + pv
+        m = new
+    return np.where(total > 0, acc / np.where(total > 0, total, 1), 0) if guard else acc / total
+
+
+def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
+    def call(switches):
+        def attend(q, k, v, mask=None, **modifiers):
+            return standard(q, k, v, mask, **switches, **modifiers)
+
+        return attend
+
+    return Model(
+        name, "attention", mistake, fix, tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
+    )
+
+
+def _each_work(bad: dict, good: dict | None = None) -> list:
+    good = {} if good is None else good
+    return [(label, {"work": work} | bad, {"work": work} | good) for label, work in WORK]
+
+
+def _online_variants(bad: dict) -> list:
+    return [
+        (f"key blocks of {block}, {label}", {"work": work, "block": block} | bad, {"work": work, "block": block})
+        for block in BLOCKS
+        for label, work in WORK
+    ]
+
+
+MODELS = [
+    _model(
+        "unscaled_scores",
+        "the scores q k^T are not multiplied by 1 / sqrt(d)",
+        "scale the scores by 1 / sqrt(d)",
+        _each_work({"scale": "none"}),
+    ),
+    _model(
+        "scaled_by_sqrt_d",
+        "the scores are multiplied by sqrt(d) instead of divided by it",
+        "scale the scores by 1 / sqrt(d), not sqrt(d)",
+        _each_work({"scale": "sqrt"}),
+    ),
+    _model(
+        "no_max_shift",
+        "exp(s) is taken without subtracting each query's largest score, so it overflows",
+        "subtract each query's largest score before exp",
+        _each_work({"shift": False}),
+    ),
+    _model(
+        "finite_fill",
+        "masked scores are filled with a finite value instead of being excluded, so scores near or below it lose "
+        "weight to masked keys and a query with no key averages v",
+        "exclude masked keys with where on the scores, and give a query with no key zeros",
+        [(f"fill {fill}", {"fill": fill}, {}) for fill in FILLS],
+    ),
+    _model(
+        "neginf_fill",
+        "masked scores are filled with -inf and nothing guards a query with no key: exp(-inf - -inf) / 0 is NaN",
+        "give a query with no key zeros: a max of -inf taken as 0, and the division guarded for a zero sum",
+        [("fill -inf", {"fill": -np.inf, "guard": False}, {})],
+    ),
+    _model(
+        "online_no_rescale_o",
+        "the online softmax does not rescale the output accumulator o by exp(m_old - m_new) when the max grows",
+        "multiply o by exp(m_old - m_new) whenever the running max grows, as l is",
+        _online_variants({"rescale_o": False}),
+    ),
+    _model(
+        "online_no_rescale_l",
+        "the online softmax does not rescale the running sum l by exp(m_old - m_new) when the max grows",
+        "multiply l by exp(m_old - m_new) whenever the running max grows, as o is",
+        _online_variants({"rescale_l": False}),
+    ),
+    _model(
+        "unguarded_running_max",
+        "the running max of a key block with nothing kept stays -inf, and exp(-inf - -inf) is NaN",
+        "take the running max as 0 while it is -inf (m_safe = where(m == -inf, 0, m)) and guard the final division",
+        _online_variants({"guard": False}),
+    ),
+    _model(
+        "in_dtype",
+        "the scores and the softmax are rounded to the 16-bit dtype",
+        "compute the scores, softmax and P V in float32 and round once",
+        [("everything in the dtype", {"work": "dtype"}, {})],
+    ),
+    _model(
+        "p_in_dtype",
+        "the weights P are rounded to the 16-bit dtype before the P V product",
+        "keep P in float32 for the P V product (or accept about one ulp per weight)",
+        [("dense", {"p_in_dtype": True}, {})]
+        + [(f"key blocks of {b}", {"block": b, "p_in_dtype": True}, {"block": b}) for b in BLOCKS],
+    ),
+    _model(
+        "short_log2e",
+        "exp is computed as exp2(t * log2(e)) with log2(e) rounded to a few digits",
+        "use log2(e) to the dtype's full precision (1.4426950408889634)",
+        [(f"log2(e) as {c}", {"log2e": c}, {"log2e": LOG2E}) for c in SHORT_LOG2E],
+    ),
+    _model(
+        "downcast",
+        "the computation runs in a narrower type than the audited dtype",
+        "compute in the audited dtype (no cast to a narrower type, no TF32 or bfloat16 matmul passes)",
+        [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
+    ),
+    _model(
+        "mask_after_softmax",
+        "the softmax is taken over every key and masked keys' weights zeroed afterwards, so the weights do not sum "
+        "to 1",
+        "mask the scores before the softmax (where, or -inf before the max and the sum)",
+        [("masked after", {"after_softmax": True}, {})],
+    ),
+    _model(
+        "nan_hidden",
+        "a NaN does not reach the output",
+        "let a NaN input give NaN: no nan_to_num on the output",
+        [("NaN outputs set to 0", {"hide_nan": True}, {})],
+    ),
+]

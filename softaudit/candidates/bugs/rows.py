@@ -1,0 +1,292 @@
+"""Bug models of the row kinds: softmax, log_softmax, logsumexp f(x, axis=-1) and masked_softmax f(x, mask, axis=-1).
+
+The standard algorithm (`standard`): the row max m over the kept entries (0 where nothing is kept), t = x - m,
+e = exp(t) where kept, the sum s (pairwise), then the kind's output from them: softmax e / s (zeros for a row with
+nothing kept), log_softmax t - log s, logsumexp m + log s. Each model flips one of its switches; the model's fix is
+the same call without it.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+from .._ops import const, dtype_sum, exp, exp2, log, log1p, rowwise, running_sum, work_dtype
+from . import Inapplicable, Model, Variant
+
+LOG2E = 1.4426950408889634
+#: log2(e) as people type it: four to eight significant digits.
+SHORT_LOG2E = (1.4427, 1.44269, 1.442695, 1.4426950)
+#: The fills people mask with (written in the dtype: -1e9 is -inf in float16).
+FILLS = (-1e4, -1e9, -1e30, "finfo_min", -65504.0)
+#: The key blocks of online and tiled kernels.
+BLOCKS = (16, 32, 64, 128, 256)
+#: Narrower types a kernel may compute in without saying so, per audited dtype.
+NARROWER = {"float64": ("float32",), "float32": ("float16", "bfloat16")}
+
+
+def working(dtype, work: str) -> np.dtype:
+    """The type a kernel computes in: "wide" (float32 for 16- and 8-bit dtypes, the dtype otherwise) or "dtype"
+    (the audited dtype itself; Inapplicable where that is the wide one, a variant already tried)."""
+    dtype = np.dtype(dtype)
+    if work == "dtype":
+        if work_dtype(dtype) == dtype:
+            raise Inapplicable("the dtype is its own working precision")
+        return dtype
+    if work == "wide":
+        return work_dtype(dtype)
+    wanted = np.dtype(getattr(ml_dtypes, work, None) or work)
+    if wanted.itemsize >= dtype.itemsize:
+        raise Inapplicable(f"{work} is not narrower than {dtype}")
+    return wanted
+
+
+def standard(
+    kind: str,
+    x,
+    mask=None,
+    *,
+    work: str = "wide",
+    shift: bool = True,
+    sum_in_dtype: bool = False,
+    running: bool = False,
+    block: int | None = None,
+    rescale: bool = True,
+    log2e: float | None = None,
+    fill=None,
+    log1p_form: bool = False,
+    log_of_p: bool = False,
+    add_max: bool = True,
+    hide_nan: str = "",
+    flush: bool = False,
+    after_softmax: bool = False,
+):
+    """The row kinds' standard algorithm on rows x (the last axis), with one switch per known mistake:
+    shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype; running sums one term at a time; block
+    with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
+    exp(t) as exp2(t * log2e) with that constant; fill replaces masked entries by a value (written in the dtype)
+    instead of excluding them; after_softmax zeroes masked entries after a softmax over the whole row; log1p_form
+    takes log s as log1p of the sum without the max's term (the fix of a log of a sum near 1); log_of_p gives
+    log_softmax as log(softmax); add_max=False forgets logsumexp's m; hide_nan "input" treats a NaN entry as masked,
+    "output" zeroes NaN outputs; flush zeroes subnormal outputs."""
+    d = x.dtype
+    w = working(d, work)
+    if sum_in_dtype and work_dtype(d) == d:
+        raise Inapplicable("the dtype is its own working precision")
+    xw = x.astype(w)
+    keep = None if mask is None else np.asarray(mask, bool)
+    if hide_nan == "input":
+        keep = ~np.isnan(xw) if keep is None else keep & ~np.isnan(xw)
+    if after_softmax:
+        keep, masked = None, keep
+    if fill is not None and keep is not None:
+        xw, keep = np.where(keep, xw, const(fill, d).astype(w)), None
+    kept_x = xw if keep is None else np.where(keep, xw, -np.inf)
+    if shift:
+        m = kept_x.max(axis=-1, keepdims=True, initial=-np.inf)
+        m = np.where(np.isneginf(m), np.zeros((), w), m)
+    else:
+        m = np.zeros(x.shape[:-1] + (1,), w)
+    t = kept_x - m
+    e = exp2(t * w.type(log2e)) if log2e is not None else exp(t)
+    if block is not None:
+        s = _online_sum(kept_x, block, rescale, w)
+    else:
+        terms = e.astype(d) if sum_in_dtype else e
+        s = (running_sum(terms) if running else dtype_sum(terms)).astype(w)
+    if log1p_form:
+        first = np.argmax(t == 0, axis=-1)[..., None]  # (the max's own term, exp(0) = 1)
+        rest = e.copy()
+        np.put_along_axis(rest, first, 0, axis=-1)
+        log_s = log1p(running_sum(rest) if running else dtype_sum(rest))
+    else:
+        log_s = log(s)
+    if kind in ("softmax", "masked_softmax"):
+        out = e / s
+        if keep is not None:
+            out = np.where(keep.any(axis=-1, keepdims=True), out, np.zeros((), w))
+        if after_softmax and masked is not None:
+            out = np.where(masked, out, np.zeros((), w))
+    elif kind == "log_softmax":
+        out = log(e / s) if log_of_p else t - log_s
+    else:
+        out = ((m + log_s) if add_max else log_s)[..., 0]
+    out = out.astype(d)
+    if hide_nan == "output":
+        out = np.where(np.isnan(out), np.zeros((), d), out)
+    if flush:
+        tiny = np.array(ml_dtypes.finfo(d).smallest_normal, d)
+        out = np.where(np.abs(out) < tiny, np.zeros((), d), out)
+    return out
+
+
+def _online_sum(x, block: int, rescale: bool, w):
+    """The online (streaming) sum of exp(x - m) over blocks of `block`, m the running max, rescaled by
+    exp(m_old - m_new) when the max grows (rescale=False: not), then rescaled once to the row's max."""
+    shape = x.shape[:-1] + (1,)
+    m, s = np.full(shape, -np.inf, w), np.zeros(shape, w)
+    for start in range(0, x.shape[-1], block):
+        part = x[..., start : start + block]
+        new = np.maximum(m, part.max(axis=-1, keepdims=True))
+        safe = np.where(np.isneginf(new), np.zeros((), w), new)
+        kept = s * exp(np.where(np.isneginf(m), safe, m) - safe) if rescale else s
+        s = kept + dtype_sum(exp(part - safe))
+        m = new
+    final = x.max(axis=-1, keepdims=True, initial=-np.inf)
+    return s * exp(np.where(np.isneginf(m), 0, m) - np.where(np.isneginf(final), 0, final)) if rescale else s
+
+
+def _function(kind: str, switches: dict):
+    """A function with the kind's calling convention running `standard` with these switches."""
+    if kind == "masked_softmax":
+
+        def masked(x, mask):
+            return standard(kind, x, mask, **switches)
+
+        return rowwise(masked)
+
+    def plain(x):
+        return standard(kind, x, None, **switches)
+
+    return rowwise(plain)
+
+
+def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes: list[tuple[str, dict, dict]]) -> list[Model]:
+    """One Model per kind, its variants (label, the buggy switches, the switches of its fix) run by `standard`."""
+    return [
+        Model(
+            name,
+            kind,
+            mistake,
+            fix,
+            tuple(Variant(label, _function(kind, bad), _function(kind, good)) for label, bad, good in mistakes),
+        )
+        for kind in kinds
+    ]
+
+
+ROWS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
+WORK = (("float32 for 16-bit inputs", "wide"), ("in the dtype", "dtype"))
+
+
+def _each_work(bad: dict, good: dict | None = None) -> list[tuple[str, dict, dict]]:
+    good = {} if good is None else good
+    return [(label, {"work": work} | bad, {"work": work} | good) for label, work in WORK]
+
+
+MODELS = [
+    *_model(
+        "no_max_shift",
+        ROWS,
+        "exp(x) is taken without subtracting the row max, so it overflows (or every term underflows)",
+        "subtract the row max before exp",
+        _each_work({"shift": False}),
+    ),
+    *_model(
+        "sum_in_dtype",
+        ROWS,
+        "the exponentials are summed in the 16-bit dtype",
+        "accumulate the sum in float32",
+        [
+            (f"{how}, exp {label}", {"work": work, "sum_in_dtype": True, "running": running}, {"work": work})
+            for label, work in WORK
+            for how, running in (("pairwise", False), ("one term at a time", True))
+        ],
+    ),
+    *_model(
+        "running_sum",
+        ROWS,
+        "the row's sum is taken one term at a time in the working precision (recursive summation), whose error "
+        "grows with the row's length",
+        "sum pairwise (a tree reduction) or accumulate in a wider type",
+        _each_work({"running": True}),
+    ),
+    *_model(
+        "online_no_rescale",
+        ROWS,
+        "an online sum over blocks does not rescale its running sum by exp(m_old - m_new) when the max grows",
+        "multiply the running sum by exp(m_old - m_new) whenever the running max grows",
+        [
+            (f"blocks of {block}, {label}", {"work": work, "block": block, "rescale": False}, {"work": work})
+            for block in BLOCKS
+            for label, work in WORK
+        ],
+    ),
+    *_model(
+        "short_log2e",
+        ROWS,
+        "exp is computed as exp2(t * log2(e)) with log2(e) rounded to a few digits",
+        "use log2(e) to the dtype's full precision (1.4426950408889634)",
+        [(f"log2(e) as {c}", {"log2e": c}, {"log2e": LOG2E}) for c in SHORT_LOG2E],
+    ),
+    *_model(
+        "downcast",
+        ROWS,
+        "the computation runs in a narrower type than the audited dtype",
+        "compute in the audited dtype (no cast to a narrower type on the way)",
+        [(f"in {narrow}", {"work": narrow}, {}) for narrow in ("float32", "float16", "bfloat16")],
+    ),
+    *_model(
+        "nan_hidden",
+        ROWS,
+        "a NaN input does not reach the output",
+        "let a NaN input give NaN: no nan_to_num, no max or where that skips it",
+        [
+            ("NaN entries treated as masked", {"hide_nan": "input"}, {}),
+            ("NaN outputs set to 0", {"hide_nan": "output"}, {}),
+        ],
+    ),
+    *_model(
+        "flush_to_zero",
+        ROWS,
+        "results below the normal range come out 0 (a flush to zero)",
+        "keep gradual underflow: no FTZ/DAZ mode, no exp that flushes",
+        [("subnormal outputs flushed", {"flush": True}, {})],
+    ),
+    *_model(
+        "log_of_softmax",
+        ("log_softmax",),
+        "log_softmax is computed as log(softmax(x)), so probabilities that underflow give -inf and small ones lose "
+        "their digits",
+        "compute (x - max) - log(sum(exp(x - max))) directly",
+        _each_work({"log_of_p": True}),
+    ),
+    *_model(
+        "log_of_sum_near_1",
+        ("log_softmax", "logsumexp"),
+        "log(s) of a sum s that rounds to 1 next to a dominant entry loses the result (it is below u)",
+        "take log1p of the sum without the max's term (Blanchard, Higham & Higham 2021)",
+        _each_work({}, {"log1p_form": True}),
+    ),
+    *_model(
+        "max_not_added",
+        ("logsumexp",),
+        "the row max subtracted before exp is not added back: log(sum(exp(x - max))) is returned",
+        "return max + log(sum(exp(x - max)))",
+        _each_work({"add_max": False}),
+    ),
+    *_model(
+        "finite_fill",
+        ("masked_softmax",),
+        "masked entries are filled with a finite value instead of being excluded, so kept logits near or below it "
+        "lose probability to them and a fully masked row comes out uniform",
+        "exclude masked entries with where (max over kept entries, exp only where kept) and give a row with nothing "
+        "kept zeros",
+        [(f"fill {fill}", {"fill": fill}, {}) for fill in FILLS],
+    ),
+    *_model(
+        "neginf_fill",
+        ("masked_softmax",),
+        "masked entries are filled with -inf, so a fully masked row is exp(-inf - -inf) = NaN",
+        "give a row with nothing kept zeros: where over the kept entries and a division guarded for a zero sum",
+        [("fill -inf", {"fill": -np.inf}, {})],
+    ),
+    *_model(
+        "mask_after_softmax",
+        ("masked_softmax",),
+        "the softmax is taken over the whole row and the masked entries zeroed afterwards, so the kept ones do not "
+        "sum to 1",
+        "mask before the softmax: exclude masked entries from the max and the sum",
+        [("masked after", {"after_softmax": True}, {})],
+    ),
+]

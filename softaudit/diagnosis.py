@@ -1,0 +1,183 @@
+"""Diagnosis: the cause of a failing or warning row, named only where a bug model reproduces the candidate's output.
+
+A bug model (softaudit.candidates.bugs) is a kind's standard algorithm with one known mistake, beside the same
+algorithm without it. On the row's worst case (the case of its first NaN or inf, or of its worst element) each
+variant of each model of the kind is run, and a model is named where
+
+1. its output has the candidate's NaN and infinities, element for element, and its fix's has the exact result's;
+2. for an error without events, its output is within a quarter of the candidate's error of the candidate's output
+   (both in units of the conditioning, as max_cond_err reads), and its fix within half of it of the exact result;
+   for an event, the finite outputs agree within the row's fail line or a quarter of the candidate's finite error;
+3. a masked entry's output agrees with the candidate's to within 2**-(p / 2) of its size, so a leak is reproduced
+   by a leak.
+
+Several models may pass: the closest is named and the others listed. Where none passes the row is "unexplained":
+its note describes the error (a constant ratio to the exact value, NaN where the result is defined, ...) and it gets
+no fix. The magnitude bands of softaudit/causes.py still describe the worst element; they no longer choose a fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from . import kinds
+from .candidates.bugs import Inapplicable, models
+from .reference import Format
+
+#: A model reproduces an error when its output is within this share of the error of the candidate's output.
+REPRODUCES = 0.25
+#: Its fix does not have the error when the fix's output is within this share of the error of the exact result.
+FIXED = 0.5
+#: The findings that are not a bug model's: the reruns measure them directly (softaudit/reproducibility.py).
+MEASURED = ("nondeterministic", "batch_variant", "split_variant")
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """What diagnosis found for a row: the finding's name (a model's, or "unexplained"), its fix (the model's;
+    "" where unexplained), the sentence for the note, and the other models that reproduce the output too."""
+
+    name: str
+    fix: str = ""
+    text: str = ""
+    also: tuple[str, ...] = ()
+
+
+UNEXPLAINED = "unexplained"
+
+
+def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: float) -> Finding:
+    """The finding for the candidate's `outputs` on the prepared case `pc` (the whole case: every output), judged
+    on output `index`, for a row whose fail line is `fail_line` (in units of the conditioning)."""
+    entry = kinds.get(kind)
+    basis = pc.output(index).basis
+    y = np.asarray(outputs[index])
+    exact = _exact(basis)
+    own = _compare(y, exact, basis, fmt)
+    args, kwargs = entry.call_arguments(pc.inputs, pc.mask)
+    kwargs |= dict(pc.case.options)
+    found = []
+    for model in models(kind):
+        best = None
+        for variant in model.variants:
+            m = _call(variant.buggy, args, kwargs, index)
+            if m is None or m.size != y.size:  # (a mean may come as () or (1,): the audit reads its size)
+                continue
+            d = _reproduces(y, m, own, basis, fmt, fail_line)
+            if d is None or (best is not None and d >= best[0]):
+                continue
+            f = _call(variant.fixed, args, kwargs, index)
+            if f is None or f.size != y.size or not _is_fixed(f, exact, own, basis, fmt):
+                continue
+            best = (d, variant.label)
+        if best is not None:
+            found.append((best[0], model, best[1]))
+    if not found:
+        why = describe(y, exact, basis)
+        return Finding(UNEXPLAINED, "", f"{UNEXPLAINED}: no bug model reproduces the output; {why}")
+    found.sort(key=lambda f: f[0])
+    d, model, label = found[0]
+    also = tuple(dict.fromkeys(m.name for _, m, _ in found[1:] if m.name != model.name))
+    others = f" (also reproduced by: {', '.join(also)})" if also else ""
+    text = f"{model.name}: {model.mistake} (a model of it, {label}, reproduces the output{others})"
+    return Finding(model.name, model.fix, text, also)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Compared:
+    """Two outputs side by side: whether their NaN and infinities are at the same elements, and the largest
+    distance of their finite compared elements in units of the conditioning (NaN where none is compared)."""
+
+    same_events: bool
+    distance: float
+    masked_apart: bool
+
+
+def _compare(a: np.ndarray, b: np.ndarray, basis, fmt: Format) -> _Compared:
+    a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+    same = all(bool((test(a) == test(b)).all()) for test in (np.isnan, np.isposinf, np.isneginf))
+    finite = np.isfinite(a) & np.isfinite(b)
+    inv = np.zeros(a.shape) if basis.inv_scale is None else np.asarray(basis.inv_scale, np.float64).reshape(-1)
+    compared = finite & (inv > 0)
+    with np.errstate(all="ignore"):
+        far = np.abs(a - b)[compared] * inv[compared]
+        distance = float(far.max() * 2.0**fmt.precision) if far.size else math.nan
+        rest = finite & ~compared
+        size = np.maximum(np.maximum(np.abs(a), np.abs(b)), math.ldexp(1.0, max(fmt.emin, -1074)))
+        apart = bool((np.abs(a - b)[rest] > size[rest] * 2.0 ** (-fmt.precision / 2)).any()) if rest.any() else False
+    return _Compared(same, distance, apart)
+
+
+def _exact(basis) -> np.ndarray:
+    """The exact result where it is defined (hi + lo), the correctly rounded one's NaN and infinities elsewhere."""
+    exact = np.asarray(basis.hi, np.float64) + (0.0 if basis.lo is None else np.asarray(basis.lo, np.float64))
+    return np.where(np.isfinite(basis.rounded), exact, basis.rounded)
+
+
+def _reproduces(y, m, own: _Compared, basis, fmt: Format, fail_line: float) -> float | None:
+    """The distance of the model's output m from the candidate's y where m reproduces it (None where it does not)."""
+    c = _compare(y, m, basis, fmt)
+    if not c.same_events or c.masked_apart:
+        return None
+    error = 0.0 if math.isnan(own.distance) else own.distance
+    d = 0.0 if math.isnan(c.distance) else c.distance
+    if not own.same_events:  # (an event: its pattern is the evidence; the finite outputs must agree too)
+        return d if d <= max(fail_line, REPRODUCES * error) else None
+    if own.masked_apart:  # (a leak on masked entries: reproduced above; the kept ones must agree as well)
+        return d if d <= max(fail_line, REPRODUCES * error) else None
+    return d if error > 0 and d <= REPRODUCES * error else None
+
+
+def _is_fixed(f, exact, own: _Compared, basis, fmt: Format) -> bool:
+    """Whether the fix's output f lacks the candidate's error: the exact result's events, none of the candidate's
+    leak, and within FIXED of the candidate's error (or its fail line's worth where the error is an event)."""
+    c = _compare(f, exact, basis, fmt)
+    if not c.same_events or c.masked_apart:
+        return False
+    if not own.same_events or own.masked_apart:
+        return True
+    d = 0.0 if math.isnan(c.distance) else c.distance
+    return d <= FIXED * own.distance
+
+
+def _call(fn, args, kwargs, index: int) -> np.ndarray | None:
+    """A model's output `index` on the case (None where the variant does not apply or cannot run it)."""
+    try:
+        with np.errstate(all="ignore"):
+            out = fn(*args, **kwargs)
+    except (Inapplicable, TypeError, ValueError, IndexError, KeyError, FloatingPointError, ZeroDivisionError):
+        return None
+    out = out if isinstance(out, tuple) else (out,)
+    return np.asarray(out[index]) if index < len(out) else None
+
+
+def describe(y: np.ndarray, exact: np.ndarray, basis) -> str:
+    """The error in words, for an output no model reproduces: NaN or inf where the result is finite, a constant
+    ratio or offset to the exact value, or where the largest error is."""
+    y, exact = np.asarray(y, np.float64).reshape(-1), np.asarray(exact, np.float64).reshape(-1)
+    defined = np.isfinite(exact)
+    bad = defined & ~np.isfinite(y)
+    if bad.any():
+        what = "NaN" if np.isnan(y[bad]).any() else "inf"
+        return f"{what} at {int(bad.sum())} of {int(defined.sum())} elements where the exact result is finite"
+    compared = defined & (exact != 0) & np.isfinite(y)
+    if not compared.any():
+        return "nothing finite to compare"
+    ratio = y[compared] / exact[compared]
+    middle = float(np.median(ratio))
+    if middle != 0 and np.abs(ratio - middle).max() <= 1e-3 * abs(middle) and abs(middle - 1) > 1e-2:
+        return f"the output is {middle:.4g}x the exact value on every compared element"
+    offset = y[compared] - exact[compared]
+    off = float(np.median(offset))
+    if off != 0 and np.abs(offset - off).max() <= 1e-3 * abs(off) and compared.sum() > 1:
+        return f"the output is the exact value {off:+.4g} on every compared element"
+    worst = int(np.argmax(np.abs(offset)))
+    flat = int(np.flatnonzero(compared)[worst])
+    wrong = int((np.abs(offset) > 1e-3 * np.abs(exact[compared])).sum())
+    return (
+        f"{wrong} of {int(compared.sum())} compared elements are more than 0.1% off; the worst, element {flat}, is "
+        f"{y[flat]:.6g} where the exact value is {exact[flat]:.6g}"
+    )
