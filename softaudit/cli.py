@@ -592,7 +592,7 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
     baseline: the regressions). Quiet: only what made the run fail, and nothing when it passed. annotated: the
     GitHub annotations printed already carry each regression and its finding, so they are not printed again (and,
     when quiet, nothing is)."""
-    from .report import families_text, issues
+    from .report import issues, number
     from .results import row_key, summary_line
 
     if quiet and (annotated or not failed):
@@ -619,9 +619,11 @@ def _print_summary(result, comparison, written, verbose: bool, quiet: bool, fail
     shown = issues(table, acted_on)
     limit = None if verbose else 25
     for group in shown[:limit]:
+        families = len(group["families"])
         click.echo(
             f"{group['verdict'].upper():5s} {group['candidate']} {group['dtype']} "
-            f"({families_text(group['families'])}): {group['note']}"
+            f"({families} {'family' if families == 1 else 'families'}, worst {number(group['max_cond_err'])} x the "
+            f"conditioning): {group['why']}"
         )
         if group["fix"]:
             click.echo(f"      fix: {group['fix']}")

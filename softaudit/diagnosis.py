@@ -5,8 +5,9 @@ algorithm without it. On the row's worst case (the case of its first NaN or inf,
 variant of each model of the kind is run, and a model is named where
 
 1. its output has the candidate's NaN and infinities, element for element, and its fix's has the exact result's;
-2. for an error without events, its output is within a quarter of the candidate's error of the candidate's output
-   (both in units of the conditioning, as max_cond_err reads), and its fix within half of it of the exact result;
+2. for an error without events (at least 2 u of the conditioning scale), its output is within a quarter of the
+   candidate's error of the candidate's output (both in units of the conditioning, as max_cond_err reads), and its
+   fix within half of it of the exact result;
    for an event, the finite outputs agree within the row's fail line or a quarter of the candidate's finite error;
 3. a masked entry's output agrees with the candidate's to within 2**-(p / 2) of its size, so a leak is reproduced
    by a leak.
@@ -29,8 +30,14 @@ from .reference import Format
 
 #: A model reproduces an error when its output is within this share of the error of the candidate's output.
 REPRODUCES = 0.25
+#: An error without events is reproduced only where it is at least this many u of the conditioning scale: below,
+#: one rounding more or less (a sum in another order) is all that tells two algorithms apart.
+NOTICEABLE = 2.0
 #: Its fix does not have the error when the fix's output is within this share of the error of the exact result.
 FIXED = 0.5
+#: The cases of a row that are tried, at most: that of its first NaN or inf, that of its worst element, then the
+#: others in family order (an event found by a rule, a NaN input that vanished, has no element of its own).
+CASES = 6
 #: The findings that are not a bug model's: the reruns measure them directly (softaudit/reproducibility.py).
 MEASURED = ("nondeterministic", "batch_variant", "split_variant")
 
@@ -47,43 +54,58 @@ class Finding:
 
 
 UNEXPLAINED = "unexplained"
+#: Models whose outputs are within this factor of the closest one's distance are tied: the finding names each.
+TIED = 2.0
+_EPS = 1e-9
 
 
 def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: float) -> Finding:
     """The finding for the candidate's `outputs` on the prepared case `pc` (the whole case: every output), judged
-    on output `index`, for a row whose fail line is `fail_line` (in units of the conditioning)."""
+    on output `index`, for a row whose fail line is `fail_line` (in units of the conditioning). Where several
+    models reproduce the output equally, the finding names them all ("a or b"): another case may tell them apart
+    (`ambiguous`)."""
     entry = kinds.get(kind)
     basis = pc.output(index).basis
     y = np.asarray(outputs[index])
     exact = _exact(basis)
-    own = _compare(y, exact, basis, fmt)
+    error = _compare(y, exact, basis, fmt).distance
+    error = 0.0 if math.isnan(error) else error
     args, kwargs = entry.call_arguments(pc.inputs, pc.mask)
     kwargs |= dict(pc.case.options)
-    found = []
+    found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
     for model in models(kind):
-        best = None
+        best = (math.inf, [])
         for variant in model.variants:
             m = _call(variant.buggy, args, kwargs, index)
             if m is None or m.size != y.size:  # (a mean may come as () or (1,): the audit reads its size)
                 continue
-            d = _reproduces(y, m, own, basis, fmt, fail_line)
-            if d is None or (best is not None and d >= best[0]):
-                continue
             f = _call(variant.fixed, args, kwargs, index)
-            if f is None or f.size != y.size or not _is_fixed(f, exact, own, basis, fmt):
+            if f is None or f.size != y.size:
                 continue
-            best = (d, variant.label)
-        if best is not None:
+            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line)
+            if d is not None and d <= best[0]:
+                best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
+        if best[1]:
             found.append((best[0], model, best[1]))
     if not found:
         why = describe(y, exact, basis)
         return Finding(UNEXPLAINED, "", f"{UNEXPLAINED}: no bug model reproduces the output; {why}")
     found.sort(key=lambda f: f[0])
-    d, model, label = found[0]
-    also = tuple(dict.fromkeys(m.name for _, m, _ in found[1:] if m.name != model.name))
-    others = f" (also reproduced by: {', '.join(also)})" if also else ""
-    text = f"{model.name}: {model.mistake} (a model of it, {label}, reproduces the output{others})"
+    tied = [f for f in found if f[0] <= TIED * found[0][0] + _EPS]
+    if len(tied) > 1:
+        names = " or ".join(m.name for _, m, _ in tied)
+        mistakes = "; or ".join(m.mistake for _, m, _ in tied)
+        return Finding(names, " / ".join(m.fix for _, m, _ in tied), f"{names}: {mistakes} (each reproduces it)")
+    d, model, labels = found[0]
+    also = tuple(m.name for _, m, _ in found[1:])
+    others = f"; {', '.join(also)} reproduce it less closely" if also else ""
+    text = f"{model.name}: {model.mistake} (a model of it, {' or '.join(labels)}, reproduces the output{others})"
     return Finding(model.name, model.fix, text, also)
+
+
+def ambiguous(finding: Finding) -> bool:
+    """Whether a finding names several models that reproduce the output equally."""
+    return " or " in finding.name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +118,13 @@ class _Compared:
     masked_apart: bool
 
 
-def _compare(a: np.ndarray, b: np.ndarray, basis, fmt: Format) -> _Compared:
+def _compare(a: np.ndarray, b: np.ndarray, basis, fmt: Format, defined_only: bool = False) -> _Compared:
+    """a and b compared; defined_only: only where the exact result is defined (what a row with nothing to attend
+    or a NaN input must give is the policy's, judged by its own rules)."""
     a, b = np.asarray(a, np.float64).reshape(-1), np.asarray(b, np.float64).reshape(-1)
+    if defined_only:
+        defined = np.broadcast_to(np.asarray(basis.defined), np.shape(basis.rounded)).reshape(-1)
+        a, b = np.where(defined, a, 0.0), np.where(defined, b, 0.0)
     same = all(bool((test(a) == test(b)).all()) for test in (np.isnan, np.isposinf, np.isneginf))
     finite = np.isfinite(a) & np.isfinite(b)
     inv = np.zeros(a.shape) if basis.inv_scale is None else np.asarray(basis.inv_scale, np.float64).reshape(-1)
@@ -117,30 +144,22 @@ def _exact(basis) -> np.ndarray:
     return np.where(np.isfinite(basis.rounded), exact, basis.rounded)
 
 
-def _reproduces(y, m, own: _Compared, basis, fmt: Format, fail_line: float) -> float | None:
-    """The distance of the model's output m from the candidate's y where m reproduces it (None where it does not)."""
-    c = _compare(y, m, basis, fmt)
-    if not c.same_events or c.masked_apart:
+def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: float) -> float | None:
+    """The distance of the buggy model's output m from the candidate's y where the model reproduces y and its fix
+    f does not have y's error (None otherwise). The evidence is an event where y and f differ in their NaN and
+    infinities, or on masked entries (a leak); else an error of at least NOTICEABLE."""
+    with_model = _compare(y, m, basis, fmt)
+    if not with_model.same_events or with_model.masked_apart:
         return None
-    error = 0.0 if math.isnan(own.distance) else own.distance
-    d = 0.0 if math.isnan(c.distance) else c.distance
-    if not own.same_events:  # (an event: its pattern is the evidence; the finite outputs must agree too)
+    fixed = _compare(f, exact, basis, fmt, defined_only=True)
+    if not fixed.same_events or fixed.masked_apart:
+        return None
+    d = 0.0 if math.isnan(with_model.distance) else with_model.distance
+    with_fix = _compare(y, f, basis, fmt)
+    if not with_fix.same_events or with_fix.masked_apart:  # (an event: its pattern is the evidence)
         return d if d <= max(fail_line, REPRODUCES * error) else None
-    if own.masked_apart:  # (a leak on masked entries: reproduced above; the kept ones must agree as well)
-        return d if d <= max(fail_line, REPRODUCES * error) else None
-    return d if error > 0 and d <= REPRODUCES * error else None
-
-
-def _is_fixed(f, exact, own: _Compared, basis, fmt: Format) -> bool:
-    """Whether the fix's output f lacks the candidate's error: the exact result's events, none of the candidate's
-    leak, and within FIXED of the candidate's error (or its fail line's worth where the error is an event)."""
-    c = _compare(f, exact, basis, fmt)
-    if not c.same_events or c.masked_apart:
-        return False
-    if not own.same_events or own.masked_apart:
-        return True
-    d = 0.0 if math.isnan(c.distance) else c.distance
-    return d <= FIXED * own.distance
+    off = 0.0 if math.isnan(fixed.distance) else fixed.distance
+    return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
 
 
 def _call(fn, args, kwargs, index: int) -> np.ndarray | None:

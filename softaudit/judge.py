@@ -127,17 +127,25 @@ def _without_guesses(text: str, pattern: str, record) -> str:
 
 
 def _finding(kind, fmt, fam, outputs, index, tally, row, verdict, cause) -> tuple[str, str, str]:
-    """(finding, fix, the note's sentence) of a judged row: a warn or fail is diagnosed on its worst case (that of
-    its first NaN or inf, else of its worst element) by the kind's bug models (softaudit/diagnosis.py); what the
-    reruns measured (a nondeterministic or batch-variant row) is its own finding, with its known fix."""
+    """(finding, fix, the note's sentence) of a judged row: a warn or fail is diagnosed by the kind's bug models
+    (softaudit/diagnosis.py) on its cases, first that of its first NaN or inf and that of its worst element, until
+    one model reproduces the output on one; what the reruns measured (a nondeterministic or batch-variant row) is
+    its own finding, with its known fix."""
     if verdict not in ("warn", "fail"):
         return "", "", ""
     if cause in diagnosis.MEASURED:
         return cause, causes.fix(cause, kind), ""
-    at = tally.event_at or (tally.worst[1:3] if tally.worst is not None else None)
-    if at is None or at[0] not in outputs:
+    first = [at[0] for at in (tally.event_at, tally.worst and tally.worst[1:3]) if at]
+    order = list(dict.fromkeys([*first, *sorted(outputs)]))[: diagnosis.CASES]
+    found = None
+    for case in order:
+        tried = diagnosis.diagnose(kind, fmt, fam.prepared[case], outputs[case], index, row["fail_above"])
+        if tried.name != diagnosis.UNEXPLAINED and not diagnosis.ambiguous(tried):
+            return tried.name, tried.fix, tried.text
+        if found is None or (found.name == diagnosis.UNEXPLAINED and tried.name != diagnosis.UNEXPLAINED):
+            found = tried  # (the first case's description where no model explains any; else the first tie)
+    if found is None:
         return diagnosis.UNEXPLAINED, "", ""
-    found = diagnosis.diagnose(kind, fmt, fam.prepared[at[0]], outputs[at[0]], index, row["fail_above"])
     return found.name, found.fix, found.text
 
 

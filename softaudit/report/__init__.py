@@ -11,6 +11,7 @@ from ._files import platform_key as platform_key
 from ._files import versions as versions
 from ._findings import families_text as families_text
 from ._findings import issues as issues
+from ._findings import number as number
 from .github import annotations as annotations
 from .html import report_html
 from .hunt_tables import hunt_csv, hunt_md
@@ -56,6 +57,7 @@ __all__ = [
     "hunt_table",
     "issues",
     "machine",
+    "number",
     "platform_key",
     "summary",
     "versions",

@@ -1,8 +1,9 @@
 """What every report says about the rows: the interrupted banner, the verdict matrix, and the rows to act on
 (the counts line is `softaudit.results.summary_line`).
 
-Rows to act on (warn, fail, error) are grouped by candidate, dtype, verdict and cause, so one idiom failing on
-eight families reads as one finding with its families listed, its worst numbers, its note and its known fix.
+Rows to act on (warn, fail, error) are grouped into findings, one per bug: the rows one bug model explains
+(softaudit/diagnosis.py) are one finding with its dtypes and families listed, its worst numbers, its note and its
+fix; the rows none explains are grouped by candidate, dtype, verdict and cause.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ import math
 
 #: Verdicts from the most to the least severe: a group or a matrix cell shows the first one present.
 ORDER = ("error", "fail", "warn", "skip", "pass")
-#: What `issues` groups the rows by, and the columns it reads ("output" and "fix" where the table has them).
+#: What `issues` groups the rows no bug model explains by, and the columns it reads ("output", "finding" and "fix"
+#: where the table has them).
 _KEYS = ("candidate", "dtype", "verdict", "cause")
-_COLUMNS = (*_KEYS, "family", "max_cond_err", "max_ulp", "note", "fix", "output")
+_COLUMNS = (*_KEYS, "finding", "family", "max_cond_err", "max_ulp", "note", "fix", "output")
 
 
 def interrupted_line(result) -> str:
@@ -60,18 +62,21 @@ def cell_text(verdict: str, counts: dict, total: int, names=None) -> str:
 
 
 def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
-    """The rows with these verdicts, grouped by (candidate, dtype, verdict, cause), most severe first.
+    """The rows with these verdicts as findings, most severe first: one per bug.
 
-    Each group: candidate, dtype, verdict, cause, families (in table order, each once), max_cond_err and max_ulp
-    (the largest over its rows, NaN where nothing was compared), note (that of the row with the largest error,
-    which it names first where the group has several rows, since its numbers are that row's) and fix.
+    Rows a bug model explains (the `finding` column, softaudit/diagnosis.py) are one finding per candidate and
+    model, whatever their dtypes and families; the others (unexplained, error) are grouped by candidate, dtype,
+    verdict and cause. Each: candidate, dtype (the dtypes, comma-separated), verdict (the most severe), cause (the
+    finding's name, else the row's cause), families (in table order, each once), max_cond_err and max_ulp (the
+    largest over its rows, NaN where nothing was compared), why (the finding's sentence, one line), note (that of
+    the row with the largest error, which it names first where the group has several rows) and fix.
     """
     # grouped in Python over the rows as dicts: per-group pandas calls took 0.27 s for the main job's 320 groups,
     # and the CLI's summary, summary.md and report.html each ask
     rows = table[table.verdict.isin(verdicts)]
-    found: dict = {}  # (candidate, dtype, verdict, cause) -> its rows, in the table's order (groupby's sort=False)
+    found: dict = {}  # group key -> its rows, in the table's order (groupby's sort=False)
     for row in rows[[c for c in _COLUMNS if c in rows]].to_dict(orient="records"):
-        found.setdefault(tuple(_na(row[k]) for k in _KEYS), []).append(row)
+        found.setdefault(_group_key(row), []).append(row)
     groups = []
     for group in found.values():
         first = group[0]
@@ -79,20 +84,32 @@ def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
         compared = [i for i, e in enumerate(errors) if not math.isnan(e)]
         # the first row of the largest error, as idxmax picks it
         lead = group[max(compared, key=errors.__getitem__)] if compared else first
+        finding = _text(first.get("finding"))
+        note = _lead_note(lead, len(group))
         groups.append(
             {
                 "candidate": first["candidate"],
-                "dtype": first["dtype"],
-                "verdict": first["verdict"],
-                "cause": _text(first["cause"]),
+                "dtype": ", ".join(dict.fromkeys(row["dtype"] for row in group)),
+                "verdict": min((row["verdict"] for row in group), key=ORDER.index),
+                "cause": finding if finding else _text(first["cause"]),
                 "families": list(dict.fromkeys(row["family"] for row in group)),
                 "max_cond_err": _max(errors),
                 "max_ulp": _max([_float(row["max_ulp"]) for row in group]),
-                "note": _lead_note(lead, len(group)),
+                "why": _text(lead["note"]).split("; ")[0] if finding else note,
+                "note": note,
                 "fix": _text(lead.get("fix")),
             }
         )
     return sorted(groups, key=lambda g: ORDER.index(g["verdict"]))
+
+
+def _group_key(row: dict) -> tuple:
+    """A finding a bug model names is one group per candidate; other rows group by candidate, dtype, verdict and
+    cause."""
+    finding = _na(row.get("finding"))
+    if finding and finding != "unexplained":
+        return (row["candidate"], finding)
+    return (*(_na(row[k]) for k in _KEYS), finding)
 
 
 def families_text(families: list, most: int = 4) -> str:

@@ -63,16 +63,23 @@ def _fix_table(table) -> str:
         f"<tr class='{g['verdict']}'><td>{g['verdict']}</td><td>{escape(g['candidate'])}</td>"
         f"<td>{escape(g['dtype'])}</td><td>{escape(families_text(g['families'], 6))}</td>"
         f"<td>{number(g['max_cond_err'])}</td><td>{number(g['max_ulp'])}</td>"
-        f"<td>{escape(g['note'])}</td><td>{escape(g['fix'])}</td></tr>"
+        f"<td>{_why(g)}</td><td>{escape(g['fix'])}</td></tr>"
         for g in found
     )
     return (
         "<table id='fix'><tr><th>verdict</th><th>candidate</th><th>dtype</th><th>families</th><th>error</th>"
-        f"<th>max ulp</th><th>why</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
+        f"<th>max ulp</th><th>cause</th><th>fix</th></tr>{body}</table><p class='small'>error: max |y - exact| / "
         "(u x scale), the error against the problem's conditioning; fail = a defect (an event, or past both "
         "2 x every standard algorithm in the dtype and a quarter of the dtype's bits), warn = sound but below best "
         "practice (docs/policy.md).</p>"
     )
+
+
+def _why(group: dict) -> str:
+    """A finding's cause in one line, its whole note (measures, bounds, the worst element) a click away."""
+    if group["why"] == group["note"]:
+        return escape(group["note"])
+    return f"{escape(group['why'])}<details><summary>detail</summary>{escape(group['note'])}</details>"
 
 
 def _points(rows, param) -> dict:

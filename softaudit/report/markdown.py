@@ -44,7 +44,7 @@ def summary(result, comparison=None) -> str:
             "",
             "Error is max |y - exact| / (u x scale), the error against the problem's conditioning (docs/metrics.md).",
             "",
-            "| verdict | candidate | dtype | families | error | max ulp | why | fix |",
+            "| verdict | candidate | dtype | families | error | max ulp | cause | fix |",
             "|---|---|---|---|---|---|---|---|",
         ]
         rows = []
@@ -56,7 +56,7 @@ def summary(result, comparison=None) -> str:
                 families_text(g["families"]),
                 number(g["max_cond_err"]),
                 number(g["max_ulp"]),
-                g["note"],
+                g["why"],
                 g["fix"],
             ]
             rows.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells_) + " |")

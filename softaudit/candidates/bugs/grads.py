@@ -6,6 +6,8 @@ Each model flips one switch of `standard`; the fix is the same call without it.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .._ops import dtype_sum, rowwise, running_sum
 from . import Inapplicable, Model, Variant
 from .rows import WORK, working
@@ -23,10 +25,12 @@ def standard(
     swap_formula: bool = False,
     running: bool = False,
     in_dtype: bool = False,
+    hide_nan: bool = False,
 ):
     """The backward with one switch per known mistake: drop_delta forgets the <g, p> (or sum g) term; sum_g uses
     sum g for softmax's <g, p> (log_softmax's term in softmax's place); swap_formula computes the other kind's
-    gradient; running sums one term at a time; in_dtype rounds every step to the 16-bit dtype."""
+    gradient; running sums one term at a time; in_dtype rounds every step to the 16-bit dtype; hide_nan zeroes NaN
+    outputs."""
     d = x.dtype
     w = d if in_dtype else working(d, work)
     if in_dtype and working(d, "wide") == d:
@@ -40,7 +44,8 @@ def standard(
         out = p * gw if drop_delta else p * (gw - delta)
     else:
         out = gw if drop_delta else gw - p * total(gw)
-    return out.astype(d)
+    out = out.astype(d)
+    return np.where(np.isnan(out), np.zeros((), d), out) if hide_nan else out
 
 
 def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes) -> list[Model]:
@@ -89,6 +94,13 @@ MODELS = [
         "every step of the backward is rounded to the 16-bit dtype",
         "compute p, the dot product and dx in float32 and round once",
         [("in the dtype", {"in_dtype": True}, {})],
+    ),
+    *_model(
+        "nan_hidden",
+        GRADS,
+        "a NaN input does not reach the gradient",
+        "let a NaN input give NaN: no nan_to_num on the gradient",
+        [("NaN outputs set to 0", {"hide_nan": True}, {})],
     ),
     *_model(
         "running_sum",

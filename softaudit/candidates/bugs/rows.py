@@ -15,8 +15,10 @@ from .._ops import const, dtype_sum, exp, exp2, log, log1p, rowwise, running_sum
 from . import Inapplicable, Model, Variant
 
 LOG2E = 1.4426950408889634
-#: log2(e) as people type it: four to eight significant digits.
+LN2 = 0.6931471805599453
+#: log2(e) and ln(2) as people type them: four to eight significant digits.
 SHORT_LOG2E = (1.4427, 1.44269, 1.442695, 1.4426950)
+SHORT_LN2 = (0.6931, 0.69315, 0.693147, 0.6931472)
 #: The fills people mask with (written in the dtype: -1e9 is -inf in float16).
 FILLS = (-1e4, -1e9, -1e30, "finfo_min", -65504.0)
 #: The key blocks of online and tiled kernels.
@@ -53,7 +55,9 @@ def standard(
     block: int | None = None,
     rescale: bool = True,
     log2e: float | None = None,
+    ln2: float | None = None,
     fill=None,
+    sum_over_masked: bool = False,
     log1p_form: bool = False,
     log_of_p: bool = False,
     add_max: bool = True,
@@ -62,13 +66,14 @@ def standard(
     after_softmax: bool = False,
 ):
     """The row kinds' standard algorithm on rows x (the last axis), with one switch per known mistake:
-    shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype; running sums one term at a time; block
-    with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
-    exp(t) as exp2(t * log2e) with that constant; fill replaces masked entries by a value (written in the dtype)
-    instead of excluding them; after_softmax zeroes masked entries after a softmax over the whole row; log1p_form
-    takes log s as log1p of the sum without the max's term (the fix of a log of a sum near 1); log_of_p gives
-    log_softmax as log(softmax); add_max=False forgets logsumexp's m; hide_nan "input" treats a NaN entry as masked,
-    "output" zeroes NaN outputs; flush zeroes subnormal outputs."""
+    shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype; running sums one term at a time;
+    block with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
+    exp(t) as exp2(t * log2e) with that constant, ln2 exp(t) as exp2(t / ln2) and log(s) as log2(s) ln2;
+    sum_over_masked sums every entry's exp, masked ones too; fill replaces masked entries by a value (written in
+    the dtype) instead of excluding them; after_softmax zeroes masked entries after a softmax over the whole row;
+    log1p_form takes log s as log1p of the sum without the max's term (the fix of a log of a sum near 1); log_of_p
+    gives log_softmax as log(softmax); add_max=False forgets logsumexp's m; hide_nan "input" treats a NaN entry as
+    masked, "output" zeroes NaN outputs; flush zeroes subnormal outputs."""
     d = x.dtype
     w = working(d, work)
     if sum_in_dtype and work_dtype(d) == d:
@@ -88,17 +93,26 @@ def standard(
     else:
         m = np.zeros(x.shape[:-1] + (1,), w)
     t = kept_x - m
-    e = exp2(t * w.type(log2e)) if log2e is not None else exp(t)
+    if log2e is not None:
+        e = exp2(t * w.type(log2e))
+    elif ln2 is not None:
+        e = exp2(t / w.type(ln2))
+    else:
+        e = exp(t)
     if block is not None:
         s = _online_sum(kept_x, block, rescale, w)
     else:
         terms = e.astype(d) if sum_in_dtype else e
+        if sum_over_masked and keep is not None:
+            terms = exp(xw - m).astype(terms.dtype)
         s = (running_sum(terms) if running else dtype_sum(terms)).astype(w)
     if log1p_form:
         first = np.argmax(t == 0, axis=-1)[..., None]  # (the max's own term, exp(0) = 1)
         rest = e.copy()
         np.put_along_axis(rest, first, 0, axis=-1)
         log_s = log1p(running_sum(rest) if running else dtype_sum(rest))
+    elif ln2 is not None:
+        log_s = log(s) / w.type(LN2) * w.type(ln2)  # (log2(s) ln2, log2 itself exact to a rounding)
     else:
         log_s = log(s)
     if kind in ("softmax", "masked_softmax"):
@@ -183,14 +197,22 @@ MODELS = [
         _each_work({"shift": False}),
     ),
     *_model(
+        "in_dtype",
+        ROWS,
+        "every step is rounded to the 16-bit dtype (no upcast)",
+        "compute in float32 and round once",
+        [("pairwise sum in the dtype", {"work": "dtype"}, {})],
+    ),
+    *_model(
         "sum_in_dtype",
         ROWS,
         "the exponentials are summed in the 16-bit dtype",
         "accumulate the sum in float32",
         [
-            (f"{how}, exp {label}", {"work": work, "sum_in_dtype": True, "running": running}, {"work": work})
+            (f"{how}, exp {label}", {"work": work, "sum_in_dtype": True, "running": running}, {"work": "wide"})
             for label, work in WORK
             for how, running in (("pairwise", False), ("one term at a time", True))
+            if (work, running) != ("dtype", False)  # (that one is in_dtype)
         ],
     ),
     *_model(
@@ -199,7 +221,7 @@ MODELS = [
         "the row's sum is taken one term at a time in the working precision (recursive summation), whose error "
         "grows with the row's length",
         "sum pairwise (a tree reduction) or accumulate in a wider type",
-        _each_work({"running": True}),
+        [("float32 for 16-bit inputs", {"running": True}, {})],
     ),
     *_model(
         "online_no_rescale",
@@ -218,6 +240,13 @@ MODELS = [
         "exp is computed as exp2(t * log2(e)) with log2(e) rounded to a few digits",
         "use log2(e) to the dtype's full precision (1.4426950408889634)",
         [(f"log2(e) as {c}", {"log2e": c}, {"log2e": LOG2E}) for c in SHORT_LOG2E],
+    ),
+    *_model(
+        "short_ln2",
+        ROWS,
+        "exp is computed as exp2(t / ln 2) (or log as log2 times ln 2) with ln 2 rounded to a few digits",
+        "use ln 2 to the dtype's full precision (0.6931471805599453), or exp and log themselves",
+        [(f"ln 2 as {c}", {"ln2": c}, {"ln2": LN2}) for c in SHORT_LN2],
     ),
     *_model(
         "downcast",
@@ -284,9 +313,12 @@ MODELS = [
     *_model(
         "mask_after_softmax",
         ("masked_softmax",),
-        "the softmax is taken over the whole row and the masked entries zeroed afterwards, so the kept ones do not "
-        "sum to 1",
-        "mask before the softmax: exclude masked entries from the max and the sum",
-        [("masked after", {"after_softmax": True}, {})],
+        "the masked entries' exponentials stay in the sum (a softmax over the whole row with the masked entries "
+        "zeroed afterwards, or a sum over every entry), so the kept ones sum to less than 1",
+        "exclude masked entries from the sum as from the numerator: where(mask, exp(x - m), 0) before summing",
+        [
+            ("masked after the softmax", {"after_softmax": True}, {}),
+            ("masked entries in the sum", {"sum_over_masked": True}, {}),
+        ],
     ),
 ]

@@ -1,0 +1,78 @@
+"""The mistake each defect and trade-off of the verdict corpus (tests/test_verdict_corpus.py) makes, as the name of
+the bug model (softaudit.candidates.bugs) that is that mistake, written from each function's construction (its
+code and docstring), not from what softaudit says of it. None: no model of that mistake exists yet, so the only
+right answer is "unexplained".
+"""
+
+from . import attention, attention_grad, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
+
+MISTAKES = {
+    # softmax
+    softmax.float16_in_dtype: "in_dtype",
+    softmax.float16_reciprocal: "in_dtype",
+    softmax.exp_rounded_to_dtype: None,
+    softmax.log2e_truncated: "short_log2e",
+    softmax.ln2_truncated: "short_ln2",
+    softmax.running_sum_in_dtype: "sum_in_dtype",
+    softmax.bfloat16_numpy_sum: "sum_in_dtype",
+    softmax.unshifted: "no_max_shift",
+    softmax.float16_sum_overflow: "sum_in_dtype",
+    softmax.schraudolph_exp: None,
+    softmax.nan_to_num: "nan_hidden",
+    softmax.online_no_rescale: "online_no_rescale",
+    # log_softmax and logsumexp
+    log_softmax.ls_no_log1p: "log_of_sum_near_1",
+    log_softmax.ls_float16_in_dtype: "in_dtype",
+    log_softmax.ls_log_of_softmax: "log_of_softmax",
+    log_softmax.ls_unshifted: "no_max_shift",
+    log_softmax.ls_ln2_truncated: "short_ln2",
+    log_softmax.ls_float16_sum_overflow: "sum_in_dtype",
+    log_softmax.lse_float16_in_dtype: "in_dtype",
+    log_softmax.lse_unshifted: "no_max_shift",
+    log_softmax.lse_online_no_rescale: "online_no_rescale",
+    log_softmax.lse_running_sum_in_dtype: "sum_in_dtype",
+    log_softmax.lse_missing_max: "max_not_added",
+    # masked_softmax
+    masked.where_float16_in_dtype: "in_dtype",
+    masked.fill_neg1e4: "finite_fill",
+    masked.mask_after_softmax: "mask_after_softmax",
+    masked.sum_includes_masked: "mask_after_softmax",
+    masked.finfo_min_fill: "finite_fill",
+    masked.nan_to_num_masked: "nan_hidden",
+    # attention
+    attention.p_rounded_to_dtype: "p_in_dtype",
+    attention.softmax_in_dtype: "in_dtype",
+    attention.unscaled_scores: "unscaled_scores",
+    attention.times_sqrt_d: "scaled_by_sqrt_d",
+    attention.log2e_truncated: "short_log2e",
+    attention.fill_neg1e4: "finite_fill",
+    attention.tiled_unguarded_max: "unguarded_running_max",
+    attention.online_no_rescale: "online_no_rescale_l",
+    attention.mask_after_softmax: "mask_after_softmax",
+    # the softmax gradients
+    grads.sg_float16_in_dtype: "in_dtype",
+    grads.sg_p_times_g: "missing_delta",
+    grads.sg_sum_g_not_dot: "sum_g_for_dot",
+    grads.sg_nan_to_num: "nan_hidden",
+    grads.lsg_float16_in_dtype: "in_dtype",
+    grads.lsg_missing_p: None,
+    grads.lsg_softmax_formula: "other_kinds_formula",
+    grads.msg_float16_in_dtype: None,
+    grads.msg_no_mask_on_output: None,
+    grads.msg_dot_over_all: None,
+    grads.lseg_unnormalised: None,
+    grads.lseg_exp_x: None,
+    # attention's gradients, cross-entropy, attention_lse, merges
+    attention_grad.p_rounded_for_dv: None,
+    attention_grad.missing_delta: None,
+    attention_grad.dq_missing_scale: None,
+    attention_grad.scale_sqrt_d: None,
+    attention_grad.softcap_derivative_dropped: None,
+    sinks_grad.sink_sign_flipped: None,
+    sinks_grad.sink_d_without_sink: None,
+    new_kinds.ce_unshifted: "no_max_shift",
+    new_kinds.ce_z_loss_when_off: None,
+    new_kinds.ceg_p_in_dtype: None,
+    new_kinds.lse_plus_inf_for_no_key: None,
+    new_kinds.merge_unguarded: None,
+}
