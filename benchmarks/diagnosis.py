@@ -27,6 +27,19 @@ from tests.test_verdict_corpus import CORPUS, FAMILIES  # noqa: E402
 MARK = "<!-- diagnosis table: written by benchmarks/diagnosis.py --write -->"
 
 
+#: What a finding is against the mistake made: its model (right), several models that include it (tied),
+#: "unexplained", or another model (wrong).
+KINDS_OF_ANSWER = ("right", "tied", "unexplained", "wrong")
+
+
+def answer(finding: str, label: str | None) -> str:
+    if finding == label:
+        return "right"
+    if finding == "unexplained":
+        return "unexplained"
+    return "tied" if label in finding.split(" or ") else "wrong"
+
+
 def audit(entry):
     families = entry.fail_in or FAMILIES.get(entry.kind)
     return softaudit.audit(
@@ -50,12 +63,11 @@ def measure():
         label = MISTAKES[entry.fn]
         table = audit(entry)
         judged = table[table.verdict.isin(["fail", "warn"])]
-        counts = kinds.setdefault(entry.kind, {"rows": 0, "right": 0, "unexplained": 0, "wrong": 0})
+        counts = kinds.setdefault(entry.kind, dict.fromkeys(("rows", *KINDS_OF_ANSWER), 0))
         seen = {}
         for finding in judged.finding:
             counts["rows"] += 1
-            what = "right" if finding == label else "unexplained" if finding == "unexplained" else "wrong"
-            counts[what] += 1
+            counts[answer(finding, label)] += 1
             seen[finding] = seen.get(finding, 0) + 1
         entries.append((entry.kind, entry.fn.__name__, "/".join(entry.dtypes), label or "(none yet)", seen))
         print(f"{entry.kind:20s} {entry.fn.__name__:28s} {label or '-':22s} {seen}", flush=True)
@@ -64,10 +76,10 @@ def measure():
 
 def table(kinds: dict) -> list[str]:
     lines = [
-        "| kind | failing or warning rows | named right | unexplained | named wrong | named |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| kind | failing or warning rows | named right | tied with another | unexplained | named wrong | named |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    total = {"rows": 0, "right": 0, "unexplained": 0, "wrong": 0}
+    total = dict.fromkeys(("rows", *KINDS_OF_ANSWER), 0)
     for kind, c in kinds.items():
         lines.append(_line(kind, c))
         total = {k: total[k] + c[k] for k in total}
@@ -77,7 +89,7 @@ def table(kinds: dict) -> list[str]:
 
 def _line(kind: str, c: dict) -> str:
     named = f"{100 * c['right'] / c['rows']:.0f}%" if c["rows"] else "-"
-    return f"| {kind} | {c['rows']} | {c['right']} | {c['unexplained']} | {c['wrong']} | {named} |"
+    return f"| {kind} | {c['rows']} | {c['right']} | {c['tied']} | {c['unexplained']} | {c['wrong']} | {named} |"
 
 
 def write(lines: list[str], entries: list, seconds: float) -> None:

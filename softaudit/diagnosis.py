@@ -4,11 +4,13 @@ A bug model (softaudit.candidates.bugs) is a kind's standard algorithm with one 
 algorithm without it. On the row's worst case (the case of its first NaN or inf, or of its worst element) each
 variant of each model of the kind is run, and a model is named where
 
-1. its output has the candidate's NaN and infinities, element for element, and its fix's has the exact result's;
-2. for an error without events (at least 2 u of the conditioning scale), its output is within a quarter of the
-   candidate's error of the candidate's output (both in units of the conditioning, as max_cond_err reads), and its
-   fix within half of it of the exact result;
-   for an event, the finite outputs agree within the row's fail line or a quarter of the candidate's finite error;
+1. its output has the candidate's NaN and infinities, element for element, and its fix's has the exact result's
+   (where that is defined: what an undefined row gives is the policy's rules');
+2. where the candidate and the fix differ by an event (NaN, infinities, a leak onto masked entries, zeros where the
+   exact result is not 0, which the model has exactly), the finite outputs agree within the row's fail line or a
+   quarter of the candidate's error; else, for an error of at least 2 u of the conditioning scale, the model's
+   output is within a quarter of the candidate's error of the candidate's output (both in units of the
+   conditioning, as max_cond_err reads), and its fix within half of it of the exact result;
 3. a masked entry's output agrees with the candidate's to within 2**-(p / 2) of its size, so a leak is reproduced
    by a leak.
 
@@ -156,10 +158,18 @@ def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: flo
         return None
     d = 0.0 if math.isnan(with_model.distance) else with_model.distance
     with_fix = _compare(y, f, basis, fmt)
-    if not with_fix.same_events or with_fix.masked_apart:  # (an event: its pattern is the evidence)
-        return d if d <= max(fail_line, REPRODUCES * error) else None
+    if not with_fix.same_events or with_fix.masked_apart or _zeros_apart(y, m, f, exact, basis):
+        return d if d <= max(fail_line, REPRODUCES * error) else None  # (an event: its pattern is the evidence)
     off = 0.0 if math.isnan(fixed.distance) else fixed.distance
     return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
+
+
+def _zeros_apart(y, m, f, exact, basis) -> bool:
+    """Whether y's zeros where the exact result is not 0 are the evidence: the model has exactly those, its fix
+    none of them (a log of a sum that rounds to 1, a flush, an underflowed intermediate)."""
+    compared = np.asarray(basis.finite_ref).reshape(-1) & (np.asarray(exact).reshape(-1) != 0)
+    zeros = [(np.asarray(a, np.float64).reshape(-1) == 0) & compared for a in (y, m, f)]
+    return bool(zeros[0].any() and (zeros[0] == zeros[1]).all() and not (zeros[2] & zeros[0]).any())
 
 
 def _call(fn, args, kwargs, index: int) -> np.ndarray | None:
@@ -173,6 +183,14 @@ def _call(fn, args, kwargs, index: int) -> np.ndarray | None:
     return np.asarray(out[index]) if index < len(out) else None
 
 
+#: A shape of the error (a ratio, an offset) is named where it holds on at least this share of the elements.
+MOST = 0.9
+
+
+def _share(alike: np.ndarray) -> str:
+    return "every one of the" if alike.all() else f"{int(alike.sum())} of {alike.size}"
+
+
 def describe(y: np.ndarray, exact: np.ndarray, basis) -> str:
     """The error in words, for an output no model reproduces: NaN or inf where the result is finite, a constant
     ratio or offset to the exact value, or where the largest error is."""
@@ -182,17 +200,20 @@ def describe(y: np.ndarray, exact: np.ndarray, basis) -> str:
     if bad.any():
         what = "NaN" if np.isnan(y[bad]).any() else "inf"
         return f"{what} at {int(bad.sum())} of {int(defined.sum())} elements where the exact result is finite"
-    compared = defined & (exact != 0) & np.isfinite(y)
+    normal = math.ldexp(1.0, max(basis.fmt.emin, -1074))  # (below, a result keeps fewer bits: no ratio holds)
+    compared = defined & (np.abs(exact) >= normal) & np.isfinite(y)
     if not compared.any():
         return "nothing finite to compare"
     ratio = y[compared] / exact[compared]
     middle = float(np.median(ratio))
-    if middle != 0 and np.abs(ratio - middle).max() <= 1e-3 * abs(middle) and abs(middle - 1) > 1e-2:
-        return f"the output is {middle:.4g}x the exact value on every compared element"
+    alike = np.abs(ratio - middle) <= 1e-3 * abs(middle)
+    if middle != 0 and abs(middle - 1) > 1e-2 and alike.mean() >= MOST:
+        return f"the output is {middle:.4g}x the exact value on {_share(alike)} compared elements"
     offset = y[compared] - exact[compared]
     off = float(np.median(offset))
-    if off != 0 and np.abs(offset - off).max() <= 1e-3 * abs(off) and compared.sum() > 1:
-        return f"the output is the exact value {off:+.4g} on every compared element"
+    alike = np.abs(offset - off) <= 1e-3 * abs(off)
+    if off != 0 and compared.sum() > 1 and alike.mean() >= MOST:
+        return f"the output is the exact value {off:+.4g} on {_share(alike)} compared elements"
     worst = int(np.argmax(np.abs(offset)))
     flat = int(np.flatnonzero(compared)[worst])
     wrong = int((np.abs(offset) > 1e-3 * np.abs(exact[compared])).sum())

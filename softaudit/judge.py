@@ -291,7 +291,9 @@ def _verdict(
     if absorbed:
         cause = "absorbed"
     why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
-    texts = [_explain(r, tally, record, why) for r in reasons]
+    texts = list(dict.fromkeys(_explain(r, tally, record, why) for r in reasons))
+    worst = f"; worst element: {record.explanation}" if record is not None else ""
+    texts = [t.replace(worst, "") if worst and worst in t and i else t for i, t in enumerate(texts)]
     if absorbed and tally.underflow:
         zeros = tally.underflow
         texts.append(

@@ -51,6 +51,7 @@ def standard(
     work: str = "wide",
     shift: bool = True,
     sum_in_dtype: bool = False,
+    wide_sum: bool = False,
     running: bool = False,
     block: int | None = None,
     rescale: bool = True,
@@ -66,7 +67,8 @@ def standard(
     after_softmax: bool = False,
 ):
     """The row kinds' standard algorithm on rows x (the last axis), with one switch per known mistake:
-    shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype; running sums one term at a time;
+    shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype, wide_sum in float32 (rounded back to
+    the working precision, as numpy sums float16); running sums one term at a time;
     block with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
     exp(t) as exp2(t * log2e) with that constant, ln2 exp(t) as exp2(t / ln2) and log(s) as log2(s) ln2;
     sum_over_masked sums every entry's exp, masked ones too; fill replaces masked entries by a value (written in
@@ -102,7 +104,7 @@ def standard(
     if block is not None:
         s = _online_sum(kept_x, block, rescale, w)
     else:
-        terms = e.astype(d) if sum_in_dtype else e
+        terms = e.astype(d) if sum_in_dtype else e.astype(work_dtype(d)) if wide_sum else e
         if sum_over_masked and keep is not None:
             terms = exp(xw - m).astype(terms.dtype)
         s = (running_sum(terms) if running else dtype_sum(terms)).astype(w)
@@ -201,7 +203,10 @@ MODELS = [
         ROWS,
         "every step is rounded to the 16-bit dtype (no upcast)",
         "compute in float32 and round once",
-        [("pairwise sum in the dtype", {"work": "dtype"}, {})],
+        [
+            ("pairwise sum in the dtype", {"work": "dtype"}, {}),
+            ("the sum accumulated in float32 (numpy's float16 sum)", {"work": "dtype", "wide_sum": True}, {}),
+        ],
     ),
     *_model(
         "sum_in_dtype",
