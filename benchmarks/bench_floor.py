@@ -30,7 +30,7 @@ from pathlib import Path
 
 from bench_workers import cpu_seconds  # (run as a script: benchmarks/ is on the path)
 
-from softaudit import cli
+from softaudit import cli, judge
 from softaudit.execute import _calls
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,23 @@ def timed_calls(spent: collections.Counter, counted: collections.Counter):
     return one_by_one
 
 
+DIAGNOSIS = "diagnosis"  # (softaudit's own: the bug models run on the warning and failing rows, judge._finding)
+
+
+def timed_diagnosis(spent: collections.Counter, counted: collections.Counter):
+    finding = judge._finding
+
+    def timed(*args):
+        start = time.process_time()
+        try:
+            return finding(*args)
+        finally:
+            spent[DIAGNOSIS] += time.process_time() - start
+            counted[DIAGNOSIS] += args[7] in ("warn", "fail")  # (the verdict: the rows diagnosed)
+
+    return timed
+
+
 def tagged(of):
     """_Plan.of that says, beside the plan, whether the checks were asked for (False: a comparison's calls)."""
     return lambda pc, probes, keyword: (of(pc, probes, keyword), probes)
@@ -73,8 +90,9 @@ def tagged(of):
 def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter, collections.Counter]:
     """(wall seconds, CPU seconds, seconds per group of calls, calls per group) of one main job in this process."""
     spent, counted = collections.Counter(), collections.Counter()
-    original, of = _calls._one_by_one, _calls._Plan.__dict__["of"]
+    original, of, finding = _calls._one_by_one, _calls._Plan.__dict__["of"], judge._finding
     _calls._one_by_one, _calls._Plan.of = timed_calls(spent, counted), tagged(_calls._Plan.of)
+    judge._finding = timed_diagnosis(spent, counted)
     args = ["run", "-q", "--workers", "1", "--isolation", "none", "--cache-dir", str(cache), "--out", str(out)]
     wall, used = time.perf_counter(), cpu_seconds()
     try:
@@ -84,17 +102,18 @@ def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter,
         if exc.code:
             sys.exit(f"the main job failed ({exc.code})")
     finally:
-        _calls._one_by_one, _calls._Plan.of = original, of
+        _calls._one_by_one, _calls._Plan.of, judge._finding = original, of, finding
     return time.perf_counter() - wall, cpu_seconds() - used, spent, counted
 
 
 def report(name: str, wall: float, used: float, spent: collections.Counter, counted: collections.Counter) -> None:
-    calls = sum(spent.values())
+    calls = sum(v for k, v in spent.items() if k != DIAGNOSIS)
     print(f"{name}: {wall:.1f} s wall, {used:.1f} s CPU")
     for group in (*GROUPS, COMPARED):
         print(f"  {group:20s} {spent[group]:6.1f} s in {counted[group]:6d} calls")
     print(f"  {'the calls':20s} {calls:6.1f} s ({calls / used:.0%} of the CPU)")
     print(f"  {'softaudit own part':20s} {used - calls:6.1f} s (references, measures, verdicts, reports)")
+    print(f"  {'of which diagnosis':20s} {spent[DIAGNOSIS]:6.1f} s CPU on {counted[DIAGNOSIS]} warn and fail rows")
     for cores in sorted({2, os.cpu_count() or 1}):
         print(f"  on {cores} cores, at best: the calls alone {calls / cores:.1f} s, the whole {used / cores:.1f} s")
 

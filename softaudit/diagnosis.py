@@ -75,13 +75,16 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     args, kwargs = entry.call_arguments(pc.inputs, pc.mask)
     kwargs |= dict(pc.case.options)
     found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
+    fixes: dict = {}  # the fixes' outputs by function: many variants share one fix
     for model in models(kind):
         best = (math.inf, [])
         for variant in model.variants:
             m = _call(variant.buggy, args, kwargs, index)
-            if m is None or m.size != y.size:  # (a mean may come as () or (1,): the audit reads its size)
-                continue
-            f = _call(variant.fixed, args, kwargs, index)
+            if m is None or m.size != y.size or not _near(y, m, error, basis, fmt, fail_line):
+                continue  # (a mean may come as () or (1,): the audit reads its size)
+            if variant.fixed not in fixes:
+                fixes[variant.fixed] = _call(variant.fixed, args, kwargs, index)
+            f = fixes[variant.fixed]
             if f is None or f.size != y.size:
                 continue
             d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line)
@@ -162,6 +165,14 @@ def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: flo
         return d if d <= max(fail_line, REPRODUCES * error) else None  # (an event: its pattern is the evidence)
     off = 0.0 if math.isnan(fixed.distance) else fixed.distance
     return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
+
+
+def _near(y, m, error: float, basis, fmt: Format, fail_line: float) -> bool:
+    """Whether the model's output m can reproduce y at all (its events, its leak, and the loosest distance
+    `_reproduces` accepts): the fix is computed only for those."""
+    c = _compare(y, m, basis, fmt)
+    d = 0.0 if math.isnan(c.distance) else c.distance
+    return c.same_events and not c.masked_apart and d <= max(fail_line, REPRODUCES * error)
 
 
 def _zeros_apart(y, m, f, exact, basis) -> bool:

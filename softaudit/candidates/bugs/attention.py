@@ -9,6 +9,8 @@ the same call without it.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._ops import const, dtype_sum, exp, exp2, matmul
@@ -116,12 +118,19 @@ def _online(q, k, v, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dty
     return np.where(total > 0, acc / np.where(total > 0, total, 1), 0) if guard else acc / total
 
 
-def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
-    def call(switches):
-        def attend(q, k, v, mask=None, **modifiers):
-            return standard(q, k, v, mask, **switches, **modifiers)
+@functools.cache
+def _made(items: tuple):
+    switches = dict(items)
 
-        return attend
+    def attend(q, k, v, mask=None, **modifiers):
+        return standard(q, k, v, mask, **switches, **modifiers)
+
+    return attend
+
+
+def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
+    def call(switches):  # (one function per switches: the variants that share a fix share it)
+        return _made(tuple(sorted(switches.items())))
 
     return Model(
         name, "attention", mistake, fix, tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)

@@ -8,6 +8,8 @@ the same call without it.
 
 from __future__ import annotations
 
+import functools
+
 import ml_dtypes
 import numpy as np
 
@@ -153,7 +155,14 @@ def _online_sum(x, block: int, rescale: bool, w):
 
 
 def _function(kind: str, switches: dict):
-    """A function with the kind's calling convention running `standard` with these switches."""
+    """A function with the kind's calling convention running `standard` with these switches (one per kind and
+    switches: the variants that share a fix share its function, and the diagnosis computes it once)."""
+    return _made(kind, tuple(sorted(switches.items())))
+
+
+@functools.cache
+def _made(kind: str, items: tuple):
+    switches = dict(items)
     if kind == "masked_softmax":
 
         def masked(x, mask):
