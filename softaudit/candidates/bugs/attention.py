@@ -13,8 +13,9 @@ import functools
 
 import numpy as np
 
+from .. import attention_grad as grad_parts
 from .._ops import const, dtype_sum, exp, exp2, matmul
-from ..attention import modified
+from ..attention import _sink_weights, modified
 from ..cross_entropy import tanh
 from . import Model, Variant
 from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, working
@@ -150,7 +151,7 @@ def _online_variants(bad: dict) -> list:
     ]
 
 
-MODELS = [
+MODELS: list = [
     _model(
         "unscaled_scores",
         "the scores q k^T are not multiplied by 1 / sqrt(d)",
@@ -237,5 +238,113 @@ MODELS = [
         "a NaN does not reach the output",
         "let a NaN input give NaN: no nan_to_num on the output",
         [("NaN outputs set to 0", {"hide_nan": True}, {})],
+    ),
+]
+
+
+def grad_standard(
+    q,
+    k,
+    v,
+    g,
+    mask=None,
+    *,
+    work: str = "wide",
+    drop_delta: bool = False,
+    dq_unscaled: bool = False,
+    grad_scale: str = "rsqrt",
+    drop_cap_derivative: bool = False,
+    p_in_dtype: bool = False,
+    causal=False,
+    window=None,
+    bias=None,
+    alibi_slopes=None,
+    softcap=None,
+):
+    """attention_grad's standard algorithm (q, k, v, g = dO -> dq, dk, dv): P as the forward forms it (masked keys
+    excluded, zeros for a query with no key), dV = P^T dO, dP = dO V^T, D = rowsum(dP * P), dS = P (dP - D) (times
+    a softcap's derivative 1 - tanh**2), dQ = c dS K, dK = c dS^T Q, each summed over the axes its input was
+    broadcast along; with one switch per known mistake: drop_delta forgets D; dq_unscaled forgets dQ's c;
+    grad_scale "sqrt" multiplies dQ and dK by sqrt(d); drop_cap_derivative forgets the cap's derivative; p_in_dtype
+    rounds P to the 16-bit dtype for dV."""
+    d = q.dtype
+    w = working(d, work)
+    qw, kw, vw, gw = (a.astype(w) for a in (q, k, v, g))
+    with np.errstate(all="ignore"):
+        c = w.type(1 / np.sqrt(w.type(q.shape[-1])))
+        s = matmul(qw, np.swapaxes(kw, -1, -2), w) * c
+        s, keep, sigma = grad_parts._modified(s, mask, causal, window, bias, alibi_slopes, softcap)
+        e, _, _ = _sink_weights(s, grad_parts._keep(keep, s.shape), None, w)
+        total = dtype_sum(e)
+        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0).astype(w)
+        dp = matmul(gw, np.swapaxes(vw, -1, -2), w)
+        delta = 0 if drop_delta else dtype_sum(dp * p)
+        ds = p * (dp - delta)
+        if sigma is not None and not drop_cap_derivative:
+            ds = ds * sigma
+        cg = {"rsqrt": c, "sqrt": w.type(np.sqrt(w.type(q.shape[-1])))}[grad_scale]
+        pv = p.astype(d).astype(w) if p_in_dtype else p
+        grads = (
+            matmul(ds, kw, w) * (w.type(1) if dq_unscaled else cg),
+            matmul(np.swapaxes(ds, -1, -2), qw, w) * cg,
+            matmul(np.swapaxes(pv, -1, -2), gw, w),
+        )
+        return tuple(grad_parts._unbroadcast(a, b.shape).astype(d) for a, b in zip(grads, (q, k, v)))
+
+
+@functools.cache
+def _made_grad(items: tuple):
+    switches = dict(items)
+
+    def backward(q, k, v, g, mask=None, **modifiers):
+        return grad_standard(q, k, v, g, mask, **switches, **modifiers)
+
+    return backward
+
+
+def _grad_model(name: str, mistake: str, fix: str, mistakes) -> Model:
+    def call(switches):
+        return _made_grad(tuple(sorted(switches.items())))
+
+    variants = tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
+    return Model(name, "attention_grad", mistake, fix, variants)
+
+
+MODELS += [
+    _grad_model(
+        "missing_delta",
+        "dS = P dP: the term D = rowsum(dO * O) is not subtracted",
+        "form dS = P (dP - D) with D = rowsum(dO * O) (or rowsum(dP * P))",
+        _each_work({"drop_delta": True}),
+    ),
+    _grad_model(
+        "dq_missing_scale",
+        "dQ = dS K is not multiplied by 1 / sqrt(d)",
+        "multiply dQ by the scores' scale 1 / sqrt(d), as dK is",
+        _each_work({"dq_unscaled": True}),
+    ),
+    _grad_model(
+        "grad_scaled_by_sqrt_d",
+        "dQ and dK are multiplied by sqrt(d) instead of 1 / sqrt(d)",
+        "multiply dQ and dK by 1 / sqrt(d)",
+        _each_work({"grad_scale": "sqrt"}),
+    ),
+    _grad_model(
+        "softcap_derivative_dropped",
+        "with a tanh softcap, dS is not multiplied by the cap's derivative 1 - tanh(s / cap)**2",
+        "multiply dS by 1 - tanh(s / cap)**2, the cap's derivative, before dQ and dK",
+        _each_work({"drop_cap_derivative": True}),
+    ),
+    _grad_model(
+        "p_in_dtype",
+        "P is rounded to the 16-bit dtype before dV = P^T dO",
+        "keep P in float32 for dV (or accept about one ulp per weight)",
+        [("P rounded for dV", {"p_in_dtype": True}, {})],
+    ),
+    _grad_model(
+        "in_dtype",
+        "every step of the backward is rounded to the 16-bit dtype",
+        "compute P, dP, D and dS in float32 and round each gradient once",
+        [("everything in the dtype", {"work": "dtype"}, {})],
     ),
 ]

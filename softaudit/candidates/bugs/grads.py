@@ -1,16 +1,20 @@
-"""Bug models of the softmax gradients: softmax_grad f(x, g, axis=-1) -> p (g - <g, p>) and log_softmax_grad
-f(x, g, axis=-1) -> g - p sum(g), p = softmax(x) computed as the standard forward does (softaudit.candidates.bugs.rows).
+"""Bug models of the row kinds' gradients: softmax_grad f(x, g, axis=-1) -> p (g - <g, p>), log_softmax_grad
+f(x, g, axis=-1) -> g - p sum(g), logsumexp_grad f(x, g, axis=-1) -> p g (g one value per row) and
+masked_softmax_grad f(x, mask, g, axis=-1) -> p (g - <g, p>) over the kept entries, 0 on the masked ones; p the
+softmax as the standard forward computes it (softaudit.candidates.bugs.rows).
 
 Each model flips one switch of `standard`; the fix is the same call without it.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
-from .._ops import dtype_sum, rowwise, running_sum
+from .._ops import const, dtype_sum, exp, running_sum
 from . import Inapplicable, Model, Variant
-from .rows import WORK, working
+from .rows import FILLS, WORK, working
 from .rows import standard as forward
 
 
@@ -18,6 +22,7 @@ def standard(
     kind: str,
     x,
     g,
+    mask=None,
     *,
     work: str = "wide",
     drop_delta: bool = False,
@@ -26,34 +31,64 @@ def standard(
     running: bool = False,
     in_dtype: bool = False,
     hide_nan: bool = False,
+    shift: bool = True,
+    unnormalised: bool = False,
+    fill=None,
+    dot_over_all: bool = False,
 ):
-    """The backward with one switch per known mistake: drop_delta forgets the <g, p> (or sum g) term; sum_g uses
-    sum g for softmax's <g, p> (log_softmax's term in softmax's place); swap_formula computes the other kind's
-    gradient; running sums one term at a time; in_dtype rounds every step to the 16-bit dtype; hide_nan zeroes NaN
-    outputs."""
+    """The backward on rows x (the last axis) with one switch per known mistake: drop_delta forgets the <g, p> (or
+    p sum g) term; sum_g uses sum g for softmax's <g, p>; swap_formula computes softmax's gradient for log_softmax or
+    the reverse; running sums one term at a time; in_dtype rounds every step to the 16-bit dtype; hide_nan zeroes
+    NaN outputs; shift=False forms p without the max; unnormalised forgets p's division by the sum; fill forms a
+    masked p from where(mask, x, fill) with the result not masked; dot_over_all takes <g, p> with the unmasked p."""
     d = x.dtype
     w = d if in_dtype else working(d, work)
     if in_dtype and working(d, "wide") == d:
         raise Inapplicable("the dtype is its own working precision")
-    p = forward("softmax", x.astype(w), work="wide").astype(w)
-    gw = g.astype(w)
+    xw, gw = x.astype(w), g.astype(w)
     total = running_sum if running else dtype_sum
-    use = "log_softmax_grad" if (kind == "softmax_grad") == swap_formula else "softmax_grad"
-    if use == "softmax_grad":
-        delta = total(gw if sum_g else gw * p)
-        out = p * gw if drop_delta else p * (gw - delta)
+    if fill is not None and mask is not None:
+        xw, mask = np.where(mask, xw, const(fill, d).astype(w)), None
+    if unnormalised:
+        p = exp(xw - xw.max(axis=-1, keepdims=True))
     else:
+        p = forward("masked_softmax" if mask is not None else "softmax", xw, mask, shift=shift).astype(w)
+    if kind == "logsumexp_grad":
+        out = p * gw[..., None]
+    elif (kind == "log_softmax_grad") != swap_formula:
         out = gw if drop_delta else gw - p * total(gw)
+    else:
+        weights = forward("softmax", np.where(np.isfinite(xw), xw, 0)).astype(w) if dot_over_all else p
+        delta = total(gw if sum_g else gw * weights)
+        out = p * gw if drop_delta else p * (gw - delta)
+    if mask is not None:
+        out = np.where(mask, out, np.zeros((), w))
     out = out.astype(d)
     return np.where(np.isnan(out), np.zeros((), d), out) if hide_nan else out
 
 
+@functools.cache
+def _made(kind: str, items: tuple):
+    """A function with the kind's calling convention running `standard` with these switches."""
+    switches = dict(items)
+
+    def grad(x, *rest, axis=-1):
+        x = np.moveaxis(np.asarray(x), axis, -1)
+        if kind == "masked_softmax_grad":
+            mask, g = (np.moveaxis(np.broadcast_to(a, np.shape(x)), axis, -1) for a in rest)
+        else:
+            mask, g = None, np.asarray(rest[0])
+            g = g if kind == "logsumexp_grad" else np.moveaxis(np.broadcast_to(g, x.shape), axis, -1)
+        with np.errstate(all="ignore"):
+            out = standard(kind, x, g, mask, **switches)
+        return np.moveaxis(out, -1, axis)
+
+    return grad
+
+
 def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes) -> list[Model]:
     def call(kind, switches):
-        def grad(x, g):
-            return standard(kind, x, g, **switches)
-
-        return rowwise(grad)
+        return _made(kind, tuple(sorted(switches.items())))
 
     return [
         Model(name, kind, mistake, fix, tuple(Variant(label, call(kind, b), call(kind, f)) for label, b, f in mistakes))
@@ -65,7 +100,8 @@ def _each_work(bad: dict) -> list:
     return [(label, {"work": work} | bad, {"work": work}) for label, work in WORK]
 
 
-GRADS = ("softmax_grad", "log_softmax_grad")
+GRADS = ("softmax_grad", "log_softmax_grad", "masked_softmax_grad")
+ALL = (*GRADS, "logsumexp_grad")
 MODELS = [
     *_model(
         "missing_delta",
@@ -76,28 +112,57 @@ MODELS = [
     ),
     *_model(
         "sum_g_for_dot",
-        ("softmax_grad",),
+        ("softmax_grad", "masked_softmax_grad"),
         "sum(g) is used where softmax's backward needs <g, p>",
         "subtract <g, p> = sum(g * p), not sum(g)",
         _each_work({"sum_g": True}),
     ),
     *_model(
         "other_kinds_formula",
-        GRADS,
+        ("softmax_grad", "log_softmax_grad"),
         "the other kind's backward formula is used (softmax's for log_softmax, or the reverse)",
         "softmax's dx = p (g - <g, p>); log_softmax's dx = g - p sum(g)",
         _each_work({"swap_formula": True}),
     ),
     *_model(
         "in_dtype",
-        GRADS,
+        ALL,
         "every step of the backward is rounded to the 16-bit dtype",
         "compute p, the dot product and dx in float32 and round once",
         [("in the dtype", {"in_dtype": True}, {})],
     ),
     *_model(
+        "no_max_shift",
+        ALL,
+        "p is formed as exp(x) / sum(exp(x)) without subtracting the row max, so it overflows",
+        "subtract the row max before exp when forming p",
+        _each_work({"shift": False}),
+    ),
+    *_model(
+        "p_not_normalised",
+        ("logsumexp_grad",),
+        "p is exp(x - max) not divided by its sum",
+        "divide by the sum: dx = g exp(x - max) / sum(exp(x - max)), or g exp(x - lse)",
+        _each_work({"unnormalised": True}),
+    ),
+    *_model(
+        "finite_fill_unmasked_result",
+        ("masked_softmax_grad",),
+        "p is formed from masked entries filled with a finite value and the gradient is not masked, so masked "
+        "entries (and rows with nothing kept) get a gradient",
+        "form p with where over the kept entries and give masked entries a gradient of exactly 0",
+        [(f"fill {fill}", {"fill": fill}, {}) for fill in FILLS],
+    ),
+    *_model(
+        "dot_over_all",
+        ("masked_softmax_grad",),
+        "<g, p> is taken with p the softmax over every entry, masked ones included",
+        "take <g, p> with the masked p, 0 on masked entries",
+        _each_work({"dot_over_all": True}),
+    ),
+    *_model(
         "nan_hidden",
-        GRADS,
+        ALL,
         "a NaN input does not reach the gradient",
         "let a NaN input give NaN: no nan_to_num on the gradient",
         [("NaN outputs set to 0", {"hide_nan": True}, {})],
@@ -107,6 +172,6 @@ MODELS = [
         GRADS,
         "the backward's sum is taken one term at a time, whose error grows with the row's length",
         "sum pairwise (a tree reduction) or accumulate in a wider type",
-        _each_work({"running": True}),
+        [("float32 for 16-bit inputs", {"running": True}, {})],  # (in the dtype, that is in_dtype's)
     ),
 ]
