@@ -73,6 +73,6 @@ MISTAKES = {
     new_kinds.ce_unshifted: "no_max_shift",
     new_kinds.ce_z_loss_when_off: None,
     new_kinds.ceg_p_in_dtype: None,
-    new_kinds.lse_plus_inf_for_no_key: None,
-    new_kinds.merge_unguarded: None,
+    new_kinds.lse_plus_inf_for_no_key: "lse_of_no_key",
+    new_kinds.merge_unguarded: "unguarded_merge",
 }

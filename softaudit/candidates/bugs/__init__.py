@@ -6,8 +6,9 @@ on the row's worst case, and the model's own fix (the algorithm without the mist
 depend on (the working precision, a block size, a fill value, a constant): each variant is a pair of functions with
 the kind's calling convention, as a candidate has, the buggy one and the fixed one.
 
-The library grows by adding a model to its kind's module (rows.py, attention.py, cross_entropy.py, grads.py) with a
-test that an independently written kernel with that mistake gets its name (tests/test_diagnosis.py).
+The library grows by adding a model to its kind's module (rows.py, attention.py, cross_entropy.py, grads.py,
+lse.py) with a test that an independently written kernel with that mistake gets its name (tests/test_diagnosis.py,
+tests/corpus/mistakes.py).
 """
 
 from __future__ import annotations
@@ -46,10 +47,10 @@ class Model:
 
 @functools.cache
 def _registry() -> dict[str, tuple[Model, ...]]:
-    from . import attention, cross_entropy, grads, rows
+    from . import attention, cross_entropy, grads, lse, rows
 
     found: dict[str, list[Model]] = {}
-    for module in (rows, attention, cross_entropy, grads):
+    for module in (rows, attention, cross_entropy, grads, lse):
         for model in module.MODELS:
             found.setdefault(model.kind, []).append(model)
     return {kind: tuple(models) for kind, models in found.items()}
