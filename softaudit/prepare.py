@@ -42,6 +42,8 @@ from .reference import Format, round_to
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 
+    conventions: tuple = ()  # (a subclass that sets its own fields, sampled.py's, declares none)
+
     def __init__(
         self, case: Case, fmt: Format, case_in_family: int, recipe: tuple | None = None, conventions: tuple = ()
     ):
