@@ -234,3 +234,28 @@ def test_jax_and_torch_declare_their_documented_alignment_and_pass():
     assert all(n.startswith("judged against its declared top-left") for n in ran.note)
     # The window family does not reach SDPA's is_causal candidate (it takes no window): a skip, as before.
     assert set(table[table.candidate == "torch.sdpa_causal_math"].family[table.verdict == "skip"]) == {"attn_window"}
+
+
+def test_the_hunt_judges_an_input_against_the_declared_convention():
+    """softaudit hunt judges each input as run judges a family: a top-left kernel's causal input passes where it
+    declares top-left and fails where it declares nothing."""
+    from softaudit.execute import executor
+    from softaudit.hunt._engine import judge
+    from softaudit.policy import Policy
+
+    rng = np.random.default_rng(3)
+    inputs = {
+        "q": rng.standard_normal((1, 4, 16)),
+        "k": rng.standard_normal((1, 9, 16)),
+        "v": rng.standard_normal((1, 9, 16)),
+    }
+    fmt = format_of("float32")
+    verdicts = {}
+    with executor("none") as ex:
+        for target in (declared_top_left, undeclared_top_left):
+            (found,) = softaudit.adapters.load_target(target, "attention")
+            verdict, reasons, *_ = judge(found, "attention", fmt, inputs, None, {"causal": True}, Policy(), None, ex)
+            verdicts[found.name] = (verdict, reasons)
+    assert verdicts["test.declared_top_left"][0] == "pass"
+    verdict, reasons = verdicts["test.undeclared_top_left"]
+    assert verdict == "fail" and any("matches top-left causal, not bottom-right" in r for r in reasons)
