@@ -84,6 +84,7 @@ def unit(
         return UnitResult([row | {"verdict": "skip", "cause": "skip", "note": str(exc)} for row in heads], heads=heads)
     result = UnitResult([], tallies=[m.tally for m in measured], heads=heads)
     failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
+    declared = kinds.get(candidate.kind).judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
         tally, output = m.tally, row["output"]
@@ -108,7 +109,9 @@ def unit(
             "cause": cause,
             "finding": finding,
             "fix": fix,
-            "note": "; ".join(filter(None, [why, note, *failed, text, m.convention, m.moved.note(policy.require)])),
+            "note": "; ".join(
+                filter(None, [why, note, *failed, declared, text, m.convention, m.moved.note(policy.require)])
+            ),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }

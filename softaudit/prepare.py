@@ -42,10 +42,17 @@ from .reference import Format, round_to
 class Prepared:
     """One case with its inputs rounded to the audited dtype and, computed once, its reference."""
 
-    def __init__(self, case: Case, fmt: Format, case_in_family: int, recipe: tuple | None = None):
+    conventions: tuple = ()  # (a subclass that sets its own fields, sampled.py's, declares none)
+
+    def __init__(
+        self, case: Case, fmt: Format, case_in_family: int, recipe: tuple | None = None, conventions: tuple = ()
+    ):
         self.case, self.fmt, self.case_in_family = case, fmt, case_in_family
         #: (family, suite, seed) of a built-in family's case: a kept one is made again from it, not stored
         self.recipe = recipe
+        #: the candidate's declared conventions (Candidate.conventions) that change this case's exact problem
+        #: (`problem`): its reference, conditioning and comparisons are theirs; the candidate's calls stay the case's
+        self.conventions = kinds.get(case.kind).departures(conventions, case.options)
         self.inputs, self.mask = _rounded_inputs(case, fmt), case.mask
         #: how many finite input values overflow the dtype (what a row with nothing compared says); counted now,
         #: since a kept case holds its rounded inputs only
@@ -62,7 +69,7 @@ class Prepared:
         reference (the bases: ulps, masks, conditioning scales) or from the inputs (the invariants' probes), which
         `references`, `bases` and `probes` compute again when first read: the file is about 7x smaller, and the
         measures read the same bits."""
-        names = ("fmt", "case_in_family", "recipe", "overflowed")
+        names = ("fmt", "case_in_family", "recipe", "overflowed", "conventions")
         state = {name: self.__dict__[name] for name in names}
         if self.recipe is None:
             state["inputs"], state["mask"] = self.inputs, self.mask
@@ -111,12 +118,20 @@ class Prepared:
         return kinds.get(self.case.kind)
 
     @functools.cached_property
+    def problem(self) -> tuple:
+        """(mask, options) of the exact problem: the case's own, or, where declared conventions depart from the
+        kind's defaults (`conventions`), the declared problem in the defaults' terms (a top-left causal limit as a
+        mask: `Kind.problem`)."""
+        return self.kind.problem(self.inputs, self.mask, self.case.options, self.conventions)
+
+    @functools.cached_property
     def references(self) -> tuple:
         """The exact results, one reference Result per output of the kind (a kept case's unpacked)."""
         packed = self.__dict__.pop("packed", None)
         if packed is not None:
             return tuple(_packed.unpack(p, self.inputs) for p in packed)
-        return self.kind.reference(self.kind, self.inputs, self.mask, self.fmt.dtype, **self.case.options)
+        mask, options = self.problem
+        return self.kind.reference(self.kind, self.inputs, mask, self.fmt.dtype, **options)
 
     @functools.cached_property
     def bases(self) -> tuple:
@@ -128,7 +143,8 @@ class Prepared:
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
-        return self.kind.conditioning(self.kind, self.inputs, self.mask, self.references, **self.case.options)
+        mask, options = self.problem
+        return self.kind.conditioning(self.kind, self.inputs, mask, self.references, **options)
 
     @property
     def _keeps_extras(self) -> bool:
@@ -182,7 +198,13 @@ class Prepared:
         if too_big or self.case_in_family >= reproducibility.CASES:
             return None
         return reproducibility.Reruns(
-            self.case.kind, self.inputs, self.mask, self.fmt.dtype, seed=self.case_in_family, options=self.case.options
+            self.case.kind,
+            self.inputs,
+            self.mask,
+            self.fmt.dtype,
+            seed=self.case_in_family,
+            options=self.case.options,
+            last_query=not self.conventions,  # (top-left: the last query alone is query 0, another problem)
         )
 
     @functools.cached_property
@@ -261,6 +283,11 @@ class OutputView:
             pc.mask,
             pc.overflowed,
         )
+        self.conventions = pc.conventions
+
+    @property
+    def problem(self) -> tuple:
+        return self.pc.problem
 
     @property
     def reference(self):
@@ -350,17 +377,49 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+_DEPARTURES: dict[tuple, tuple] = {}  # (family, kind, dtype, suite, seed, conventions) -> `departures`
+
+
+def departures(source, fmt: Format, suite: str, seed: int, conventions: tuple) -> tuple:
+    """The declared conventions (Candidate.conventions) that change the exact problem of some case of the family
+    (softaudit.plan.Source) in this dtype, as `prepare` takes them: () where none does, and the candidate's units
+    share the family prepared for the kind's defaults. Its built-in cases are made to read their options (once per
+    process: they are deterministic)."""
+    if not conventions:
+        return ()
+    kind = kinds.get(source.kind)
+    key = (source.name, source.kind, fmt.name, suite, seed, conventions)
+    if source.builtin is not None and key not in _DEPARTURES:
+        made = source.builtin.cases(source.kind, fmt, suite, seed)
+        _DEPARTURES[key] = tuple(sorted({p for case in made for p in kind.departures(conventions, case.options)}))
+    found = set(_DEPARTURES.get(key, ())) | {p for c in source.extra for p in kind.departures(conventions, c.options)}
+    return tuple(sorted(found))
+
+
 def prepare(
-    source, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout, ex: Executor
+    source,
+    fmt: Format,
+    suite: str,
+    seed: int,
+    cache: bool,
+    folder: Path | None,
+    timeout,
+    ex: Executor,
+    conventions: tuple = (),
 ) -> PreparedFamily:
     """One family of a plan (softaudit.plan.Source) prepared, with the comparison implementations' errors: its
     built-in cases (kept, see `family`), then the cases of case files and the corpus, read fresh every time (they
-    may have changed). A family a case file added to is compared afresh, every case."""
+    may have changed). A family a case file added to is compared afresh, every case. conventions: declared ones
+    (`departures`) its exact results are computed for, () for the kind's defaults."""
     kind = source.kind
-    fam = family(source.builtin, kind, fmt, suite, seed, cache, folder, timeout, ex) if source.builtin else None
+    fam = (
+        family(source.builtin, kind, fmt, suite, seed, cache, folder, timeout, ex, conventions)
+        if source.builtin
+        else None
+    )
     if source.extra:
         cases = list(fam.prepared) if fam else []
-        extra = [Prepared(case, fmt, len(cases) + i) for i, case in enumerate(source.extra)]
+        extra = [Prepared(case, fmt, len(cases) + i, conventions=conventions) for i, case in enumerate(source.extra)]
         for pc in extra:  # a case file's mistake (shapes that do not fit) named with its file
             try:
                 pc.bases  # noqa: B018  (computed now: the reference and its basis)
@@ -372,18 +431,31 @@ def prepare(
 
 
 def family(
-    family, kind: str, fmt: Format, suite: str, seed: int, cache: bool, folder: Path | None, timeout, ex: Executor
+    family,
+    kind: str,
+    fmt: Format,
+    suite: str,
+    seed: int,
+    cache: bool,
+    folder: Path | None,
+    timeout,
+    ex: Executor,
+    conventions: tuple = (),
 ) -> PreparedFamily:
-    """A built-in family prepared: from this process's cache, from the folder on disk, or computed (and then kept)."""
-    key = (family.name, kind, fmt.name, suite, seed)
+    """A built-in family prepared: from this process's cache, from the folder on disk, or computed (and then kept);
+    its exact results those of the declared conventions given (`departures`), () the kind's defaults."""
+    key = (family.name, kind, fmt.name, suite, seed, conventions)
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    path = folder / f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}.pkl" if folder else None
+    declared = "".join(f"-{name}={value}" for name, value in conventions)
+    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
+    path = folder / f"{stem}.pkl" if folder else None
     found = _mapped(path) if path else None
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
-        found = PreparedFamily([Prepared(case, fmt, i, (family.name, suite, seed)) for i, case in enumerate(made)])
+        recipe = (family.name, suite, seed)
+        found = PreparedFamily([Prepared(case, fmt, i, recipe, conventions) for i, case in enumerate(made)])
         # (a family whose comparisons failed to run is not kept)
         if path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex):
             for pc in found.prepared:
@@ -479,7 +551,7 @@ def comparison(candidate: Candidate, prepared: list[Prepared], timeout, ex: Exec
     tallies = [Tally() for _ in range(outputs)]
     case_abs = [[] for _ in range(outputs)]
     try:
-        for called in calls(candidate, prepared, timeout, ex, probes=False):
+        for called in calls(candidate, prepared, timeout, ex, probes=False, problem=True):
             for index, y in enumerate(called.outputs):
                 part = measure(called.pc.output(index).basis, y, case_index=called.pc.case_in_family)
                 tallies[index].merge(part)

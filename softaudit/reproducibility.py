@@ -143,7 +143,9 @@ class Reruns:
     """One case's reproducibility calls, made once and shared by every candidate (`calls`), and their comparison
     with the candidate's own outputs (`compare`)."""
 
-    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int, options=None):
+    def __init__(self, kind: str, inputs: dict, mask, dtype, seed: int, options=None, last_query: bool = True):
+        """last_query False: no rerun of the last query alone (a case judged against a top-left alignment the
+        candidate declared: alone, its last query is query 0, which attends other keys)."""
         self.kind = kinds.get(kind)
         self.inputs, self.mask, self.dtype = inputs, mask, dtype
         first = inputs[self.kind.inputs[0]]
@@ -165,7 +167,7 @@ class Reruns:
         every = np.arange(self.items)
         self.reruns.append(_Rerun(*self._embedded(arrays, mask, places, size, rng), every, places[: self.items]))
         queries = arrays["q"].shape[-2] if "q" in arrays else 0
-        if not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1:
+        if last_query and not self.kind.row_wise and len(self.kind.outputs) == 1 and queries > 1:
             # (a query's output is its own only in the forward: the gradients' dk and dv sum over the queries)
             last = {n: a[:, -1:] if n in ("q", "bias") else a for n, a in arrays.items()}  # (bias: (Lq, Lk) each)
             self.reruns.append(_Rerun(last, None if mask is None else mask[:, -1:], every, every, last_query=True))

@@ -182,9 +182,10 @@ def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) 
         for gi, group in enumerate(planned):
             families = ahead[gi] if ahead else _prepare_all(group, where, job, stopped)
             for ci, candidate in enumerate(group.candidates):
-                for si, (source, fam) in enumerate(zip(group.sources, families)):
+                for si, (source, fams) in enumerate(zip(group.sources, families)):
                     if stopped():
                         break
+                    fam = fams[_departures(source, group.fmt, job, candidate)]
                     units.submit((gi, ci, si), fam, candidate, group.fmt, source.name)
                 units.collect(block=False, stopped=stopped)
         units.collect(block=True, stopped=stopped)
@@ -212,14 +213,22 @@ def _settled(planned: list[plan.Group], units: _Units) -> list[judge.UnitResult]
     return settled
 
 
-def _prepare_all(group: plan.Group, where, job: _Job, stopped: _Stop) -> list:
-    """The group's families submitted to be prepared, in order (in this process: prepared now), until stopped."""
+def _prepare_all(group: plan.Group, where, job: _Job, stopped: _Stop) -> list[dict]:
+    """The group's families submitted to be prepared, in order (in this process: prepared now), until stopped: each
+    once per set of declared conventions that changes its exact results for one of the candidates (`_departures`),
+    by that set (() for the kind's defaults)."""
     families = []
     for source in group.sources:
         if stopped():
             break
-        families.append(where.submit(_prepare_task, source, group.fmt, job, where.share))
+        wanted = dict.fromkeys(_departures(source, group.fmt, job, c) for c in group.candidates)
+        families.append({d: where.submit(_prepare_task, source, group.fmt, job, where.share, d) for d in wanted})
     return families
+
+
+def _departures(source: plan.Source, fmt, job: _Job, candidate) -> tuple:
+    """The conventions the candidate declared that change the family's exact results (prepare.departures)."""
+    return prepare.departures(source, fmt, job.suite, job.seed, candidate.conventions)
 
 
 class _Units:
@@ -308,10 +317,13 @@ class _Units:
             self.progress(self.reported, self.total, f"{candidate.name} {fmt.name}")
 
 
-def _prepare_task(source: plan.Source, fmt, job: _Job, share: Path | None, *, ex: execute.Executor):
-    """A family prepared (where a worker runs it: its comparisons' calls through that worker's executor); with a
-    share folder, the path of the file worker processes map it from, else the family itself."""
-    fam = prepare.prepare(source, fmt, job.suite, job.seed, job.cache, job.folder, job.timeout, ex)
+def _prepare_task(
+    source: plan.Source, fmt, job: _Job, share: Path | None, conventions: tuple = (), *, ex: execute.Executor
+):
+    """A family prepared (where a worker runs it: its comparisons' calls through that worker's executor), its exact
+    results those of the declared conventions given; with a share folder, the path of the file worker processes map
+    it from, else the family itself."""
+    fam = prepare.prepare(source, fmt, job.suite, job.seed, job.cache, job.folder, job.timeout, ex, conventions)
     prepare.finish(job.folder)  # (the process that writes to the cache folder prunes it, every PRUNE_BYTES)
     return fam if share is None else prepare.share(fam, share)
 

@@ -68,7 +68,7 @@ def replay(record, candidate=None, *, isolation: str = "worker", timeout: float 
         if record.get("device") and candidate.framework != "numpy" and candidate.device is None:
             candidate = dataclasses.replace(candidate, device=record["device"])  # where the row ran
     fmt = format_of(record["dtype"])
-    whole = Prepared(case_of(record), fmt, record["recipe"]["case_index"])
+    whole = Prepared(case_of(record), fmt, record["recipe"]["case_index"], conventions=candidate.conventions)
     index = kinds.get(record["kind"]).outputs.index(record["output_name"]) if record.get("output_name") else 0
     with executor(isolation) as ex:
         ys, _ = ex.call_all(candidate, whole.inputs, whole.mask, whole.output_shapes, fmt.dtype, timeout)

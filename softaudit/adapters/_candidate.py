@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from .. import kinds as _kinds
 
@@ -22,6 +22,14 @@ class Candidate:
     framework: str = "numpy"  # numpy, torch or jax: the adapter converts arrays to its tensors and back
     device: str | None = None  # torch, jax: "cpu", "cuda", "cuda:N" or "gpu"; None: the run's (default the CPU)
     source: str | None = None  # the target that loads it again ("pkg.mod:func", "file.py:func"); None if none does
+    #: The conventions it implements where a kind has several (attention's causal and window alignment: "top_left"
+    #: or "bottom_right"), as sorted (name, value) pairs (a dict is taken too): each case setting one is judged
+    #: against its declared convention's exact result; () judges every case against the kind's defaults.
+    conventions: tuple = ()
+
+    def __post_init__(self):
+        if self.conventions:  # (checked, and the same declaration always the same pairs)
+            object.__setattr__(self, "conventions", _kinds.get(self.kind).declaration(self.conventions))
 
     @property
     def summary(self) -> str:
@@ -46,6 +54,7 @@ class Mark:
     framework: str
     device: str | None
     owner: str | None
+    conventions: tuple = ()
 
 
 def candidate(
@@ -55,6 +64,7 @@ def candidate(
     name: str | None = None,
     framework: str = "numpy",
     device: str | None = None,
+    conventions: Mapping[str, str] | None = None,
 ):
     """Mark `fn`, any callable, as a candidate of `kind`; `softaudit run module` then audits every candidate
     marked at the module's top level, a factory's products included.
@@ -65,16 +75,21 @@ def candidate(
     with its name and docstring, is returned instead: use the returned value.
     framework="torch" or "jax": the function gets that framework's tensors (same dtype, bit for bit) and returns
     one; device= pins them to a device ("cpu", "cuda", "cuda:N"; None: the run's device, default the CPU).
+    conventions= declares the conventions it implements where the kind has several, as documented: attention's
+    {"causal": "top_left", "window": "top_left"} (key j against query i itself, as jax.nn.dot_product_attention
+    and PyTorch SDPA's is_causal) or "bottom_right" (the default, FlashAttention's); a case setting causal or a
+    window is then judged against the exact result of the declared alignment (docs/policy.md).
     """
     check_kind(kind)
     if framework not in ("numpy", "torch", "jax"):
         raise ValueError(f"unknown framework {framework!r}; known: numpy, torch, jax")
+    declared = _kinds.get(kind).declaration(conventions)
     owner = marking_module()
 
     def mark(f: Callable) -> Callable:
         if not callable(f):
             raise TypeError(f"a candidate must be callable, got {type(f).__name__}")
-        made = Mark(kind, name, framework, device, owner)
+        made = Mark(kind, name, framework, device, owner, declared)
         earlier = marking(f)
         if earlier is None or earlier.owner == owner:  # (never re-mark a function another module marked)
             try:

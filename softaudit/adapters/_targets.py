@@ -75,7 +75,7 @@ def _from_function(fn, label: str, kind: str | None, source: str | None) -> Cand
         return Candidate(check_kind(kind), label, fn, "numpy", None, source)
     if kind and mark.kind != kind:
         raise TargetError(f"{label} is marked as {mark.kind}, not {kind}")
-    return Candidate(mark.kind, mark.name or label, fn, mark.framework, mark.device, source)
+    return Candidate(mark.kind, mark.name or label, fn, mark.framework, mark.device, source, mark.conventions)
 
 
 def _label(fn) -> tuple[str, str | None]:

@@ -51,9 +51,10 @@ class _Plan:
     splits: list  # the options of each split call
 
     @classmethod
-    def of(cls, pc, probes: bool, keyword: str | None) -> _Plan:
-        options = dict(pc.case.options) or None  # (the case's keywords: cross_entropy's reduction, ...)
-        own = [(pc.inputs, pc.mask, pc.output_shapes, options)]
+    def of(cls, pc, probes: bool, keyword: str | None, problem: bool = False) -> _Plan:
+        mask, options = pc.problem if problem else (pc.mask, pc.case.options)
+        options = dict(options) or None  # (the case's keywords: cross_entropy's reduction, ...)
+        own = [(pc.inputs, mask, pc.output_shapes, options)]
         checks = [] if not probes or pc.probes is None else pc.probes.calls(pc.output_shape)
         checks = [(arrays, mask, (shape,), options) for arrays, mask, shape in checks]
         leak = probes and pc.leak_probe is not None
@@ -82,7 +83,7 @@ class _Plan:
 
 
 def calls(
-    candidate, prepared: list, timeout, ex: Executor, probes: bool = True, reuse: bool = True
+    candidate, prepared: list, timeout, ex: Executor, probes: bool = True, reuse: bool = True, problem: bool = False
 ) -> Iterator[Called]:
     """The candidate called on each prepared case in turn, a Called for each; CandidateError or CandidateSkip from
     the first call that fails, as they are read. probes: make the checks' calls too (the comparisons need none). An
@@ -94,9 +95,12 @@ def calls(
 
     reuse (in process): the candidate's own call reuses its input buffers (adapters.call_all's `reuse`: large
     inputs copied without page faults), so an output that is its input is valid only until the next reusing call
-    (the next case's); the checks' calls get copies of their own. False: every output stays valid."""
+    (the next case's); the checks' calls get copies of their own. False: every output stays valid.
+
+    problem: call with each case's exact problem (`Prepared.problem`: the conventions a candidate declared, in the
+    kind's defaults' terms), as the comparisons are called; else with the case's own mask and options."""
     keyword = split_keyword(_callable(candidate)) if probes else None
-    plans = (_Plan.of(pc, probes, keyword) for pc in prepared)
+    plans = (_Plan.of(pc, probes, keyword, problem) for pc in prepared)
     if not ex.batches:
         return _Made(_one_by_one(candidate, plans, timeout, ex, reuse), True)
     batches = _batches(plans)

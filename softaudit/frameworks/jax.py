@@ -188,18 +188,26 @@ def _attend(q, k, v, mask, *, bias=None, causal=False, window=None, residual=Fal
     return (o, out[1][:, :, 0].reshape(batch + (lq,))) if residual else o
 
 
-@candidate(kind="attention", name="jax.nn.dot_product_attention_modified", framework="jax")
+#: What jax.nn.dot_product_attention documents: local_window_size=(left, right) lets "each token" attend the
+#: tokens from left before to right after its own position (key j against query i itself), and is_causal is the
+#: same alignment (its XLA implementation's mask is jnp.tril(ones((T, S))): key j <= query i). Both top-left, where
+#: the attention kind's default is FlashAttention's bottom-right; they agree where Lq == Lk.
+CONVENTIONS = {"causal": "top_left", "window": "top_left"}
+
+
+@candidate(kind="attention", name="jax.nn.dot_product_attention_modified", framework="jax", conventions=CONVENTIONS)
 def dot_product_attention_modified(q, k, v, mask=None, *, bias=None, causal=False, window=None):
-    """jax.nn.dot_product_attention with its own bias=, is_causal= and local_window_size=(left, right) (JAX aligns
-    both top-left: query i against key i, where the attention kind's convention is bottom-right, as FlashAttention's:
-    they agree where Lq == Lk)."""
+    """jax.nn.dot_product_attention with its own bias=, is_causal= and local_window_size=(left, right), both
+    aligned top-left as JAX documents them (query i against key i; declared: `CONVENTIONS`)."""
     return _attend(q, k, v, mask, bias=bias, causal=causal, window=window)
 
 
-@candidate(kind="attention_grad", name="jax.nn.dot_product_attention_modified_grad", framework="jax")
+@candidate(
+    kind="attention_grad", name="jax.nn.dot_product_attention_modified_grad", framework="jax", conventions=CONVENTIONS
+)
 def dot_product_attention_modified_grad(q, k, v, g, mask=None, *, causal=False, window=None, bias=None):
-    """The VJP of `jax.nn.dot_product_attention_modified` with is_causal=, local_window_size= (aligned top-left by
-    JAX, as its forward) and bias=: (dq, dk, dv)."""
+    """The VJP of `jax.nn.dot_product_attention_modified` with is_causal=, local_window_size= (aligned top-left as
+    JAX documents them, as its forward; declared: `CONVENTIONS`) and bias=: (dq, dk, dv)."""
     options = {"causal": causal, "window": window, "bias": bias}
     return tuple(_vjp(lambda q, k, v: _attend(q, k, v, mask, **options), [q, k, v], g))
 

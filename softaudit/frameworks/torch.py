@@ -108,14 +108,19 @@ def cross_entropy(
 _BACKENDS = {"math": "MATH", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 
 
-def _attend(q, k, v, mask, mask_style: str, backend: str):
-    """scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal, on one backend."""
+def _attend(q, k, v, mask, mask_style: str, backend: str, causal: bool = False):
+    """scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal, on one backend; causal:
+    a case's causal limit as is_causal itself (aligned top-left, as SDPA documents it)."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.functional import scaled_dot_product_attention
 
     kwargs = {}
-    if mask is not None:
+    if causal:
+        if mask is not None:
+            raise CandidateSkip("is_causal takes no mask beside it")
+        kwargs["is_causal"] = True
+    elif mask is not None:
         if mask_style == "causal":
             lq, lk = mask.shape[-2:]
             causal = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril()
@@ -141,16 +146,33 @@ def _sdpa_name(mask_style: str, backend: str, device: str | None) -> str:
     return f"sdpa_{mask_style}_{backend}" + (f"_{device}" if device and device != "cpu" else "")
 
 
+#: What scaled_dot_product_attention documents of is_causal: "a lower triangular matrix when the mask is a square
+#: matrix", "the form of the upper left causal bias" (torch.nn.attention.bias.CausalBias) when it is not: top-left
+#: (key j <= query i), where the attention kind's default is FlashAttention's bottom-right. The is_causal candidates
+#: declare it, and take a case's causal limit as is_causal.
+SDPA_CONVENTIONS = {"causal": "top_left"}
+
+
 def sdpa(mask_style: str, backend: str, device: str | None = None):
     """A candidate calling scaled_dot_product_attention with a bool mask, a float mask (0 / -inf) or is_causal,
-    restricted to one backend (math, flash, efficient, cudnn)."""
+    restricted to one backend (math, flash, efficient, cudnn). The is_causal one takes a case's causal= too."""
 
-    def attend(q, k, v, mask=None):
-        return _attend(q, k, v, mask, mask_style, backend)
+    if mask_style == "causal":
+
+        def attend(q, k, v, mask=None, *, causal=False):
+            return _attend(q, k, v, mask, mask_style, backend, causal)
+
+    else:
+
+        def attend(q, k, v, mask=None):
+            return _attend(q, k, v, mask, mask_style, backend)
 
     attend.__name__ = attend.__qualname__ = name = _sdpa_name(mask_style, backend, device)
     attend.__doc__ = f"scaled_dot_product_attention, {mask_style} mask, {backend} backend."
-    return candidate(attend, kind="attention", name=f"torch.{name}", framework="torch", device=device)
+    conventions = SDPA_CONVENTIONS if mask_style == "causal" else None
+    return candidate(
+        attend, kind="attention", name=f"torch.{name}", framework="torch", device=device, conventions=conventions
+    )
 
 
 sdpa_bool_math = sdpa("bool", "math")
@@ -221,12 +243,27 @@ def sdpa_grad(mask_style: str, backend: str, device: str | None = None):
     """A candidate of attention_grad: autograd's (dq, dk, dv) through `sdpa(mask_style, backend, device)`'s call
     (the backend's own backward kernel)."""
 
-    def attend_grad(q, k, v, g, mask=None):
-        return _vjp(lambda q, k, v: _attend(q, k, v, mask, mask_style, backend), [q, k, v], g)
+    if mask_style == "causal":
+
+        def attend_grad(q, k, v, g, mask=None, *, causal=False):
+            return _vjp(lambda q, k, v: _attend(q, k, v, mask, mask_style, backend, causal), [q, k, v], g)
+
+    else:
+
+        def attend_grad(q, k, v, g, mask=None):
+            return _vjp(lambda q, k, v: _attend(q, k, v, mask, mask_style, backend), [q, k, v], g)
 
     attend_grad.__name__ = attend_grad.__qualname__ = name = _sdpa_name(mask_style, backend, device) + "_grad"
     attend_grad.__doc__ = f"The backward of scaled_dot_product_attention, {mask_style} mask, {backend} backend."
-    return candidate(attend_grad, kind="attention_grad", name=f"torch.{name}", framework="torch", device=device)
+    conventions = SDPA_CONVENTIONS if mask_style == "causal" else None
+    return candidate(
+        attend_grad,
+        kind="attention_grad",
+        name=f"torch.{name}",
+        framework="torch",
+        device=device,
+        conventions=conventions,
+    )
 
 
 sdpa_bool_math_grad = sdpa_grad("bool", "math")

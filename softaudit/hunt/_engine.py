@@ -74,7 +74,7 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     input is judged against the floors first, and again with the comparisons when its errors pass a floor."""
     arrays = {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}
     case = Case(kind, "hunt", arrays, mask, None, "hunt", options=dict(options))
-    fam = PreparedFamily([Prepared(case, fmt, 0)])
+    fam = PreparedFamily([Prepared(case, fmt, 0, conventions=candidate.conventions)])
     seen = []  # (the outputs stay valid: reuse=False)
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
     result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE)

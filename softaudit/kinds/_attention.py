@@ -20,6 +20,14 @@ from .. import conditioning as _conditioning
 MODIFIERS = ("softcap", "causal", "window")
 #: The arrays beside q, k and v (Kind.extras): each with its axes per batch item.
 EXTRAS = {"bias": 2, "alibi_slopes": 0, "sinks": 0}
+#: The conventions an attention candidate may declare (Kind.declarable), the default first: where causal and the
+#: window are aligned when Lq != Lk. Bottom-right (key j against query i + Lk - Lq) is FlashAttention's; top-left (key
+#: j against query i) is what jax.nn.dot_product_attention's is_causal and local_window_size, PyTorch SDPA's
+#: is_causal and ONNX's Attention document. They agree where Lq == Lk.
+DECLARABLE = {
+    "causal": ("causal alignment", ("bottom_right", "top_left")),
+    "window": ("window alignment", ("bottom_right", "top_left")),
+}
 
 
 def spec(inputs: dict, mask, options: dict) -> dict:
@@ -54,6 +62,26 @@ def spec(inputs: dict, mask, options: dict) -> dict:
         "softcap": options.get("softcap"),
         "sinks": None if sinks is None else np.asarray(sinks, np.float64),
     }
+
+
+def declared(inputs: dict, mask, options: dict, conventions: dict) -> tuple:
+    """(mask, options): a case's exact problem with top-left causal and window limits (key j against query i itself,
+    `DECLARABLE`), each joined to the mask and taken out of the options, where the bottom-right ones stay with
+    `spec`: exact, a mask of the same keys the declared convention keeps."""
+    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+    offset = np.arange(lk)[None, :] - np.arange(lq)[:, None]  # key position relative to query i itself
+    keep = None if mask is None else np.asarray(mask, bool)
+    options = dict(options)
+    limits = []
+    if conventions.get("causal") == "top_left" and options.get("causal"):
+        limits.append(offset <= 0)
+        del options["causal"]
+    if conventions.get("window") == "top_left" and options.get("window") is not None:
+        left, right = options.pop("window")
+        limits.append(((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0)))
+    for limit in limits:
+        keep = limit if keep is None else keep & limit
+    return keep, options
 
 
 def _modified(inputs: dict, options: dict) -> bool:
@@ -294,11 +322,14 @@ def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
             inside = ((offset >= -left) | (left < 0)) & ((offset <= right) | (right < 0))
             both = inside if mask is None else np.asarray(mask, bool) & inside
             rest = {k: v for k, v in options.items() if k != "window"}
-            found.append((f"window ({left}, {right}) aligned top-left, not bottom-right", inputs, both, rest))
+            label = f"window ({left}, {right}) aligned top-left, not bottom-right{_declares('window')}"
+            found.append((label, inputs, both, rest))
     if options.get("causal"):
         top_left = np.arange(lk)[None, :] <= np.arange(lq)[:, None]
         both = top_left if mask is None else np.asarray(mask, bool) & top_left
-        found.append(("top-left causal, not bottom-right", inputs, both, options | {"causal": False}))
+        found.append(
+            (f"top-left causal, not bottom-right{_declares('causal')}", inputs, both, options | {"causal": False})
+        )
     if options.get("softcap") is not None:
         found.append(
             ("no softcap (the cap dropped)", inputs, mask, {k: v for k, v in options.items() if k != "softcap"})
@@ -321,6 +352,27 @@ def _neighbours(inputs: dict, mask, options: dict, lq: int, lk: int):
                     )
                 )
     return found
+
+
+def _declares(name: str) -> str:
+    """How a candidate documented as aligned top-left says so (docs/policy.md, "Declared conventions")."""
+    return f" (a candidate documented so declares conventions={{{name!r}: 'top_left'}})"
+
+
+def stated_neighbours(pc) -> list:
+    """(label, inputs, mask, options) of the conventions next to a prepared case's stated one, each in the defaults'
+    terms (`spec`'s). Where the candidate declared conventions that depart from the defaults (`Prepared.problem`),
+    the defaults themselves come first, then the neighbours of the declared problem."""
+    inputs, options = pc.inputs, dict(pc.case.options)
+    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+    departing = dict(getattr(pc, "conventions", ()))
+    if not departing:
+        return _neighbours(inputs, pc.mask, options, lq, lk)
+    mask, problem = pc.problem
+    ours = " and ".join(f"{value.replace('_', '-')} {DECLARABLE[name][0]}" for name, value in departing.items())
+    default = " and ".join(f"{DECLARABLE[name][1][0].replace('_', '-')} {DECLARABLE[name][0]}" for name in departing)
+    label = f"the default {default}, not its declared {ours}"
+    return [(label, inputs, pc.mask, options), *_neighbours(inputs, mask, problem, lq, lk)]
 
 
 def _cap_after_mask(inputs: dict, mask, options: dict) -> list:
@@ -350,33 +402,41 @@ def conventions(kind, pc, y) -> str:
     result it matches ("matches top-left causal, not bottom-right"), or "" (none does, or no modifier is set)."""
     from ..reference import evaluate_attention
 
-    options, inputs = dict(pc.case.options), pc.inputs
-    if not _modified(inputs, options):
+    if not _modified(pc.inputs, dict(pc.case.options)):
         return ""
-    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
+    own = bool(getattr(pc, "conventions", ()))  # (declared: each neighbour read in its own conditioning, `closest`)
 
     def exact(alt_inputs, alt_mask, alt_options):
         found = spec(alt_inputs, alt_mask, alt_options)
-        return evaluate_attention(alt_inputs["q"], alt_inputs["k"], alt_inputs["v"], dtype=pc.fmt.dtype, **found).value
+        ref = evaluate_attention(alt_inputs["q"], alt_inputs["k"], alt_inputs["v"], dtype=pc.fmt.dtype, **found)
+        if not own:
+            return ref.value
+        return ref.value, conditioning(kind, alt_inputs, alt_mask, (ref,), **alt_options)[0]["scale"]
 
-    neighbours = _neighbours(inputs, pc.mask, options, lq, lk)
+    neighbours = stated_neighbours(pc)
     return closest(pc, y, [(label, functools.partial(exact, *rest)) for label, *rest in neighbours])
 
 
 def closest(pc, y, neighbours: list) -> str:
     """The sentence for the neighbouring convention whose exact output y matches, of (label, exact) pairs (exact()
-    computes that convention's exact output, y's shape), or "" where none is within MATCH_COND x the conditioning
-    or the stated convention's own exact result is not MATCH_GAIN times farther."""
+    computes that convention's exact output, y's shape, or that and its conditioning scale, in which its distance is
+    then read: a declared convention's neighbours may attend far more keys than it), or "" where none is within
+    MATCH_COND x the conditioning or the stated convention's own exact result is not MATCH_GAIN times farther."""
     y = np.asarray(y, dtype=np.float64)
     with np.errstate(over="ignore"):  # (a scale below 2**-1000 has no 1 / (u scale) in float64: inf, not compared)
         per_u = pc.basis.inv_scale * 2.0**pc.fmt.precision  # 1 / (u scale), 0 where not compared
 
     def distance(r):
+        r, scale = r if isinstance(r, tuple) else (r, None)
         r = np.asarray(r, dtype=np.float64)
-        both = np.isfinite(r) & np.isfinite(y) & (per_u > 0) & np.isfinite(per_u)
+        per = per_u
+        if scale is not None:
+            with np.errstate(all="ignore"):
+                per = np.where(per_u > 0, 1 / (np.asarray(scale, dtype=np.float64) * 2.0**-pc.fmt.precision), 0.0)
+        both = np.isfinite(r) & np.isfinite(y) & (per > 0) & np.isfinite(per)
         if not both.any():
             return np.inf
-        return float((np.abs(y[both] - r[both]) * per_u[both]).max())
+        return float((np.abs(y[both] - r[both]) * per[both]).max())
 
     stated = distance(pc.reference.value)
     best = None

@@ -207,19 +207,23 @@ def attention_conventions(kind, pc, y) -> str:
     options, inputs, index = dict(pc.case.options), pc.inputs, getattr(pc, "index", 0)
     if not options and not any(n in inputs for n in _attention.EXTRAS):
         return ""
-    lq, lk = inputs["q"].shape[-2], inputs["k"].shape[-2]
     memo = neighbour_memo(pc)
+    own = bool(getattr(pc, "conventions", ()))  # (declared: each neighbour read in its own conditioning)
 
     def exact(label, alt_inputs, alt_mask, alt_options):
         if label not in memo:
             grads = attention_reference(kind, alt_inputs, alt_mask, pc.fmt.dtype, **alt_options)
             memo[label] = tuple(r.value for r in grads)
+            if own:
+                extras = kind.conditioning(kind, alt_inputs, alt_mask, grads, **alt_options)
+                memo[label] = tuple(zip(memo[label], (e["scale"] for e in extras)))
         return memo[label][index]
 
-    neighbours = _attention._neighbours(inputs, pc.mask, options, lq, lk)
+    neighbours = _attention.stated_neighbours(pc)
     if options.get("softcap") is not None:  # (a backward's own neighbour: dS without sigma = sech(s / cap)**2)
         label = "the backward without the cap's derivative (dS not multiplied by sech(s / cap)**2)"
-        neighbours.append((label, inputs, pc.mask, options | {"derivative": False}))
+        mask, problem = getattr(pc, "problem", (pc.mask, options))
+        neighbours.append((label, inputs, mask, problem | {"derivative": False}))
     return _attention.closest(pc, y, [(n[0], functools.partial(exact, *n)) for n in neighbours])
 
 

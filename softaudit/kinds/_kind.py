@@ -87,6 +87,59 @@ class Kind:
     #: The kind's own case families, name -> (description, make): softaudit.cases registers them after its own
     #: (make(kind, fmt, size, rng) -> list of (arrays, mask, description[, params[, options]]), as there).
     makers: Mapping[str, tuple[str, Callable]] = dataclasses.field(default_factory=dict, hash=False)
+    #: The conventions a candidate may declare it implements (`Candidate.conventions`), name -> (what it sets, in
+    #: words, and its values, the default first: what a case's options state and the exact reference computes).
+    declarable: Mapping[str, tuple[str, tuple[str, ...]]] = dataclasses.field(default_factory=dict, hash=False)
+    #: (inputs, mask, options, conventions) -> (mask, options): a case's exact problem under declared conventions
+    #: that depart from the defaults, in the defaults' terms, exactly (attention: a top-left causal limit as a mask).
+    declared: Callable | None = None
+
+    def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
+        """A candidate's declared conventions (a mapping name -> value, or its pairs; None for none) checked against
+        what the kind lets it declare, as sorted (name, value) pairs; ValueError in one line otherwise."""
+        if not conventions:
+            return ()
+        try:
+            pairs = sorted(dict(conventions).items())
+        except (TypeError, ValueError):
+            raise ValueError(
+                f"conventions is a dict of name -> value, as {{'causal': 'top_left'}}, got {conventions!r}"
+            ) from None
+        if not self.declarable:
+            raise ValueError(f"{self.name} has no conventions to declare (got conventions={dict(pairs)!r})")
+        for name, value in pairs:
+            if name not in self.declarable:
+                known = "; ".join(f"{n}: {' or '.join(v)}" for n, (_, v) in self.declarable.items())
+                raise ValueError(f"unknown convention {name!r} for {self.name}; it declares {known}")
+            if value not in self.declarable[name][1]:
+                values = " or ".join(repr(v) for v in self.declarable[name][1])
+                raise ValueError(f"convention {name}={value!r} for {self.name} is not one of {values}")
+        return tuple(pairs)
+
+    def applied(self, conventions, options) -> tuple[tuple[str, str], ...]:
+        """The declared conventions a case with these options sets (its causal limit, its window): those it is
+        judged against."""
+        used = {n for n, v in options.items() if v is not None and v is not False}
+        return tuple((n, v) for n, v in self.declaration(conventions) if n in used)
+
+    def departures(self, conventions, options) -> tuple[tuple[str, str], ...]:
+        """The declared conventions a case with these options sets that are not the default: what changes its
+        exact problem (`declared`)."""
+        return tuple((n, v) for n, v in self.applied(conventions, options) if v != self.declarable[n][1][0])
+
+    def problem(self, inputs, mask, options, conventions) -> tuple:
+        """(mask, options): the exact problem of a case under the declared conventions, in the defaults' terms (the
+        case's own mask and options where no declared convention departs from the default)."""
+        options = dict(options)
+        departing = self.departures(conventions, options)
+        return (mask, options) if not departing else self.declared(inputs, mask, options, dict(departing))
+
+    def judged_against(self, conventions, options: list) -> str:
+        """The note of a row whose cases (their options) set a convention the candidate declared: "judged against
+        its declared top-left causal alignment" ("" where none does)."""
+        applied = dict.fromkeys(pair for o in options for pair in self.applied(conventions, o))
+        words = [f"{value.replace('_', '-')} {self.declarable[name][0]}" for name, value in applied]
+        return f"judged against its declared {' and '.join(words)}" if words else ""
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -11,7 +11,7 @@ shares with attention_sinks_grad is `_grads.ATTENTION_GRAD_FIELDS`; its families
 
 from __future__ import annotations
 
-from . import _families, _grads
+from . import _attention, _families, _grads
 from ._kind import Kind
 
 _BEST = "P, dP, D and dS in {wide}, each gradient rounded once (attention_grad.upcast)"
@@ -38,6 +38,8 @@ ATTENTION_GRAD = Kind(
     reference=_grads.attention_reference,
     conditioning=_grads.attention_conditioning,
     conventions=_grads.attention_conventions,
+    declarable=_attention.DECLARABLE,
+    declared=_attention.declared,
     fixes={
         "nan": "give queries with nothing to attend P = 0 (where over the kept keys): their gradient is 0",
         "mask_leak": "exclude masked keys with where: a key no query attends has dK = dV = 0 exactly",

@@ -102,5 +102,7 @@ ATTENTION_LSE = Kind(
     max_floor=6.0,
     fixes={"nan": "give a query with no key lse = -inf and o = 0 (where over the kept keys), not -inf - -inf"},
     makers=_MAKERS,
+    declarable=_attention.DECLARABLE,
+    declared=_attention.declared,
     extras=_attention.EXTRAS,
 )

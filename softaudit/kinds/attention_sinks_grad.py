@@ -117,5 +117,7 @@ ATTENTION_SINKS_GRAD = Kind(
     batched=False,
     extras={"bias": 2, "alibi_slopes": 0},
     makers=_MAKERS,
+    declarable=_attention.DECLARABLE,
+    declared=_attention.declared,
     **_grads.ATTENTION_GRAD_FIELDS,
 )

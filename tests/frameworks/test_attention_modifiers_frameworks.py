@@ -1,7 +1,9 @@
 """PyTorch's and JAX's attention with score modifiers and with the lse, against the exact reference: FlexAttention
-and SDPA with a bias pass; JAX aligns is_causal and local windows top-left (the audit names the convention it
-matches); PyTorch's CPU flash kernel and JAX give a query with no key a finite lse where the exact one is -inf.
-Each fail is checked here outside softaudit, with the framework called directly."""
+and SDPA with a bias pass; JAX aligns is_causal and local windows top-left, as it documents and declares (undeclared,
+the audit names the convention it matches); PyTorch's CPU flash kernel and JAX give a query with no key a finite lse
+where the exact one is -inf. Each fail is checked here outside softaudit, with the framework called directly."""
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -80,11 +82,21 @@ def test_sinks_as_one_more_key_of_value_zero_pass_and_a_query_with_no_key_gives_
     assert np.allclose(out, exact, rtol=2e-6, atol=2e-7)
 
 
-def test_jax_aligns_causal_and_windows_top_left_and_the_audit_says_so():
+def _undeclared(target, kind):
+    """The framework candidate without its declared conventions: judged against the kind's defaults."""
+    return dataclasses.replace(softaudit.adapters.load_target(target, kind)[0], conventions=())
+
+
+def test_jax_aligns_causal_and_windows_top_left_as_declared_and_the_audit_says_so():
     jax = pytest.importorskip("jax")
-    table = _audit(
-        "softaudit.frameworks.jax:dot_product_attention_modified", "attention", ["attn_causal", "attn_window"]
-    )
+    target, families = "softaudit.frameworks.jax:dot_product_attention_modified", ["attn_causal", "attn_window"]
+    declared = _audit(target, "attention", families)
+    assert set(declared.verdict) == {"pass"}
+    assert dict(zip(declared.family, declared.note)) == {
+        "attn_causal": "judged against its declared top-left causal alignment",
+        "attn_window": "judged against its declared top-left window alignment",
+    }
+    table = _audit(_undeclared(target, "attention"), "attention", families)
     notes = dict(zip(table.family, table.note))
     assert set(table.verdict) == {"fail"}
     assert "matches top-left causal, not bottom-right" in notes["attn_causal"]
@@ -132,7 +144,11 @@ def test_torch_sdpa_bias_backward_takes_causal_and_windows_and_passes():
 
 def test_jax_backward_aligns_causal_top_left_as_its_forward_and_the_audit_says_so():
     jax = pytest.importorskip("jax")
-    table = _audit("softaudit.frameworks.jax:dot_product_attention_modified_grad", "attention_grad", ["attn_causal"])
+    target = "softaudit.frameworks.jax:dot_product_attention_modified_grad"
+    declared = _audit(target, "attention_grad", ["attn_causal"])
+    assert set(declared.verdict) == {"pass"}
+    assert set(declared.note) == {"judged against its declared top-left causal alignment"}
+    table = _audit(_undeclared(target, "attention_grad"), "attention_grad", ["attn_causal"])
     assert set(table.verdict) == {"fail"}
     assert "matches top-left causal, not bottom-right" in table[table.output == "dq"].note.iloc[0]
     # Outside softaudit: the VJP of is_causal=True with 3 queries over 5 keys is the top-left mask's.
