@@ -257,9 +257,9 @@ def budget_at(kind: str, pc, flat: int) -> tuple[float, float] | None:
     whole, index = getattr(pc, "pc", pc), getattr(pc, "index", 0)
     tiny = math.ldexp(1.0, max(whole.fmt.emin, -1074))
     exact = tuple(ref.hi if ref.lo is None or not ref.lo.any() else ref.hi + ref.lo for ref in whole.references)
-    options = dict(whole.case.options)
+    mask, options = whole.problem  # (the declared convention's problem, where the candidate declares one)
     found = [
-        budget.of(kind, whole.inputs, whole.mask, exact, sums, tiny, options)
+        budget.of(kind, whole.inputs, mask, exact, sums, tiny, dict(options))
         for sums in (budget.PAIRWISE, budget.RUNNING)
     ]
     if found[0] is None:

@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from . import kinds
+from . import causes, kinds
 from .candidates.bugs import Inapplicable, models
 from .reference import Format
 
@@ -35,6 +35,9 @@ REPRODUCES = 0.25
 #: An error without events is reproduced only where it is at least this many u of the conditioning scale: below,
 #: one rounding more or less (a sum in another order) is all that tells two algorithms apart.
 NOTICEABLE = 2.0
+#: A model computing in a narrower type reproduces an output within this many of that type's roundings (in units of
+#: the conditioning scale): two kernels in that type differ by its roundings of their intermediates.
+NARROW_ROUNDINGS = 4.0
 #: Its fix does not have the error when the fix's output is within this share of the error of the exact result.
 FIXED = 0.5
 #: The cases of a row that are tried, at most: that of its first NaN or inf, that of its worst element, then the
@@ -72,8 +75,9 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     exact = _exact(basis)
     error = _compare(y, exact, basis, fmt).distance
     error = 0.0 if math.isnan(error) else error
-    args, kwargs = entry.call_arguments(pc.inputs, pc.mask)
-    kwargs |= dict(pc.case.options)
+    mask, options = pc.problem  # (a declared convention's problem in the default's terms: the models compute it)
+    args, kwargs = entry.call_arguments(pc.inputs, mask)
+    kwargs |= dict(options)
     found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
     fixes: dict = {}  # the fixes' outputs by function: many variants share one fix
     for model in models(kind):
@@ -87,30 +91,34 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
             f = fixes[variant.fixed]
             if f is None or f.size != y.size:
                 continue
-            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line)
+            # (a kernel computing in a narrower type differs from the model by that type's roundings)
+            narrow = 0.0 if variant.bits is None else NARROW_ROUNDINGS * 2.0 ** (fmt.precision - variant.bits)
+            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events, narrow)
             if d is not None and d <= best[0]:
                 best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
         if best[1]:
             found.append((best[0], model, best[1]))
     if not found:
         why = describe(y, exact, basis)
-        return Finding(UNEXPLAINED, "", f"{UNEXPLAINED}: no bug model reproduces the output; {why}")
+        return Finding(UNEXPLAINED, "", f"{UNEXPLAINED} (no bug model reproduces the output): {why}")
     found.sort(key=lambda f: f[0])
     tied = [f for f in found if f[0] <= TIED * found[0][0] + _EPS]
     if len(tied) > 1:
         names = " or ".join(m.name for _, m, _ in tied)
         mistakes = "; or ".join(m.mistake for _, m, _ in tied)
-        return Finding(names, " / ".join(m.fix for _, m, _ in tied), f"{names}: {mistakes} (each reproduces it)")
+        fixes = " / ".join(m.fix.replace("{wide}", causes.wider(fmt)) for _, m, _ in tied)
+        return Finding(names, fixes, f"{names}: {mistakes} (each reproduces it)")
     d, model, labels = found[0]
+    fix = model.fix.replace("{wide}", causes.wider(fmt))
     also = tuple(m.name for _, m, _ in found[1:])
-    others = f"; {', '.join(also)} reproduce it less closely" if also else ""
+    others = f", and {', '.join(also)} less closely" if also else ""
     text = f"{model.name}: {model.mistake} (a model of it, {' or '.join(labels)}, reproduces the output{others})"
-    return Finding(model.name, model.fix, text, also)
+    return Finding(model.name, fix, text, also)
 
 
-def ambiguous(finding: Finding) -> bool:
-    """Whether a finding names several models that reproduce the output equally."""
-    return " or " in finding.name
+def ambiguous(name: str) -> bool:
+    """Whether a finding's name names several models that reproduce the output equally."""
+    return " or " in name
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +157,9 @@ def _exact(basis) -> np.ndarray:
     return np.where(np.isfinite(basis.rounded), exact, basis.rounded)
 
 
-def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: float) -> float | None:
+def _reproduces(
+    y, m, f, exact, error: float, basis, fmt: Format, fail_line: float, events=True, narrow=0.0
+) -> float | None:
     """The distance of the buggy model's output m from the candidate's y where the model reproduces y and its fix
     f does not have y's error (None otherwise). The evidence is an event where y and f differ in their NaN and
     infinities, or on masked entries (a leak); else an error of at least NOTICEABLE."""
@@ -162,9 +172,10 @@ def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: flo
     d = 0.0 if math.isnan(with_model.distance) else with_model.distance
     with_fix = _compare(y, f, basis, fmt)
     if not with_fix.same_events or with_fix.masked_apart or _zeros_apart(y, m, f, exact, basis):
-        return d if d <= max(fail_line, REPRODUCES * error) else None  # (an event: its pattern is the evidence)
+        # (an event: its pattern is the evidence, for a model whose mistake an event names)
+        return d if events and d <= max(fail_line, REPRODUCES * error) else None
     off = 0.0 if math.isnan(fixed.distance) else fixed.distance
-    return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
+    return d if error >= NOTICEABLE and d <= max(REPRODUCES * error, narrow) and off <= FIXED * error else None
 
 
 def _near(y, m, error: float, basis, fmt: Format, fail_line: float) -> bool:

@@ -100,7 +100,8 @@ def unit(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
         finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, tally, row, verdict, cause)
-        if finding not in ("", diagnosis.UNEXPLAINED):  # (the model says what happened: no guess beside it)
+        if finding not in ("", diagnosis.UNEXPLAINED) and not diagnosis.ambiguous(finding):
+            # (one model says what happened: no guess beside it)
             text = _without_guesses(text, pattern, record)
         plain = fam.plain[index] if fam.plain else None
         judged = {
@@ -143,7 +144,7 @@ def _finding(kind, fmt, fam, outputs, index, tally, row, verdict, cause) -> tupl
     found = None
     for case in order:
         tried = diagnosis.diagnose(kind, fmt, fam.prepared[case], outputs[case], index, row["fail_above"])
-        if tried.name != diagnosis.UNEXPLAINED and not diagnosis.ambiguous(tried):
+        if tried.name != diagnosis.UNEXPLAINED and not diagnosis.ambiguous(tried.name):
             return tried.name, tried.fix, tried.text
         if found is None or (found.name == diagnosis.UNEXPLAINED and tried.name != diagnosis.UNEXPLAINED):
             found = tried  # (the first case's description where no model explains any; else the first tie)

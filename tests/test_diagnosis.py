@@ -208,4 +208,4 @@ def test_a_tie_names_every_model_that_reproduces_the_output():
     both give NaN on a query with no key, and nothing else tells them apart on that family."""
     rows = judged(attention.tiled_unguarded_max, "attention", ["float32"], ["attn_masks"])
     (finding,) = set(rows.finding)
-    assert diagnosis.ambiguous(diagnosis.Finding(finding)) and "unguarded_running_max" in finding.split(" or ")
+    assert diagnosis.ambiguous(finding) and "unguarded_running_max" in finding.split(" or ")

@@ -40,6 +40,7 @@ def standard(
     rescale_l: bool = True,
     log2e: float | None = None,
     after_softmax: bool = False,
+    additive: bool = False,
     hide_nan: bool = False,
     sinks=None,
     **modifiers,
@@ -49,14 +50,16 @@ def standard(
     max of -inf (nothing kept yet) and a zero sum unguarded; p_in_dtype rounds P to the 16-bit dtype before P V;
     block runs it online over key blocks, rescale_o / rescale_l=False forgetting to rescale o or l when the max
     grows; log2e computes exp as exp2 with that constant; after_softmax zeroes masked keys' weights after a softmax
-    over every key; hide_nan zeroes NaN outputs."""
+    over every key; additive masks by adding a -inf bias to the scores (a masked key's NaN score stays NaN) and
+    reads every key's value in P V (a masked key's NaN value reaches o through P's exact 0); hide_nan zeroes NaN
+    outputs."""
     d = q.dtype
     w = working(d, work)
     qw, kw, vw = (a.astype(w) for a in (q, k, v))
     c = w.type(_SCALES[scale](w.type(q.shape[-1])))
     with np.errstate(all="ignore"):
         if block is None:
-            dense = (shift, fill, guard, p_in_dtype, log2e, after_softmax, sinks, modifiers)
+            dense = (shift, fill, guard, p_in_dtype, log2e, after_softmax, additive, sinks, modifiers)
             o = _dense(qw, kw, vw, mask, c, w, d, *dense)
         else:
             o = _online(qw, kw, vw, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dtype, sinks, modifiers)
@@ -64,9 +67,11 @@ def standard(
         return np.where(np.isnan(o), np.zeros((), d), o) if hide_nan else o
 
 
-def _dense(q, k, v, mask, c, w, d, shift, fill, guard, p_in_dtype, log2e, after_softmax, sinks, modifiers):
+def _dense(q, k, v, mask, c, w, d, shift, fill, guard, p_in_dtype, log2e, after_softmax, additive, sinks, modifiers):
     s, keep = modified(matmul(q, np.swapaxes(k, -1, -2), w) * c, mask, **modifiers)
     masked = None
+    if additive and keep is not None:
+        s, keep = s + np.where(keep, np.zeros((), w), -np.inf), None
     if after_softmax:
         keep, masked = None, keep
     if fill is not None and keep is not None:
@@ -85,7 +90,18 @@ def _dense(q, k, v, mask, c, w, d, shift, fill, guard, p_in_dtype, log2e, after_
         p = np.where(masked, p, np.zeros((), w))
     if p_in_dtype:
         p = p.astype(d).astype(w)
-    return matmul(p, v, w)
+    return matmul(p, v, w) if additive or keep is None else _selected(p, v, keep, w)
+
+
+def _selected(p, v, keep, w):
+    """P V reading only the keys each query keeps: a masked key's NaN or infinite value is not read (P's exact 0
+    times NaN would be NaN), a kept one's reaches the query's output."""
+    bad = ~np.isfinite(v).all(axis=-1)  # (..., Lk): the keys whose value is not finite
+    if not bad.any():
+        return matmul(p, v, w)
+    o = matmul(p, np.where(bad[..., None], np.zeros((), w), v), w)
+    hit = (np.broadcast_to(keep, p.shape) & bad[..., None, :]).any(axis=-1)
+    return np.where(hit[..., None], w.type(np.nan), o)
 
 
 def _online(q, k, v, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dtype, sinks, modifiers):
@@ -129,13 +145,12 @@ def _made(items: tuple):
     return attend
 
 
-def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
+def _model(name: str, mistake: str, fix: str, mistakes, events: bool = True) -> Model:
     def call(switches):  # (one function per switches: the variants that share a fix share it)
         return _made(tuple(sorted(switches.items())))
 
-    return Model(
-        name, "attention", mistake, fix, tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
-    )
+    variants = tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
+    return Model(name, "attention", mistake, fix, variants, events)
 
 
 def _each_work(bad: dict, good: dict | None = None) -> list:
@@ -199,7 +214,11 @@ MODELS: list = [
         "unguarded_running_max",
         "the running max of a key block with nothing kept stays -inf, and exp(-inf - -inf) is NaN",
         "take the running max as 0 while it is -inf (m_safe = where(m == -inf, 0, m)) and guard the final division",
-        _online_variants({"guard": False}),
+        _online_variants({"guard": False})
+        + [
+            (f"{label}, its NaN then zeroed", {**bad, "hide_nan": True}, good)
+            for label, bad, good in _online_variants({"guard": False})
+        ],
     ),
     _model(
         "in_dtype",
@@ -225,6 +244,7 @@ MODELS: list = [
         "the computation runs in a narrower type than the audited dtype",
         "compute in the audited dtype (no cast to a narrower type, no TF32 or bfloat16 matmul passes)",
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
+        events=False,
     ),
     _model(
         "mask_after_softmax",
@@ -232,6 +252,14 @@ MODELS: list = [
         "to 1",
         "mask the scores before the softmax (where, or -inf before the max and the sum)",
         [("masked after", {"after_softmax": True}, {})],
+    ),
+    _model(
+        "additive_mask",
+        "the mask is added to the scores as a -inf bias and every key's value is read in P V, so a masked key's NaN "
+        "in k (NaN + -inf) or in v (P's exact 0 times NaN) reaches the output",
+        "mask by selecting: where(mask, scores, -inf) drops a masked key's score, and keep masked keys' values out of "
+        "P V (zero their rows of V, or select)",
+        [("a -inf bias", {"additive": True}, {})],
     ),
     _model(
         "nan_hidden",

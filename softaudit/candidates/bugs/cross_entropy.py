@@ -54,7 +54,7 @@ def standard(
         return np.asarray(out).astype(d)
 
 
-def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
+def _model(name: str, mistake: str, fix: str, mistakes, events: bool = True) -> Model:
     def call(switches):
         def loss(logits, target, **options):
             return standard(logits, target, **options, **switches)
@@ -62,7 +62,7 @@ def _model(name: str, mistake: str, fix: str, mistakes) -> Model:
         return loss
 
     variants = tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
-    return Model(name, "cross_entropy", mistake, fix, variants)
+    return Model(name, "cross_entropy", mistake, fix, variants, events)
 
 
 def _each_work(bad: dict) -> list:
@@ -99,5 +99,6 @@ MODELS = [
         "the computation runs in a narrower type than the audited dtype",
         "compute in the audited dtype (no cast to a narrower type on the way)",
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
+        events=False,
     ),
 ]

@@ -171,7 +171,7 @@ MODELS = [
         "running_sum",
         GRADS,
         "the backward's sum is taken one term at a time, whose error grows with the row's length",
-        "sum pairwise (a tree reduction) or accumulate in a wider type",
+        "sum pairwise (a tree reduction) or accumulate in {wide}",
         [("float32 for 16-bit inputs", {"running": True}, {})],  # (in the dtype, that is in_dtype's)
     ),
 ]

@@ -54,6 +54,7 @@ def standard(
     shift: bool = True,
     sum_in_dtype: bool = False,
     wide_sum: bool = False,
+    reciprocal: bool = False,
     running: bool = False,
     block: int | None = None,
     rescale: bool = True,
@@ -70,7 +71,8 @@ def standard(
 ):
     """The row kinds' standard algorithm on rows x (the last axis), with one switch per known mistake:
     shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype, wide_sum in float32 (rounded back to
-    the working precision, as numpy sums float16); running sums one term at a time;
+    the working precision, as numpy sums float16); reciprocal divides as e * (1 / s); running sums one term at a
+    time;
     block with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
     exp(t) as exp2(t * log2e) with that constant, ln2 exp(t) as exp2(t / ln2) and log(s) as log2(s) ln2;
     sum_over_masked sums every entry's exp, masked ones too; fill replaces masked entries by a value (written in
@@ -120,7 +122,7 @@ def standard(
     else:
         log_s = log(s)
     if kind in ("softmax", "masked_softmax"):
-        out = e / s
+        out = e * (w.type(1) / s) if reciprocal else e / s
         if keep is not None:
             out = np.where(keep.any(axis=-1, keepdims=True), out, np.zeros((), w))
         if after_softmax and masked is not None:
@@ -176,7 +178,7 @@ def _made(kind: str, items: tuple):
     return rowwise(plain)
 
 
-def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes: list[tuple[str, dict, dict]]) -> list[Model]:
+def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes: list, events: bool = True) -> list[Model]:
     """One Model per kind, its variants (label, the buggy switches, the switches of its fix) run by `standard`."""
     return [
         Model(
@@ -185,6 +187,7 @@ def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes: list[tuple
             mistake,
             fix,
             tuple(Variant(label, _function(kind, bad), _function(kind, good)) for label, bad, good in mistakes),
+            events,
         )
         for kind in kinds
     ]
@@ -215,6 +218,8 @@ MODELS = [
         [
             ("pairwise sum in the dtype", {"work": "dtype"}, {}),
             ("the sum accumulated in float32 (numpy's float16 sum)", {"work": "dtype", "wide_sum": True}, {}),
+            ("the sum in float32, times its reciprocal", {"work": "dtype", "wide_sum": True, "reciprocal": True}, {}),
+            ("times the sum's reciprocal", {"work": "dtype", "reciprocal": True}, {}),
         ],
     ),
     *_model(
@@ -234,7 +239,7 @@ MODELS = [
         ROWS,
         "the row's sum is taken one term at a time in the working precision (recursive summation), whose error "
         "grows with the row's length",
-        "sum pairwise (a tree reduction) or accumulate in a wider type",
+        "sum pairwise (a tree reduction) or accumulate in {wide}",
         [("float32 for 16-bit inputs", {"running": True}, {})],
     ),
     *_model(
@@ -268,6 +273,7 @@ MODELS = [
         "the computation runs in a narrower type than the audited dtype",
         "compute in the audited dtype (no cast to a narrower type on the way)",
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in ("float32", "float16", "bfloat16")],
+        events=False,
     ),
     *_model(
         "nan_hidden",
