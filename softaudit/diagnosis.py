@@ -1,8 +1,8 @@
 """Diagnosis: the cause of a failing or warning row, named only where a bug model reproduces the candidate's output.
 
 A bug model (softaudit.candidates.bugs) is a kind's standard algorithm with one known mistake, beside the same
-algorithm without it. On the row's worst case (the case of its first NaN or inf, or of its worst element) each
-variant of each model of the kind is run, and a model is named where
+algorithm without it, its fix. On a row's cases (first that of its first NaN or inf, then that of its worst element;
+judge._finding) each variant of each model of the kind is run, and a model is named where, on one case:
 
 1. its output has the candidate's NaN and infinities, element for element, and its fix's has the exact result's
    (where that is defined: what an undefined row gives is the policy's rules');
@@ -10,12 +10,14 @@ variant of each model of the kind is run, and a model is named where
    exact result is not 0, which the model has exactly), the finite outputs agree within the row's fail line or a
    quarter of the candidate's error; else, for an error of at least 2 u of the conditioning scale, the model's
    output is within a quarter of the candidate's error of the candidate's output (both in units of the
-   conditioning, as max_cond_err reads), and its fix within half of it of the exact result;
+   conditioning, as max_cond_err reads), and its fix within half of it of the exact result; or, for an error of
+   any size, the model gives the candidate's bits exactly where its fix, closer to the exact result, does not;
 3. a masked entry's output agrees with the candidate's to within 2**-(p / 2) of its size, so a leak is reproduced
    by a leak.
 
-Several models may pass: the closest is named and the others listed. Where none passes the row is "unexplained":
-its note describes the error (a constant ratio to the exact value, NaN where the result is defined, ...) and it gets
+Several models may pass: the closest is named and the others listed, unless another is within a factor of 2 of
+it, when the finding names each ("a or b"). Where none passes the row is "unexplained": its note describes the
+error (a constant ratio to the exact value, NaN where the result is defined, ...) and it gets
 no fix. The magnitude bands of softaudit/causes.py still describe the worst element; they no longer choose a fix.
 """
 
@@ -35,9 +37,6 @@ REPRODUCES = 0.25
 #: An error without events is reproduced only where it is at least this many u of the conditioning scale: below,
 #: one rounding more or less (a sum in another order) is all that tells two algorithms apart.
 NOTICEABLE = 2.0
-#: A model computing in a narrower type reproduces an output within this many of that type's roundings (in units of
-#: the conditioning scale): two kernels in that type differ by its roundings of their intermediates.
-NARROW_ROUNDINGS = 4.0
 #: Its fix does not have the error when the fix's output is within this share of the error of the exact result.
 FIXED = 0.5
 #: The cases of a row that are tried, at most: that of its first NaN or inf, that of its worst element, then the
@@ -91,9 +90,7 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
             f = fixes[variant.fixed]
             if f is None or f.size != y.size:
                 continue
-            # (a kernel computing in a narrower type differs from the model by that type's roundings)
-            narrow = 0.0 if variant.bits is None else NARROW_ROUNDINGS * 2.0 ** (fmt.precision - variant.bits)
-            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events, narrow)
+            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events)
             if d is not None and d <= best[0]:
                 best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
         if best[1]:
@@ -105,7 +102,7 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     tied = [f for f in found if f[0] <= TIED * found[0][0] + _EPS]
     if len(tied) > 1:
         names = " or ".join(m.name for _, m, _ in tied)
-        mistakes = "; or ".join(m.mistake for _, m, _ in tied)
+        mistakes = ", or ".join(m.mistake for _, m, _ in tied)
         fixes = " / ".join(m.fix.replace("{wide}", causes.wider(fmt)) for _, m, _ in tied)
         return Finding(names, fixes, f"{names}: {mistakes} (each reproduces it)")
     d, model, labels = found[0]
@@ -157,9 +154,7 @@ def _exact(basis) -> np.ndarray:
     return np.where(np.isfinite(basis.rounded), exact, basis.rounded)
 
 
-def _reproduces(
-    y, m, f, exact, error: float, basis, fmt: Format, fail_line: float, events=True, narrow=0.0
-) -> float | None:
+def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: float, events=True) -> float | None:
     """The distance of the buggy model's output m from the candidate's y where the model reproduces y and its fix
     f does not have y's error (None otherwise). The evidence is an event where y and f differ in their NaN and
     infinities, or on masked entries (a leak); else an error of at least NOTICEABLE."""
@@ -175,7 +170,9 @@ def _reproduces(
         # (an event: its pattern is the evidence, for a model whose mistake an event names)
         return d if events and d <= max(fail_line, REPRODUCES * error) else None
     off = 0.0 if math.isnan(fixed.distance) else fixed.distance
-    return d if error >= NOTICEABLE and d <= max(REPRODUCES * error, narrow) and off <= FIXED * error else None
+    if d == 0 and off < error and _differ(y, f):  # (the model gives the kernel's bits where its fix does not)
+        return d
+    return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
 
 
 def _near(y, m, error: float, basis, fmt: Format, fail_line: float) -> bool:
@@ -184,6 +181,12 @@ def _near(y, m, error: float, basis, fmt: Format, fail_line: float) -> bool:
     c = _compare(y, m, basis, fmt)
     d = 0.0 if math.isnan(c.distance) else c.distance
     return c.same_events and not c.masked_apart and d <= max(fail_line, REPRODUCES * error)
+
+
+def _differ(a, b) -> bool:
+    """Whether two outputs differ in some element's bits (NaN equal to NaN)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return bool((~((a == b) | (np.isnan(a) & np.isnan(b)))).any())
 
 
 def _zeros_apart(y, m, f, exact, basis) -> bool:
@@ -240,6 +243,6 @@ def describe(y: np.ndarray, exact: np.ndarray, basis) -> str:
     flat = int(np.flatnonzero(compared)[worst])
     wrong = int((np.abs(offset) > 1e-3 * np.abs(exact[compared])).sum())
     return (
-        f"{wrong} of {int(compared.sum())} compared elements are more than 0.1% off; the worst, element {flat}, is "
-        f"{y[flat]:.6g} where the exact value is {exact[flat]:.6g}"
+        f"{wrong} of {int(compared.sum())} compared elements are more than 0.1% off (the worst, element {flat}: "
+        f"{y[flat]:.6g} where the exact value is {exact[flat]:.6g})"
     )

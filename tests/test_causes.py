@@ -49,7 +49,8 @@ def test_a_nan_in_a_masked_key_is_diagnosed_and_fixed_by_selecting_not_by_the_ma
     families = ["attn_exact_probes", "attn_nan_masked_key"]
     row = audit(additive_mask_attention, "attention", families, "float32").iloc[0]
     assert row.verdict == "fail" and row.cause == "nan" and row.nan > 0, row.note
-    assert row.finding == "additive_mask" and "NaN + -inf" in row.note, row.note
+    # (a softmax over every key masked afterwards gives the same NaN on these inputs: both are named)
+    assert "additive_mask" in row.finding.split(" or ") and "NaN + -inf" in row.note, row.note
     assert "where" in row.fix and "values out of P V" in row.fix and "largest score" not in row.fix, row.fix
 
 

@@ -145,10 +145,12 @@ def test_a_softmax_whose_float16_sum_overflows_is_said_to_overflow_not_to_flush(
     summed, running = table.loc["softmax.max_shifted"], table.loc["softmax.max_shifted_running"]
     assert summed.cause == "sum_overflow" and summed.flushed == 65536, summed.note
     assert "sum to 65536, past float16's largest value 65504" in summed.note and "overflows to inf" in summed.note
-    assert "(flushed to zero)" not in summed.note and "float32" in summed.fix and "gradual underflow" not in summed.fix
-    assert running.cause == "accumulation" and "sum to 65536" in running.note, running.note
+    # (every exact output is subnormal here, so a flush of the outputs gives the same zeros: the finding names each
+    # model that reproduces them, the sum kept in float16 among them, and the note keeps the sum past 65504)
+    assert "sum_in_dtype" in summed.finding.split(" or ") and "accumulate the sum in float32" in summed.fix
+    assert running.cause == "accumulation" and running.sum_err > 0, running.note
     assert running.verdict == "fail"  # the probabilities sum to 32: not a standard algorithm's error (docs/policy.md)
-    assert "gradual underflow" not in running.fix
+    assert "sum_in_dtype" in running.finding.split(" or ") and "gradual underflow" not in running.fix
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32"])

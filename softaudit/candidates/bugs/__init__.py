@@ -26,15 +26,11 @@ class Inapplicable(Exception):
 @dataclasses.dataclass(frozen=True)
 class Variant:
     """One way a kernel can make the mistake: its label ("float32, blocks of 64"), the buggy function and the
-    same function without the mistake, both with the kind's calling convention, and the precision it computes in
-    where that is narrower than the audited dtype's."""
+    same function without the mistake, both with the kind's calling convention."""
 
     label: str
     buggy: Callable
     fixed: Callable
-    #: The significand bits of the narrower type the mistake computes in (None: the audited dtype's own): two
-    #: kernels computing in that type differ by its roundings, which the diagnosis then allows.
-    bits: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,16 +48,6 @@ class Model:
     events: bool = True
 
 
-#: The significand bits of the types a kernel may compute in without saying so.
-BITS = {"float32": 24, "float16": 11, "bfloat16": 8}
-
-
-def narrowed(model: Model) -> Model:
-    """A downcast model whose variants carry the bits of the type each computes in (its label's last word)."""
-    variants = tuple(dataclasses.replace(v, bits=BITS[v.label.split()[-1]]) for v in model.variants)
-    return dataclasses.replace(model, variants=variants)
-
-
 @functools.cache
 def _registry() -> dict[str, tuple[Model, ...]]:
     from . import attention, cross_entropy, grads, lse, rows
@@ -69,7 +55,7 @@ def _registry() -> dict[str, tuple[Model, ...]]:
     found: dict[str, list[Model]] = {}
     for module in (rows, attention, cross_entropy, grads, lse):
         for model in module.MODELS:
-            found.setdefault(model.kind, []).append(narrowed(model) if model.name == "downcast" else model)
+            found.setdefault(model.kind, []).append(model)
     return {kind: tuple(models) for kind, models in found.items()}
 
 

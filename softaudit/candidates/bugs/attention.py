@@ -85,7 +85,7 @@ def _dense(q, k, v, mask, c, w, d, shift, fill, guard, p_in_dtype, log2e, after_
         m = np.where(np.isneginf(m), np.zeros((), w), m)
     e = exp2((kept - m) * w.type(log2e)) if log2e is not None else exp(kept - m)
     total = dtype_sum(e) + (0 if z is None else exp(z - m))
-    p = np.where(total > 0, e / np.where(total > 0, total, 1), 0).astype(w) if guard else e / total
+    p = np.where(total == 0, 0, e / np.where(total == 0, 1, total)).astype(w) if guard else e / total
     if masked is not None:
         p = np.where(masked, p, np.zeros((), w))
     if p_in_dtype:
@@ -132,7 +132,7 @@ def _online(q, k, v, mask, c, w, d, block, guard, rescale_o, rescale_l, p_in_dty
         pv = matmul(p.astype(d).astype(w) if p_in_dtype else p, v[..., start : start + block, :], w)
         acc = (acc * correction if rescale_o else acc) + pv
         m = new
-    return np.where(total > 0, acc / np.where(total > 0, total, 1), 0) if guard else acc / total
+    return np.where(total == 0, 0, acc / np.where(total == 0, 1, total)) if guard else acc / total
 
 
 @functools.cache
@@ -304,7 +304,7 @@ def grad_standard(
         s, keep, sigma = grad_parts._modified(s, mask, causal, window, bias, alibi_slopes, softcap)
         e, _, _ = _sink_weights(s, grad_parts._keep(keep, s.shape), None, w)
         total = dtype_sum(e)
-        p = np.where(total > 0, e / np.where(total > 0, total, 1), 0).astype(w)
+        p = np.where(total == 0, 0, e / np.where(total == 0, 1, total)).astype(w)
         dp = matmul(gw, np.swapaxes(vw, -1, -2), w)
         delta = 0 if drop_delta else dtype_sum(dp * p)
         ds = p * (dp - delta)
