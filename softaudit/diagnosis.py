@@ -29,7 +29,7 @@ import math
 import numpy as np
 
 from . import causes, kinds
-from .candidates.bugs import Inapplicable, models
+from .candidates.bugs import models
 from .reference import Format
 
 #: A model reproduces an error when its output is within this share of the error of the candidate's output.
@@ -103,8 +103,8 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     if len(tied) > 1:
         names = " or ".join(m.name for _, m, _ in tied)
         mistakes = ", or ".join(m.mistake for _, m, _ in tied)
-        fixes = " / ".join(m.fix.replace("{wide}", causes.wider(fmt)) for _, m, _ in tied)
-        return Finding(names, fixes, f"{names}: {mistakes} (each reproduces it)")
+        each = " / ".join(m.fix.replace("{wide}", causes.wider(fmt)) for _, m, _ in tied)
+        return Finding(names, each, f"{names}: {mistakes} (each reproduces it)")
     d, model, labels = found[0]
     fix = model.fix.replace("{wide}", causes.wider(fmt))
     also = tuple(m.name for _, m, _ in found[1:])
@@ -202,7 +202,7 @@ def _call(fn, args, kwargs, index: int) -> np.ndarray | None:
     try:
         with np.errstate(all="ignore"):
             out = fn(*args, **kwargs)
-    except (Inapplicable, TypeError, ValueError, IndexError, KeyError, FloatingPointError, ZeroDivisionError):
+    except Exception:  # (Inapplicable; a model that cannot take an input, option or shape explains nothing there)
         return None
     out = out if isinstance(out, tuple) else (out,)
     return np.asarray(out[index]) if index < len(out) else None
