@@ -41,7 +41,7 @@ NOTICEABLE = 2.0
 FIXED = 0.5
 #: The cases of a row that are tried, at most: that of its first NaN or inf, that of its worst element, then the
 #: others in family order (an event found by a rule, a NaN input that vanished, has no element of its own).
-CASES = 6
+CASES = 3
 #: The findings that are not a bug model's: the reruns measure them directly (softaudit/reproducibility.py).
 MEASURED = ("nondeterministic", "batch_variant", "split_variant")
 
@@ -71,11 +71,14 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     entry = kinds.get(kind)
     basis = pc.output(index).basis
     y = np.asarray(outputs[index])
+    mask, options = pc.problem  # (a declared convention's problem in the default's terms: the models compute it)
+    inputs = pc.inputs
+    if _rows_apart(entry, options, y):  # (the models run on the rows that show the error, not on every row)
+        inputs, mask, basis, y = _worst_rows(inputs, mask, basis, y, fmt)
     exact = _exact(basis)
     error = _compare(y, exact, basis, fmt).distance
     error = 0.0 if math.isnan(error) else error
-    mask, options = pc.problem  # (a declared convention's problem in the default's terms: the models compute it)
-    args, kwargs = entry.call_arguments(pc.inputs, mask)
+    args, kwargs = entry.call_arguments(inputs, mask)
     kwargs |= dict(options)
     found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
     fixes: dict = {}  # the fixes' outputs by function: many variants share one fix
@@ -111,6 +114,75 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     others = f", and {', '.join(also)} less closely" if also else ""
     text = f"{model.name}: {model.mistake} (a model of it, {' or '.join(labels)}, reproduces the output{others})"
     return Finding(model.name, fix, text, also)
+
+
+#: The rows of a row-wise kind's case the models run on: those that show the error most (events first).
+ROWS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class _Rows:
+    """The part of a case's Basis the diagnosis reads, for some of its rows."""
+
+    fmt: Format
+    hi: np.ndarray
+    lo: np.ndarray | None
+    rounded: np.ndarray
+    defined: np.ndarray
+    finite_ref: np.ndarray | None = None
+    inv_scale: np.ndarray | None = None
+
+
+def _rows_apart(entry, options: dict, y: np.ndarray) -> bool:
+    """Whether a case's rows can be diagnosed apart: a row-wise kind whose output is per row (not a mean or sum over
+    the rows), with more rows than `ROWS`."""
+    if not entry.row_wise or options.get("reduction", "none") != "none":
+        return False
+    rows = y.size if entry.reduces else y.size // max(y.shape[-1] if y.ndim else 1, 1)
+    return rows > ROWS
+
+
+def _worst_rows(inputs: dict, mask, basis, y: np.ndarray, fmt: Format):
+    """The case cut to its `ROWS` rows that show the error most: those with an event (NaN or infinity where the exact
+    result differs, a zero where it is not 0, probability on a masked entry) first, then by their largest error
+    against the conditioning. Returns (inputs, mask, basis, y) of those rows."""
+    n = 1 if y.ndim == 0 else y.shape[-1]
+    reduces = y.ndim < np.ndim(inputs[next(iter(inputs))])  # (logsumexp: one output per row)
+    width = 1 if reduces else n
+    ys = np.asarray(y, np.float64).reshape(-1, width)
+    exact = _exact(basis).reshape(-1, width)
+    inv = np.zeros(ys.shape) if basis.inv_scale is None else np.asarray(basis.inv_scale, np.float64).reshape(ys.shape)
+    compared = np.asarray(basis.finite_ref).reshape(ys.shape)
+    with np.errstate(all="ignore"):
+        events = (np.isnan(ys) != np.isnan(exact)) | (np.isinf(ys) & (ys != exact)) | ((ys == 0) & (exact != 0))
+        events |= ~compared & np.isfinite(ys) & (ys != 0) & (exact == 0)
+        error = np.where(compared & np.isfinite(ys), np.abs(ys - exact) * inv, 0.0).max(axis=1)
+    order = np.lexsort((-error, ~events.any(axis=1)))[:ROWS]
+    rows = np.sort(order)
+    lead = ys.shape[0]
+    x_shape = np.shape(inputs[next(iter(inputs))])
+    cut_inputs = {name: _cut_rows(a, x_shape, rows) for name, a in inputs.items()}
+
+    def part(a):
+        return None if a is None else np.broadcast_to(np.asarray(a), ys.shape).reshape(lead, width)[rows]
+
+    view = _Rows(fmt, part(basis.hi), part(basis.lo), part(basis.rounded), part(basis.defined))
+    view = dataclasses.replace(view, finite_ref=part(basis.finite_ref), inv_scale=part(basis.inv_scale))
+    out_shape = (len(rows),) if reduces else (len(rows), width)
+    return cut_inputs, _cut_rows(mask, x_shape, rows), view, np.asarray(y).reshape(lead, width)[rows].reshape(out_shape)
+
+
+def _cut_rows(a, x_shape: tuple, rows: np.ndarray):
+    """Some rows of an input: one of x's rank broadcast to x's shape and its leading axes flattened (the last axis
+    kept), one with a value per row (logsumexp_grad's g) flattened; anything else (a scalar) kept whole."""
+    if a is None:
+        return None
+    a = np.asarray(a)
+    if a.ndim == len(x_shape):
+        return np.broadcast_to(a, x_shape).reshape(-1, x_shape[-1])[rows]
+    if a.shape == x_shape[:-1]:
+        return a.reshape(-1)[rows]
+    return a
 
 
 def ambiguous(name: str) -> bool:

@@ -209,3 +209,34 @@ def test_a_tie_names_every_model_that_reproduces_the_output():
     rows = judged(attention.tiled_unguarded_max, "attention", ["float32"], ["attn_masks"])
     (finding,) = set(rows.finding)
     assert diagnosis.ambiguous(finding) and "unguarded_running_max" in finding.split(" or ")
+
+
+def _online_loop(x, block, rescale, w):
+    """The online sum as a kernel writes it, block by block (the model forms each block's exps at once)."""
+    from softaudit.candidates._ops import dtype_sum, exp
+
+    shape = x.shape[:-1] + (1,)
+    m, s = np.full(shape, -np.inf, w), np.zeros(shape, w)
+    for start in range(0, x.shape[-1], block):
+        part = x[..., start : start + block]
+        new = np.maximum(m, part.max(axis=-1, keepdims=True))
+        safe = np.where(np.isneginf(new), np.zeros((), w), new)
+        kept = s * exp(np.where(np.isneginf(m), safe, m) - safe) if rescale else s
+        s = kept + dtype_sum(exp(part - safe))
+        m = new
+    final = x.max(axis=-1, keepdims=True, initial=-np.inf)
+    return s * exp(np.where(np.isneginf(m), 0, m) - np.where(np.isneginf(final), 0, final)) if rescale else s
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64])
+def test_the_online_models_sum_is_the_block_by_block_loops_bit_for_bit(dtype):
+    from softaudit.candidates.bugs.rows import _online_sum
+
+    rng = np.random.default_rng(1)
+    for n in (1, 15, 16, 17, 100, 1000, 4097):
+        x = (rng.normal(size=(3, n)) * 5 + np.linspace(0, 20, n)).astype(dtype)
+        x[1, : n // 2] = -np.inf  # (a row whose first blocks keep nothing)
+        for block in (16, 64):
+            for rescale in (True, False):
+                got, want = _online_sum(x, block, rescale, np.dtype(dtype)), _online_loop(x, block, rescale, dtype)
+                assert np.array_equal(got, want, equal_nan=True), (n, block, rescale)

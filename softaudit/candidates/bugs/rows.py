@@ -142,18 +142,30 @@ def standard(
 
 def _online_sum(x, block: int, rescale: bool, w):
     """The online (streaming) sum of exp(x - m) over blocks of `block`, m the running max, rescaled by
-    exp(m_old - m_new) when the max grows (rescale=False: not), then rescaled once to the row's max."""
-    shape = x.shape[:-1] + (1,)
-    m, s = np.full(shape, -np.inf, w), np.zeros(shape, w)
-    for start in range(0, x.shape[-1], block):
-        part = x[..., start : start + block]
-        new = np.maximum(m, part.max(axis=-1, keepdims=True))
-        safe = np.where(np.isneginf(new), np.zeros((), w), new)
-        kept = s * exp(np.where(np.isneginf(m), safe, m) - safe) if rescale else s
-        s = kept + dtype_sum(exp(part - safe))
-        m = new
-    final = x.max(axis=-1, keepdims=True, initial=-np.inf)
-    return s * exp(np.where(np.isneginf(m), 0, m) - np.where(np.isneginf(final), 0, final)) if rescale else s
+    exp(m_old - m_new) when the max grows (rescale=False: not), then rescaled once to the row's max. Each block's
+    exps and sum are formed at once, the running sum block by block, with the loop's roundings."""
+    n = x.shape[-1]
+    blocks = -(-n // block)
+    padded = np.concatenate([x, np.full(x.shape[:-1] + (blocks * block - n,), -np.inf, w)], axis=-1)
+    parts = padded.reshape(x.shape[:-1] + (blocks, block))
+    m = np.maximum.accumulate(parts.max(axis=-1), axis=-1)  # (the running max after each block)
+    safe = np.where(np.isneginf(m), np.zeros((), w), m)
+    # each block's sum of exp(x - its running max), the last one over its own length (a pairwise sum's order)
+    sums = dtype_sum(exp(parts[..., : n // block, :] - safe[..., : n // block, None]))[..., 0]
+    if n % block:
+        tail = dtype_sum(exp(x[..., n - n % block :] - safe[..., -1:]))
+        sums = np.concatenate([sums, tail], axis=-1)
+    if not rescale:
+        return running_sum(sums)
+    before = np.concatenate([np.full(m.shape[:-1] + (1,), -np.inf, w), m[..., :-1]], axis=-1)
+    factor = exp(np.where(np.isneginf(before), safe, before) - safe)  # (exp(m_old - m_new), 1 while nothing kept)
+    total = np.zeros(x.shape[:-1], w)
+    for b in range(blocks):
+        total = total * factor[..., b] + sums[..., b]
+    final = x.max(axis=-1, initial=-np.inf)
+    last = m[..., -1]
+    shift = exp(np.where(np.isneginf(last), 0, last) - np.where(np.isneginf(final), 0, final))
+    return (total * shift)[..., None]
 
 
 def _function(kind: str, switches: dict):
