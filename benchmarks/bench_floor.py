@@ -77,7 +77,7 @@ def timed_diagnosis(spent: collections.Counter, counted: collections.Counter):
             return finding(*args)
         finally:
             spent[DIAGNOSIS] += time.process_time() - start
-            counted[DIAGNOSIS] += args[7] in ("warn", "fail")  # (the verdict: the rows diagnosed)
+            counted[DIAGNOSIS] += args[6] in ("warn", "fail")  # (the verdict: the rows diagnosed)
 
     return timed
 

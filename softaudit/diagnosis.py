@@ -39,8 +39,7 @@ REPRODUCES = 0.25
 NOTICEABLE = 2.0
 #: Its fix does not have the error when the fix's output is within this share of the error of the exact result.
 FIXED = 0.5
-#: The cases of a row that are tried, at most: that of its first NaN or inf, that of its worst element, then the
-#: others in family order (an event found by a rule, a NaN input that vanished, has no element of its own).
+#: The cases of a row that are tried, at most, those that show the error most first (`worst_cases`).
 CASES = 3
 #: The findings that are not a bug model's: the reruns measure them directly (softaudit/reproducibility.py).
 MEASURED = ("nondeterministic", "batch_variant", "split_variant")
@@ -183,6 +182,25 @@ def _cut_rows(a, x_shape: tuple, rows: np.ndarray):
     if a.shape == x_shape[:-1]:
         return a.reshape(-1)[rows]
     return a
+
+
+def worst_cases(prepared: list, outputs: dict, index: int) -> list[int]:
+    """The cases of a family in the order diagnosis tries them, `CASES` at most: those where the candidate's output
+    shows an event (a NaN or infinity, also on a row whose result is undefined, a zero where the exact result is
+    not 0, probability on a masked entry) first, then by their largest error against the conditioning."""
+    ranked = []
+    for case, ys in outputs.items():
+        basis = prepared[case].output(index).basis
+        y = np.asarray(ys[index], np.float64).reshape(-1)
+        exact = _exact(basis).reshape(-1)
+        compared = np.asarray(basis.finite_ref).reshape(-1)
+        inv = np.zeros(y.shape) if basis.inv_scale is None else np.asarray(basis.inv_scale, np.float64).reshape(-1)
+        with np.errstate(all="ignore"):
+            event = (~np.isfinite(y) & (y != exact)) | ((y == 0) & (exact != 0))
+            event |= ~compared & np.isfinite(y) & (y != 0) & (exact == 0)
+            error = np.where(compared & np.isfinite(y), np.abs(y - exact) * inv, 0.0).max(initial=0.0)
+        ranked.append((not event.any(), -error, case))
+    return [case for _, _, case in sorted(ranked)[:CASES]]
 
 
 def ambiguous(name: str) -> bool:

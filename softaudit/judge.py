@@ -99,7 +99,7 @@ def unit(
         verdict, cause, text, fix, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
-        finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, tally, row, verdict, cause)
+        finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
         if finding not in ("", diagnosis.UNEXPLAINED) and not diagnosis.ambiguous(finding):
             # (one model says what happened: no guess beside it)
             text = _without_guesses(text, pattern, record)
@@ -130,19 +130,16 @@ def _without_guesses(text: str, pattern: str, record) -> str:
     return text
 
 
-def _finding(kind, fmt, fam, outputs, index, tally, row, verdict, cause) -> tuple[str, str, str]:
+def _finding(kind, fmt, fam, outputs, index, row, verdict, cause) -> tuple[str, str, str]:
     """(finding, fix, the note's sentence) of a judged row: a warn or fail is diagnosed by the kind's bug models
-    (softaudit/diagnosis.py) on its cases, first that of its first NaN or inf and that of its worst element, until
-    one model reproduces the output on one; what the reruns measured (a nondeterministic or batch-variant row) is
-    its own finding, with its known fix."""
+    (softaudit/diagnosis.py) on the cases that show its error most, until one model reproduces the output on one;
+    what the reruns measured (a nondeterministic or batch-variant row) is its own finding, with its known fix."""
     if verdict not in ("warn", "fail"):
         return "", "", ""
     if cause in diagnosis.MEASURED:
         return cause, causes.fix(cause, kind), ""
-    first = [at[0] for at in (tally.event_at, tally.worst and tally.worst[1:3]) if at]
-    order = list(dict.fromkeys([*first, *sorted(outputs)]))[: diagnosis.CASES]
     found = None
-    for case in order:
+    for case in diagnosis.worst_cases(fam.prepared, outputs, index):
         tried = diagnosis.diagnose(kind, fmt, fam.prepared[case], outputs[case], index, row["fail_above"])
         if tried.name != diagnosis.UNEXPLAINED and not diagnosis.ambiguous(tried.name):
             return tried.name, tried.fix, tried.text
