@@ -163,7 +163,7 @@ def _worst_rows(inputs: dict, mask, basis, y: np.ndarray, fmt: Format):
     cut_inputs = {name: _cut_rows(a, x_shape, rows) for name, a in inputs.items()}
 
     def part(a):
-        return None if a is None else np.broadcast_to(np.asarray(a), ys.shape).reshape(lead, width)[rows]
+        return None if a is None else np.broadcast_to(np.asarray(a), np.shape(y)).reshape(lead, width)[rows]
 
     view = _Rows(fmt, part(basis.hi), part(basis.lo), part(basis.rounded), part(basis.defined))
     view = dataclasses.replace(view, finite_ref=part(basis.finite_ref), inv_scale=part(basis.inv_scale))

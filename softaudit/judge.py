@@ -138,6 +138,13 @@ def _finding(kind, fmt, fam, outputs, index, row, verdict, cause) -> tuple[str, 
         return "", "", ""
     if cause in diagnosis.MEASURED:
         return cause, causes.fix(cause, kind), ""
+    try:
+        return _diagnosed(kind, fmt, fam, outputs, index, row)
+    except Exception as exc:  # (the diagnosis is softaudit's own: its failure names no cause and loses no row)
+        return diagnosis.UNEXPLAINED, "", f"unexplained (the diagnosis raised {type(exc).__name__}: {exc})"
+
+
+def _diagnosed(kind, fmt, fam, outputs, index, row) -> tuple[str, str, str]:
     found = None
     for case in diagnosis.worst_cases(fam.prepared, outputs, index):
         tried = diagnosis.diagnose(kind, fmt, fam.prepared[case], outputs[case], index, row["fail_above"])
