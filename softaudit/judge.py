@@ -108,7 +108,22 @@ def unit(
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }
         result.rows.append(row | _row(tally) | m.moved.columns() | judged)
+    if fam.undecided:  # (the cases measured are judged above; these could not be, so the row is an error)
+        said = undecided(fam.undecided, family, recipe)
+        result.rows = [
+            r | {"verdict": "error", "cause": "error", "note": "; ".join(filter(None, [said, r["note"]]))}
+            for r in result.rows
+        ]
     return result
+
+
+def undecided(cases: list, family: str, recipe: tuple) -> str:
+    """What a row says of its family's cases whose exact result could not be decided (PreparedFamily.undecided):
+    each case by its index and description, with what makes it again."""
+    suite, seed, _ = recipe
+    listed = "; ".join(f"case {index} ({description}): {why}" for index, description, why in cases)
+    again = f"suite {suite!r}, seed {seed}" if not family.startswith("file:") and family != "corpus" else "its file"
+    return f"the reference could not decide {family}'s {listed}; left out of the measures (made again by {again})"
 
 
 def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Policy) -> list[dict]:
@@ -266,7 +281,7 @@ def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
     if tally.event_at is None:
         return "", ""
     case, flat = tally.event_at
-    pc = pcs[case]
+    pc = _case(pcs, case)
     inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
     return causes.diagnose(kind, fmt, inputs, mask)
 
@@ -342,7 +357,7 @@ def _worst_record(
     candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
 ) -> WorstInput:
     cond, case, flat, value, common = tally.worst
-    pc = pcs[case]
+    pc = _case(pcs, case)
     b = pc.basis
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
     exact = float(b.hi.reshape(-1)[flat]) + (0.0 if b.lo is None else float(b.lo.reshape(-1)[flat]))
@@ -402,6 +417,15 @@ def _worst_record(
         arrays if small else None,
         candidate.device,
         output,
+    )
+
+
+def _case(pcs: list, index: int):
+    """The case of `pcs` whose index in its family is `index` (a family's undecided cases are left out of it)."""
+    return (
+        pcs[index]
+        if index < len(pcs) and pcs[index].case_in_family == index
+        else next(pc for pc in pcs if pc.case_in_family == index)
     )
 
 

@@ -57,6 +57,9 @@ class Finding:
     mask: object = None
     #: The keywords the failing input was called with (Case.options: attention's modifiers, cross_entropy's options).
     options: dict = dataclasses.field(default_factory=dict)
+    #: The search stopped on an error of softaudit's own (its judgement of `inputs` raised; `reason` says what):
+    #: the input is kept and saved as a failure's is, and the hunt exits 1 as a run with an `error` row does.
+    stopped: bool = False
 
     @property
     def called_with(self) -> str:
@@ -120,7 +123,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     # the keywords the candidate takes among those the hunt draws (a candidate without softcap gets no cap)
     takes = frozenset(taken(candidate.call, _strategies.keywords(kinds.get(kind))))
     strategy = _strategy(kind)(kind, fmt, takes)
-    state = {"examples": 0, "last": None}
+    state = {"examples": 0, "last": None, "error": None}
     start = time.monotonic()
 
     @settings(
@@ -135,11 +138,16 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     )
     @given(strategy)
     def probe(drawn):
-        if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
-            raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
+        found = state["last"] is not None or state["error"] is not None
+        if time.monotonic() - start > (1.5 * budget if found else budget):
+            raise _OutOfTime  # (a failure or an error found in time is shrunk for up to half a share more)
         inputs, mask, options = drawn
         state["examples"] += 1
-        verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
+        try:
+            verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
+        except Exception as exc:  # (the candidate's own errors are rows: this is softaudit's) kept as Hypothesis
+            state["error"] = (inputs, mask, options, exc)  # shrinks it: the last one raised is the smallest yet
+            raise
         if verdict == "skip":
             return
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
@@ -153,9 +161,28 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             probe()
     except (AssertionError, Flaky, _OutOfTime):
         pass
-    except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
-        if state["last"] is None:
+    except Exception as exc:  # an error judging an input (kept in state), or one in Hypothesis itself
+        if state["last"] is None and state["error"] is None:
             state["last"] = (None, None, {}, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
+    if state["last"] is None and state["error"] is not None:  # (a failure found meanwhile is reported instead)
+        inputs, mask, options, exc = state["error"]
+        reason = f"hunt stopped: {type(exc).__name__}: {exc}"
+        seconds = time.monotonic() - start
+        return Finding(
+            candidate.name,
+            kind,
+            fmt.name,
+            state["examples"],
+            False,
+            reason,
+            math.nan,
+            seconds,
+            None,
+            inputs,
+            mask,
+            options,
+            stopped=True,
+        )
     if state["last"] is None:
         seconds = time.monotonic() - start
         return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
@@ -259,8 +286,8 @@ def _searches(where, units: list, share: float, policy: Policy, timeout: float):
 
 
 def _saved(finding: Finding, candidate, corpus) -> Finding:
-    """A finding with its failure saved to the corpus."""
-    if finding.failed and corpus:
+    """A finding with its failure, or the input that stopped its search, saved to the corpus."""
+    if (finding.failed or finding.stopped) and corpus:
         path = save_corpus(
             corpus,
             candidate.name,

@@ -249,7 +249,7 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
             raise ValueError(f"reduction={o.reduction!r} takes a scalar g, got shape {g.shape}")
         ok = bool(np.isfinite(g))
         w = [(Fraction(float(g)) / (count if o.reduction == "mean" else 1)) if ok and count else None] * n
-    undefined = r.undefined | (np.array([wi is None for wi in w]) & ~r.ignored)
+    undefined = r.undefined | (np.array([wi is None for wi in w], bool) & ~r.ignored)
     value, hi, lo, err = (np.zeros((n, v)) for _ in range(4))
     tier = np.zeros((n, v), np.int8)
     todo = ~r.ignored & ~undefined
