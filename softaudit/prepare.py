@@ -392,9 +392,8 @@ def family(
     found = _mapped(path) if path else None
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
-        found = PreparedFamily(
-            *decided([Prepared(case, fmt, i, (family.name, suite, seed)) for i, case in enumerate(made)])
-        )
+        kept, undecided = decided([Prepared(case, fmt, i, (family.name, suite, seed)) for i, case in enumerate(made)])
+        found = PreparedFamily(kept, undecided=undecided)
         # (a family whose comparisons failed to run is not kept)
         if path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex):
             for pc in found.prepared:

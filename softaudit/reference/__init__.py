@@ -293,7 +293,7 @@ def evaluate_attention_lse(
     problem = prepare(q, k, v, mask, scale_value(scale), bias, softcap, sinks)
     fmt = target(dtype, prec)
     if fmt.dtype is None or fmt.precision > 53:
-        raise ValueError(f"the attention lse reference rounds to float formats of at most 53 bits, not {fmt.name}")
+        raise ValueError(f"dtype must be a format of at most 53 bits for the attention lse reference, not {fmt.name}")
     return round_lse(problem, fmt)
 
 

@@ -95,7 +95,7 @@ def _tiers(fmt: Format):
 def _target(dtype) -> Format:
     fmt = format_of(dtype)
     if not _engine.fast_target(fmt):
-        raise ValueError(f"the cross_entropy reference rounds to float formats of at most 53 bits, not {fmt.name}")
+        raise ValueError(f"dtype must be a format of at most 53 bits for the cross_entropy reference, not {fmt.name}")
     return fmt
 
 
