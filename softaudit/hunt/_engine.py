@@ -103,6 +103,20 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     return verdict, reasons, worst, events
 
 
+def _recording(state: dict):
+    """`judge`, keeping in state["error"] the input it raised on (an error of softaudit's own: the candidate's are
+    rows) before the exception goes on to Hypothesis, which shrinks it: the last one kept is the smallest yet."""
+
+    def judged(candidate, kind, fmt, inputs, mask, options, *rest):
+        try:
+            return judge(candidate, kind, fmt, inputs, mask, options, *rest)
+        except Exception as exc:
+            state["error"] = (inputs, mask, options, exc)
+            raise
+
+    return judged
+
+
 def _kept(called, seen: list):
     """The calls, each kept in `seen` as it comes (to judge them again without calling again)."""
     for done in called:
@@ -124,6 +138,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     takes = frozenset(taken(candidate.call, _strategies.keywords(kinds.get(kind))))
     strategy = _strategy(kind)(kind, fmt, takes)
     state = {"examples": 0, "last": None, "error": None}
+    judge = _recording(state)  # (probe calls it by this name: a derandomised search is seeded from probe's source)
     start = time.monotonic()
 
     @settings(
@@ -138,16 +153,11 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     )
     @given(strategy)
     def probe(drawn):
-        found = state["last"] is not None or state["error"] is not None
-        if time.monotonic() - start > (1.5 * budget if found else budget):
-            raise _OutOfTime  # (a failure or an error found in time is shrunk for up to half a share more)
+        if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
+            raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
         inputs, mask, options = drawn
         state["examples"] += 1
-        try:
-            verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
-        except Exception as exc:  # (the candidate's own errors are rows: this is softaudit's) kept as Hypothesis
-            state["error"] = (inputs, mask, options, exc)  # shrinks it: the last one raised is the smallest yet
-            raise
+        verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
         if verdict == "skip":
             return
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
