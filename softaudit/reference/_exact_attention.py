@@ -53,13 +53,15 @@ def score_classes(raw: list, bias: list, scale: tuple | None, d: int, softcap) -
     return list(zip(raw, bias))
 
 
-def _rational_attention(labels: list, vs: list[list[tuple]], column: int) -> Fraction | None:
-    """The exact output when every class of equal scores (keys of equal label) has the same mean value: that mean."""
-    groups: dict = {}
-    for label, row in zip(labels, vs):
-        groups.setdefault(label, []).append(_fraction(row[column]))
-    means = {sum(values, Fraction(0)) / len(values) for values in groups.values()}
-    return means.pop() if len(means) == 1 else None
+def _rational_attention(classes: list[list[int]], values: list[list], column: int) -> Fraction | None:
+    """The exact output when every class of equal scores (`classes`: each one's keys) has the same mean value in the
+    column (`values`: each key's exact values): that mean."""
+    first = classes[0]
+    mean = sum((values[j][column] for j in first), Fraction(0)) / len(first)
+    for keys in classes[1:]:
+        if sum((values[j][column] for j in keys), Fraction(0)) != mean * len(keys):
+            return None
+    return mean
 
 
 def attention_row(
@@ -78,21 +80,25 @@ def attention_row(
     raw = [libmp.mpf_sum([libmp.mpf_mul(a, b, 0) for a, b in zip(q, k)], 0) for k in ks]
     bias = bias or [libmp.fzero] * len(raw)
     labels = score_classes(raw, bias, scale, d, softcap)
+    classes: dict = {}
+    for j, label in enumerate(labels):
+        classes.setdefault(label, []).append(j)
+    values = [[_fraction(x) for x in row] for row in vs]
     ncol = len(vs[0])
     done: dict[int, Entry] = {}
     for c in range(ncol):
-        exact = _rational_attention(labels, vs, c)
+        exact = _rational_attention(list(classes.values()), values, c)
         if exact is not None:
             done[c] = _rational(exact, fmt)
     if len(done) == ncol:
         return [done[c] for c in range(ncol)]
     gaps = _Gaps(raw, bias, labels, scale, d, softcap)
-    top_rows, other_rows = [vs[j] for j in gaps.group], [vs[j] for j in gaps.others]
+    top_values, other_values = [values[j] for j in gaps.group], [values[j] for j in gaps.others]
     wp = fmt.precision + 32
     while True:
         ts, bounds = gaps.at(wp)
         if all(libmp.mpf_cmp(b, _SMALL) <= 0 for b in bounds):
-            _decide_columns(ts, bounds, top_rows, other_rows, done, fmt, wp)
+            _decide_columns(ts, bounds, top_values, other_values, done, fmt, wp)
             if len(done) == ncol:
                 return [done[c] for c in range(ncol)]
         wp = _refine(wp)
@@ -109,6 +115,11 @@ class _Gaps:
         self.exact = all(isinstance(label, Fraction) for label in labels)  # f_j themselves: no cap, a rational c
         if self.exact:
             top = max(range(len(labels)), key=labels.__getitem__)
+        elif len(set(bias)) == 1 and (scale is None or libmp.mpf_sign(scale) > 0):  # (cap(c raw) rises with raw)
+            top = 0
+            for j in range(1, len(raw)):
+                if libmp.mpf_cmp(raw[j], raw[top]) > 0:
+                    top = j
         else:
             first, _ = _spec_scores(list(zip(raw, bias)), scale, d, self.cap, 64)
             top = 0
@@ -186,43 +197,50 @@ def _expm1(t: tuple, wp: int) -> tuple:
     return libmp.mpf_sub(libmp.mpf_exp(t, wp + 8 - mag), libmp.fone, wp)
 
 
-def _decide_columns(ts, bounds, top_rows, other_rows, done: dict, fmt: Format, wp: int) -> None:
-    """Round each column not yet in `done` that the bounds decide. The top class has gap 0; each other key j gap
-    t_j within bounds_j (<= 2**-20). With N the keys whose |t_j| <= 1/2 (the top class among them) and base their
-    mean value: o = base + sum_j w_j (v_j - base) / (|N| + sum_j w_j) over the others, w_j = e**t_j - 1 in N,
-    e**t_j outside (the top class's terms, and N's 1s, sum to 0 against base)."""
+def _decide_columns(ts, bounds, top_values, other_values, done: dict, fmt: Format, wp: int) -> None:
+    """Round each column not yet in `done` that the bounds decide (values: each key's row of exact values). The top
+    class has gap 0; each other key j gap t_j within bounds_j (<= 2**-20). With N the keys whose |t_j| <= 1/2 (the
+    top class among them) and base their mean value: o = base + sum_j w_j (v_j - base) / (|N| + sum_j w_j) over the
+    others, w_j = e**t_j - 1 in N, e**t_j outside (the top class's terms, and N's 1s, sum to 0 against base).
+
+    Each w_j is within |w_j| 2**(2 - wp) (exp's 4 ulp; `_expm1`'s bound) plus drift_j = 1.01 e**t_j bounds_j (t_j's
+    error moves e**t_j by e**t_j (e**bound - 1))."""
     near = [libmp.mpf_cmp(libmp.mpf_abs(t), _NEAR) <= 0 for t in ts]
-    ws, w_errs = [], []
+    ws, drifts = [], []
     for t, bound, is_near in zip(ts, bounds, near):
         w = _expm1(t, wp) if is_near else libmp.mpf_exp(t, wp)
-        weight = libmp.mpf_add(libmp.fone, w, 30, _UP) if is_near else libmp.mpf_abs(w)  # about e**t
-        # w within |w| 2**(2 - wp) (exp's 4 ulp, expm1's bound); t's error moves e**t by e**t (e**bound - 1), at
-        # most 1.01 e**t bound
-        w_errs.append(libmp.mpf_add(_up(libmp.mpf_abs(w), _pow2(2 - wp)), _up(_up(weight, bound), _SAFE), 30, _UP))
         ws.append(w)
-    count = len(top_rows) + sum(near)
+        if bound != libmp.fzero:
+            weight = libmp.mpf_add(libmp.fone, w, 30, _UP) if is_near else libmp.mpf_abs(w)  # about e**t
+            drifts.append(_up(_up(weight, bound), _SAFE))
+        else:
+            drifts.append(libmp.fzero)
+    count = len(top_values) + sum(near)
     total = libmp.mpf_add(libmp.from_int(count), libmp.mpf_sum(ws, wp), wp)
     magnitude = libmp.mpf_add(libmp.from_int(count), _sum_up([libmp.mpf_abs(w) for w in ws]), 30, _UP)
-    total_err = libmp.mpf_add(_sum_up(w_errs), _up(magnitude, _pow2(2 - wp)), 30, _UP)  # (the sum's, the add's)
+    # (the ws' own errors, the sum's and the add's roundings; the drifts)
+    total_err = libmp.mpf_add(_sum_up(drifts), _up(magnitude, _pow2(3 - wp)), 30, _UP)
     low = libmp.mpf_sub(total, total_err, 30, libmp.round_down)
     if libmp.mpf_sign(low) <= 0:  # (not with every bound <= 2**-20: |N| + sum w >= |N| e**-1/2)
         return
-    kept = [row for row, is_near in zip(other_rows, near) if is_near]
-    for c in range(len(top_rows[0])):
+    drifting = any(drift != libmp.fzero for drift in drifts)
+    kept = [row for row, is_near in zip(other_values, near) if is_near]
+    for c in range(len(top_values[0])):
         if c in done:
             continue
-        values = [_fraction(row[c]) for row in top_rows + kept]
-        base = sum(values, Fraction(0)) / len(values)
+        base = sum((row[c] for row in top_values + kept), Fraction(0)) / count
         xs = []
-        for row in other_rows:
-            x = _fraction(row[c]) - base
+        for row in other_values:
+            x = row[c] - base
             xs.append(libmp.from_rational(x.numerator, x.denominator, wp))  # within |x| 2**-wp
         terms = [libmp.mpf_mul(w, x, 0) for w, x in zip(ws, xs)]
         num = libmp.mpf_sum(terms, wp)
-        size = _sum_up([libmp.mpf_abs(term) for term in terms])
-        # x's conversion and the sum's rounding (each within size 2**-wp), and each w's error times |x|
-        num_err = _sum_up([_up(_up(e, libmp.mpf_abs(x)), _SAFE) for e, x in zip(w_errs, xs)])
-        num_err = libmp.mpf_add(num_err, _up(size, _pow2(2 - wp)), 30, _UP)
+        # each w's own error, x's conversion and the sum's rounding (within size 2**(2 - wp), 2**-wp, 2**-wp), and
+        # the drifts times |x| (x's conversion in 1.01 - 1)
+        num_err = _up(_sum_up([libmp.mpf_abs(term) for term in terms]), _pow2(3 - wp))
+        if drifting:
+            drift = _sum_up([_up(d, libmp.mpf_abs(x)) for d, x in zip(drifts, xs) if d != libmp.fzero])
+            num_err = libmp.mpf_add(num_err, _up(drift, _SAFE), 30, _UP)
         corr = libmp.mpf_div(num, total, wp)
         # |num / total - exact| <= (num_err + |num| total_err / low) / low; the division rounds once
         spread = _up(_up(libmp.mpf_abs(num), total_err), low, libmp.mpf_div)
