@@ -711,10 +711,10 @@ def hunt(
                 index=False
             )
         )
-        for finding in (f for f in findings if f.failed):
+        for finding in (f for f in findings if f.failed or f.stopped):
             click.echo("\n" + describe(finding))
     saved.raise_if_lost()
-    sys.exit(1 if any(f.failed for f in findings) else 0)
+    sys.exit(1 if any(f.failed or f.stopped for f in findings) else 0)
 
 
 def _known_kind(ctx, param, kind):

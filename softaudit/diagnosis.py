@@ -184,12 +184,15 @@ def _cut_rows(a, x_shape: tuple, rows: np.ndarray):
     return a
 
 
-def worst_cases(prepared: list, outputs: dict, index: int) -> list[int]:
-    """The cases of a family in the order diagnosis tries them, `CASES` at most: those where the candidate's output
-    shows an event (a NaN or infinity, also on a row whose result is undefined, a zero where the exact result is
-    not 0, probability on a masked entry) first, then by their largest error against the conditioning."""
+def worst_cases(prepared: dict, outputs: dict, index: int) -> list[int]:
+    """The cases of a family (prepared: by their index in it) in the order diagnosis tries them, `CASES` at most:
+    those where the candidate's output shows an event (a NaN or infinity, also on a row whose result is undefined,
+    a zero where the exact result is not 0, probability on a masked entry) first, then by their largest error
+    against the conditioning."""
     ranked = []
     for case, ys in outputs.items():
+        if case not in prepared:
+            continue
         basis = prepared[case].output(index).basis
         y = np.asarray(ys[index], np.float64).reshape(-1)
         exact = _exact(basis).reshape(-1)

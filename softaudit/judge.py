@@ -117,6 +117,12 @@ def unit(
             "worst_scale": record.scale if record and tally.elements else math.nan,
         }
         result.rows.append(row | _row(tally) | m.moved.columns() | judged)
+    if fam.undecided:  # (the cases measured are judged above; these could not be, so the row is an error)
+        said = undecided(fam.undecided, family, recipe)
+        result.rows = [
+            r | {"verdict": "error", "cause": "error", "note": "; ".join(filter(None, [said, r["note"]]))}
+            for r in result.rows
+        ]
     return result
 
 
@@ -146,8 +152,9 @@ def _finding(kind, fmt, fam, outputs, index, row, verdict, cause) -> tuple[str, 
 
 def _diagnosed(kind, fmt, fam, outputs, index, row) -> tuple[str, str, str]:
     found = None
-    for case in diagnosis.worst_cases(fam.prepared, outputs, index):
-        tried = diagnosis.diagnose(kind, fmt, fam.prepared[case], outputs[case], index, row["fail_above"])
+    cases = {pc.case_in_family: pc for pc in fam.prepared}  # (a case the reference could not decide is left out)
+    for case in diagnosis.worst_cases(cases, outputs, index):
+        tried = diagnosis.diagnose(kind, fmt, cases[case], outputs[case], index, row["fail_above"])
         if tried.name != diagnosis.UNEXPLAINED and not diagnosis.ambiguous(tried.name):
             return tried.name, tried.fix, tried.text
         if found is None or (found.name == diagnosis.UNEXPLAINED and tried.name != diagnosis.UNEXPLAINED):
@@ -155,6 +162,15 @@ def _diagnosed(kind, fmt, fam, outputs, index, row) -> tuple[str, str, str]:
     if found is None:
         return diagnosis.UNEXPLAINED, "", ""
     return found.name, found.fix, found.text
+
+
+def undecided(cases: list, family: str, recipe: tuple) -> str:
+    """What a row says of its family's cases whose exact result could not be decided (PreparedFamily.undecided):
+    each case by its index and description, with what makes it again."""
+    suite, seed, _ = recipe
+    listed = "; ".join(f"case {index} ({description}): {why}" for index, description, why in cases)
+    again = f"suite {suite!r}, seed {seed}" if not family.startswith("file:") and family != "corpus" else "its file"
+    return f"the reference could not decide {family}'s {listed}; left out of the measures (made again by {again})"
 
 
 def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Policy) -> list[dict]:
@@ -316,7 +332,7 @@ def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
     if tally.event_at is None:
         return "", ""
     case, flat = tally.event_at
-    pc = pcs[case]
+    pc = _case(pcs, case)
     inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
     return causes.diagnose(kind, fmt, inputs, mask)
 
@@ -392,7 +408,7 @@ def _worst_record(
     candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
 ) -> WorstInput:
     cond, case, flat, value, common = tally.worst
-    pc = pcs[case]
+    pc = _case(pcs, case)
     b = pc.basis
     position = [int(i) for i in np.unravel_index(flat, pc.output_shape)]
     exact = float(b.hi.reshape(-1)[flat]) + (0.0 if b.lo is None else float(b.lo.reshape(-1)[flat]))
@@ -452,6 +468,15 @@ def _worst_record(
         arrays if small else None,
         candidate.device,
         output,
+    )
+
+
+def _case(pcs: list, index: int):
+    """The case of `pcs` whose index in its family is `index` (a family's undecided cases are left out of it)."""
+    return (
+        pcs[index]
+        if index < len(pcs) and pcs[index].case_in_family == index
+        else next(pc for pc in pcs if pc.case_in_family == index)
     )
 
 

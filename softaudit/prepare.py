@@ -36,7 +36,7 @@ from .cases import FAMILIES, Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
-from .reference import Format, round_to
+from .reference import Format, PrecisionExhausted, round_to
 
 
 class Prepared:
@@ -325,6 +325,9 @@ class PreparedFamily:
     best: list | None = None  # best practice
     others: list | None = None  # the other standard same-dtype algorithms, each a list
     stored: Path | None = None  # the store file it was read from (what worker processes map), if any
+    #: The cases left out because their exact result could not be decided (`decided`): (case index, description,
+    #: why); each unit on the family says so in an `error` row.
+    undecided: list = dataclasses.field(default_factory=list)
 
     def __setstate__(self, state: dict) -> None:
         """A kept family as read: its built-in cases' inputs made again, once per recipe (about 2 s for every
@@ -418,14 +421,20 @@ def prepare(
         else None
     )
     if source.extra:
-        cases = list(fam.prepared) if fam else []
-        extra = [Prepared(case, fmt, len(cases) + i, conventions=conventions) for i, case in enumerate(source.extra)]
+        cases, undecided = (list(fam.prepared), fam.undecided) if fam else ([], [])
+        start = len(cases) + len(undecided)  # (every built-in case keeps its index, decided or not)
+        extra = [Prepared(case, fmt, start + i, conventions=conventions) for i, case in enumerate(source.extra)]
+        kept = []
         for pc in extra:  # a case file's mistake (shapes that do not fit) named with its file
             try:
-                pc.bases  # noqa: B018  (computed now: the reference and its basis)
+                found = decided([pc])  # (its reference computed now, and its basis)
+                if found[0]:
+                    pc.bases  # noqa: B018
             except (ValueError, TypeError) as exc:
                 raise ValueError(f"{pc.case.description}: {exc}") from None
-        fam = PreparedFamily(cases + extra)
+            kept += found[0]
+            undecided = undecided + found[1]
+        fam = PreparedFamily(cases + kept, undecided=undecided)
     compare(fam, kind, timeout, ex)
     return fam
 
@@ -455,7 +464,8 @@ def family(
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
         recipe = (family.name, suite, seed)
-        found = PreparedFamily([Prepared(case, fmt, i, recipe, conventions) for i, case in enumerate(made)])
+        kept, undecided = decided([Prepared(case, fmt, i, recipe, conventions) for i, case in enumerate(made)])
+        found = PreparedFamily(kept, undecided=undecided)
         # (a family whose comparisons failed to run is not kept)
         if path and folder not in _UNWRITABLE and compare(found, kind, timeout, ex):
             for pc in found.prepared:
@@ -477,6 +487,21 @@ def family(
             _, dropped = _CACHE.popitem(last=False)
             held -= dropped.nbytes
     return found
+
+
+def decided(prepared: list[Prepared]) -> tuple[list[Prepared], list[tuple]]:
+    """The cases whose exact results the reference decides (computed now), and (case index, description, why) for
+    each it cannot: a rounding still undecided at the reference's precision cap (docs/reference.md, "Inputs the
+    reference cannot decide"). Such a case is left out of the family, so that the run goes on without it."""
+    kept, undecided = [], []
+    for pc in prepared:
+        try:
+            pc.references  # noqa: B018
+        except PrecisionExhausted as exc:
+            undecided.append((pc.case_in_family, pc.case.description, f"{type(exc).__name__}: {exc}"))
+        else:
+            kept.append(pc)
+    return kept, undecided
 
 
 def _mapped(path: Path) -> PreparedFamily | None:

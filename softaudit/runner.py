@@ -336,7 +336,7 @@ def _unit_task(
     (None for a family with no case in this dtype). A unit of several round trips is judged here, so that its
     calls come before the next unit's. called False: the rows of a candidate not called again."""
     fam = prepare.shared(fam)
-    if not fam.prepared:
+    if not fam.prepared and not fam.undecided:
         return lambda: None
     if not called:
         result = judge.UnitResult([], heads=judge.head_rows(candidate, fmt, family, fam, job.policy)).not_again()

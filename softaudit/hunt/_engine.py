@@ -57,6 +57,9 @@ class Finding:
     mask: object = None
     #: The keywords the failing input was called with (Case.options: attention's modifiers, cross_entropy's options).
     options: dict = dataclasses.field(default_factory=dict)
+    #: The search stopped on an error of softaudit's own (its judgement of `inputs` raised; `reason` says what):
+    #: the input is kept and saved as a failure's is, and the hunt exits 1 as a run with an `error` row does.
+    stopped: bool = False
 
     @property
     def called_with(self) -> str:
@@ -100,6 +103,20 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     return verdict, reasons, worst, events
 
 
+def _recording(state: dict):
+    """`judge`, keeping in state["error"] the input it raised on (an error of softaudit's own: the candidate's are
+    rows) before the exception goes on to Hypothesis, which shrinks it: the last one kept is the smallest yet."""
+
+    def judged(candidate, kind, fmt, inputs, mask, options, *rest):
+        try:
+            return judge(candidate, kind, fmt, inputs, mask, options, *rest)
+        except Exception as exc:
+            state["error"] = (inputs, mask, options, exc)
+            raise
+
+    return judged
+
+
 def _kept(called, seen: list):
     """The calls, each kept in `seen` as it comes (to judge them again without calling again)."""
     for done in called:
@@ -120,7 +137,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     # the keywords the candidate takes among those the hunt draws (a candidate without softcap gets no cap)
     takes = frozenset(taken(candidate.call, _strategies.keywords(kinds.get(kind))))
     strategy = _strategy(kind)(kind, fmt, takes)
-    state = {"examples": 0, "last": None}
+    state = {"examples": 0, "last": None, "error": None}
+    judge = _recording(state)  # (probe calls it by this name: a derandomised search is seeded from probe's source)
     start = time.monotonic()
 
     @settings(
@@ -153,9 +171,28 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             probe()
     except (AssertionError, Flaky, _OutOfTime):
         pass
-    except Exception as exc:  # a candidate that breaks Hypothesis itself, say; keep what was found
-        if state["last"] is None:
+    except Exception as exc:  # an error judging an input (kept in state), or one in Hypothesis itself
+        if state["last"] is None and state["error"] is None:
             state["last"] = (None, None, {}, [f"hunt stopped: {type(exc).__name__}: {exc}"], math.nan)
+    if state["last"] is None and state["error"] is not None:  # (a failure found meanwhile is reported instead)
+        inputs, mask, options, exc = state["error"]
+        reason = f"hunt stopped: {type(exc).__name__}: {exc}"
+        seconds = time.monotonic() - start
+        return Finding(
+            candidate.name,
+            kind,
+            fmt.name,
+            state["examples"],
+            False,
+            reason,
+            math.nan,
+            seconds,
+            None,
+            inputs,
+            mask,
+            options,
+            stopped=True,
+        )
     if state["last"] is None:
         seconds = time.monotonic() - start
         return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
@@ -259,8 +296,8 @@ def _searches(where, units: list, share: float, policy: Policy, timeout: float):
 
 
 def _saved(finding: Finding, candidate, corpus) -> Finding:
-    """A finding with its failure saved to the corpus."""
-    if finding.failed and corpus:
+    """A finding with its failure, or the input that stopped its search, saved to the corpus."""
+    if (finding.failed or finding.stopped) and corpus:
         path = save_corpus(
             corpus,
             candidate.name,

@@ -19,6 +19,7 @@ from ._attention import prepare, round_attention, round_lse
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
 from ._engine import round_rows
+from ._exact import PrecisionExhausted as PrecisionExhausted
 from ._formats import DTYPE_NAMES as DTYPE_NAMES
 from ._formats import Format as Format
 from ._formats import format_of as format_of
@@ -33,6 +34,7 @@ __all__ = [
     "DTYPE_NAMES",
     "TIER_NAMES",
     "Format",
+    "PrecisionExhausted",
     "Result",
     "attention",
     "attention_grad",
@@ -291,7 +293,7 @@ def evaluate_attention_lse(
     problem = prepare(q, k, v, mask, scale_value(scale), bias, softcap, sinks)
     fmt = target(dtype, prec)
     if fmt.dtype is None or fmt.precision > 53:
-        raise ValueError(f"the attention lse reference rounds to float formats of at most 53 bits, not {fmt.name}")
+        raise ValueError(f"dtype must be a format of at most 53 bits for the attention lse reference, not {fmt.name}")
     return round_lse(problem, fmt)
 
 

@@ -2,9 +2,9 @@
 
 Tier A: float64 matrix products with the dot-product bound gamma_n sum|q||k| (true for any summation order, with or
 without FMA, so for any BLAS). Tier B: scores as exact products summed in double-double, exp_dd, and output
-numerators in double-double. Tier C: exact scores and mpmath (_exact.attention_row). Work is done in chunks of
-query rows so memory stays O(input + output). Outputs that cancel (|o| far below sum p|v|) are what tier A and B
-cannot decide; tier C can, and it rounds rational outputs (a uniform softmax over equal values, say) exactly.
+numerators in double-double. Tier C: exact scores and mpmath (_exact_attention.attention_row). Work is done in
+chunks of query rows so memory stays O(input + output). Outputs that cancel (|o| far below sum p|v|) are what tier A
+and B cannot decide; tier C can, and it rounds rational outputs (a uniform softmax over equal values, say) exactly.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import math
 import numpy as np
 from mpmath import libmp
 
-from . import _dd, _exact, _torch_tier
+from . import _dd, _exact_attention, _torch_tier
 from ._dd import TINY, U
 from ._engine import Result, _Collector, fast_input, fast_target, row_blocks, tier_a_target
 from ._formats import Format, decide_arrays, exact_mpf
@@ -327,7 +327,7 @@ def _tier_c(problem: Problem, fmt: Format, pending: np.ndarray, out: _Collector)
         ks = [[exact_mpf(x) for x in problem.k[b, j]] for j in keys]
         vs = [[exact_mpf(x) for x in problem.v[b, j]] for j in keys]
         bias = None if problem.bias is None else [exact_mpf(x) for x in problem.bias[b, i, keys]]
-        row = _exact.attention_row(q, ks, vs, scale, d, fmt, bias=bias, softcap=problem.softcap)
+        row = _exact_attention.attention_row(q, ks, vs, scale, d, fmt, bias=bias, softcap=problem.softcap)
         for c, (rounded, value, err) in enumerate(row):
             if pending[b, i, c]:
                 out.put_exact((b, i, c), rounded, value, err)
@@ -388,7 +388,7 @@ def round_lse(problem: Problem, fmt: Format) -> Result:
         qs = [exact_mpf(x) for x in q[b, i]]
         ks = [[exact_mpf(x) for x in k[b, j]] for j in keys]
         bias = None if problem.bias is None else [exact_mpf(x) for x in problem.bias[b, i, keys]]
-        rounded, value, err = _exact.attention_lse_row(qs, ks, scale, d, fmt, bias, problem.softcap)
+        rounded, value, err = _exact_attention.attention_lse_row(qs, ks, scale, d, fmt, bias, problem.softcap)
         out.put_exact((b, i), rounded, value, err)
     shape = problem.shape[:-1]
     fine = None if out.fine is None else out.fine.reshape(shape)

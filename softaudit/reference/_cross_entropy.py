@@ -95,7 +95,7 @@ def _tiers(fmt: Format):
 def _target(dtype) -> Format:
     fmt = format_of(dtype)
     if not _engine.fast_target(fmt):
-        raise ValueError(f"the cross_entropy reference rounds to float formats of at most 53 bits, not {fmt.name}")
+        raise ValueError(f"dtype must be a format of at most 53 bits for the cross_entropy reference, not {fmt.name}")
     return fmt
 
 
@@ -249,7 +249,7 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
             raise ValueError(f"reduction={o.reduction!r} takes a scalar g, got shape {g.shape}")
         ok = bool(np.isfinite(g))
         w = [(Fraction(float(g)) / (count if o.reduction == "mean" else 1)) if ok and count else None] * n
-    undefined = r.undefined | (np.array([wi is None for wi in w]) & ~r.ignored)
+    undefined = r.undefined | (np.array([wi is None for wi in w], bool) & ~r.ignored)
     value, hi, lo, err = (np.zeros((n, v)) for _ in range(4))
     tier = np.zeros((n, v), np.int8)
     todo = ~r.ignored & ~undefined

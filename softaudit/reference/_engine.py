@@ -147,7 +147,7 @@ def round_rows(formula, x, removed, undefined, fmt: Format, method: str, detail:
         fast_b = ((2, _rows.tier_b_fast), (2, _rows.tier_b))
         tiers = ((1, _rows.tier_a), *fast_b) if tier_a_target(fmt) else fast_b
         for tier, run in tiers:
-            rows = np.flatnonzero(pending.reshape(rows_total, -1).any(axis=1))
+            rows = np.flatnonzero(_rows_pending(pending))
             for index in row_blocks(rows, n):
                 with np.errstate(all="ignore"):
                     approx = run(formula, _float64(x[index]), removed[index])
@@ -178,8 +178,14 @@ def _float64(x: np.ndarray) -> np.ndarray:
     return x if x.dtype == np.float64 else x.astype(np.float64)
 
 
+def _rows_pending(pending: np.ndarray) -> np.ndarray:
+    """Per row, whether any of its results is still pending (pending: one per row, or rows x n; reshape(rows, -1)
+    cannot say the shape of no rows)."""
+    return pending if pending.ndim == 1 else pending.any(axis=tuple(range(1, pending.ndim)))
+
+
 def _tier_c_rows(formula, x, removed, pending, out: _Collector):
-    for r in np.flatnonzero(pending.reshape(len(x), -1).any(axis=1)):
+    for r in np.flatnonzero(_rows_pending(pending)):
         keep = np.flatnonzero(~removed[r])
         kept = [exact_mpf(v) for v in x[r, keep]]
         for at, (rounded, value, err) in formula.exact(kept, keep, pending[r], out.fmt):

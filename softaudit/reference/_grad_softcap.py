@@ -32,7 +32,8 @@ import functools
 import numpy as np
 from mpmath import libmp
 
-from ._exact import _pow2, _refine, _spec_scores, decide
+from ._exact import _pow2, _refine, decide
+from ._exact_attention import _spec_scores
 from ._formats import Format, exact_mpf
 from ._grad_exact import _ZERO_ENTRY as _ZERO
 

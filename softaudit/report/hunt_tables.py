@@ -4,9 +4,9 @@ from __future__ import annotations
 
 
 def hunt_table(findings) -> object:
-    """pandas.DataFrame, one row per Finding: examples tried, FAIL or none, the error, the shrunk input's size,
-    the keywords it was called with (attention's modifiers, cross-entropy's options; "" for none), the reason and the
-    corpus file it went to."""
+    """pandas.DataFrame, one row per Finding: examples tried, FAIL, ERROR (the search stopped on an error judging an
+    input) or none, the error, the shrunk input's size, the keywords it was called with (attention's modifiers,
+    cross-entropy's options; "" for none), the reason and the corpus file it went to."""
     import numpy as np
     import pandas as pd
 
@@ -16,7 +16,7 @@ def hunt_table(findings) -> object:
                 "candidate": f.candidate,
                 "dtype": f.dtype,
                 "examples": f.examples,
-                "found": "FAIL" if f.failed else "none",
+                "found": "FAIL" if f.failed else "ERROR" if f.stopped else "none",
                 "max_cond_err": f.max_cond_err,
                 "seconds": round(f.seconds, 2),
                 "shrunk_size": 0 if not f.inputs else int(sum(np.size(a) for a in f.inputs.values())),
