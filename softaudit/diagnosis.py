@@ -41,6 +41,13 @@ NOTICEABLE = 2.0
 FIXED = 0.5
 #: The cases of a row that are tried, at most, those that show the error most first (`worst_cases`).
 CASES = 3
+#: An output matching a neighbouring convention's exact result (Kind.conventions: a causal or window alignment, a
+#: cap after the mask, ...), which the note names: that exact result is the reproduction.
+OTHER_CONVENTION = "other_convention"
+CONVENTION_FIX = (
+    "implement the convention the candidate declares (or the default), or declare the one it implements "
+    "(conventions=, docs/policy.md)"
+)
 #: The findings that are not a bug model's: the reruns measure them directly (softaudit/reproducibility.py).
 MEASURED = ("nondeterministic", "batch_variant", "split_variant")
 

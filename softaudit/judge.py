@@ -100,6 +100,8 @@ def unit(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
         finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
+        if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
+            finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
         if finding not in ("", diagnosis.UNEXPLAINED) and not diagnosis.ambiguous(finding):
             # (one model says what happened: no guess beside it)
             text = _without_guesses(text, pattern, record)

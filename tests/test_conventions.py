@@ -116,6 +116,7 @@ def test_a_kernel_that_breaks_its_declared_convention_fails():
     table = _audit([declared_bottom_right_but_top_left, declared_top_left_but_bottom_right], ["attn_causal"])
     flash = _rows(table, "flash_attention_951")
     assert set(flash.verdict) == {"fail"}
+    assert set(flash.finding) == {"other_convention"}, flash.finding
     assert flash.note.iloc[0].startswith("judged against its declared bottom-right causal alignment; ")
     assert "matches top-left causal, not bottom-right" in flash.note.iloc[0]
     other = _rows(table, "declared_top_left_but_bottom_right")
