@@ -65,11 +65,19 @@ class UnitResult:
 
 
 def unit(
-    candidate: Candidate, fmt: Format, family: str, fam, called: Iterable[Called], policy: Policy, recipe: tuple
+    candidate: Candidate,
+    fmt: Format,
+    family: str,
+    fam,
+    called: Iterable[Called],
+    policy: Policy,
+    recipe: tuple,
+    diagnose: bool = True,
 ) -> UnitResult:
     """One candidate in one dtype on one prepared family (softaudit.prepare.PreparedFamily), from its calls: its
     rows, one per output of its kind (`head_rows`). recipe: (suite, seed, corpus), which regenerate a case. A
-    CandidateError or CandidateSkip from the calls is an error or skip row."""
+    CandidateError or CandidateSkip from the calls is an error or skip row. diagnose=False: no bug model is run (the
+    hunt's search, which needs the verdict only; its corpus, audited by `run`, gets the findings)."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
         seconds, note, measured = measure_calls(candidate.kind, called)
@@ -99,7 +107,11 @@ def unit(
         verdict, cause, text, fix, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
-        finding, fix, why = _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
+        finding, fix, why = (
+            _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
+            if diagnose
+            else ("", fix, "")
+        )
         if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
             finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
         if finding not in ("", diagnosis.UNEXPLAINED) and not diagnosis.ambiguous(finding):

@@ -80,11 +80,12 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     fam = PreparedFamily([Prepared(case, fmt, 0, conventions=candidate.conventions)])
     seen = []  # (the outputs stay valid: reuse=False)
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
-    result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE)
+    # (the search needs the verdict only: the bug models run when `softaudit run` audits the corpus it saves)
+    result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE, diagnose=False)
     floors = policy.fail_above(fmt, None, kind), policy.min_ulp
     if any(t.elements and (t.max_cond_err > floors[0] or t.max_ulp > floors[1]) for t in result.tallies):
         compare(fam, kind, timeout, ex)
-        result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE)
+        result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE, diagnose=False)
     # An output with nothing to compare (every row undefined in the dtype: the input overflows it) says nothing about
     # the candidate: no verdict, and an input with nothing to judge at all is passed over, as a skip is.
     judged = [row for row in result.rows if row["cause"] != "nothing_compared"]
