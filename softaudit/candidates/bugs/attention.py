@@ -18,7 +18,7 @@ from .._ops import const, dtype_sum, exp, exp2, matmul
 from ..attention import _sink_weights, modified
 from ..cross_entropy import tanh
 from . import Model, Variant
-from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, working
+from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, each_work, working
 
 _SCALES = {"rsqrt": lambda d: 1 / np.sqrt(d), "none": lambda d: 1.0, "sqrt": np.sqrt}
 
@@ -153,11 +153,6 @@ def _model(name: str, mistake: str, fix: str, mistakes, events: bool = True) -> 
     return Model(name, "attention", mistake, fix, variants, events)
 
 
-def _each_work(bad: dict, good: dict | None = None) -> list:
-    good = {} if good is None else good
-    return [(label, {"work": work} | bad, {"work": work} | good) for label, work in WORK]
-
-
 def _online_variants(bad: dict) -> list:
     return [
         (f"key blocks of {block}, {label}", {"work": work, "block": block} | bad, {"work": work, "block": block})
@@ -171,19 +166,19 @@ MODELS: list = [
         "unscaled_scores",
         "the scores q k^T are not multiplied by 1 / sqrt(d)",
         "scale the scores by 1 / sqrt(d)",
-        _each_work({"scale": "none"}),
+        each_work({"scale": "none"}),
     ),
     _model(
         "scaled_by_sqrt_d",
         "the scores are multiplied by sqrt(d) instead of divided by it",
         "scale the scores by 1 / sqrt(d), not sqrt(d)",
-        _each_work({"scale": "sqrt"}),
+        each_work({"scale": "sqrt"}),
     ),
     _model(
         "no_max_shift",
         "exp(s) is taken without subtracting each query's largest score, so it overflows",
         "subtract each query's largest score before exp",
-        _each_work({"shift": False}),
+        each_work({"shift": False}),
     ),
     _model(
         "finite_fill",
@@ -343,25 +338,25 @@ MODELS += [
         "missing_delta",
         "dS = P dP: the term D = rowsum(dO * O) is not subtracted",
         "form dS = P (dP - D) with D = rowsum(dO * O) (or rowsum(dP * P))",
-        _each_work({"drop_delta": True}),
+        each_work({"drop_delta": True}),
     ),
     _grad_model(
         "dq_missing_scale",
         "dQ = dS K is not multiplied by 1 / sqrt(d)",
         "multiply dQ by the scores' scale 1 / sqrt(d), as dK is",
-        _each_work({"dq_unscaled": True}),
+        each_work({"dq_unscaled": True}),
     ),
     _grad_model(
         "grad_scaled_by_sqrt_d",
         "dQ and dK are multiplied by sqrt(d) instead of 1 / sqrt(d)",
         "multiply dQ and dK by 1 / sqrt(d)",
-        _each_work({"grad_scale": "sqrt"}),
+        each_work({"grad_scale": "sqrt"}),
     ),
     _grad_model(
         "softcap_derivative_dropped",
         "with a tanh softcap, dS is not multiplied by the cap's derivative 1 - tanh(s / cap)**2",
         "multiply dS by 1 - tanh(s / cap)**2, the cap's derivative, before dQ and dK",
-        _each_work({"drop_cap_derivative": True}),
+        each_work({"drop_cap_derivative": True}),
     ),
     _grad_model(
         "p_in_dtype",

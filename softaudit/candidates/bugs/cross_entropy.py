@@ -12,7 +12,7 @@ import numpy as np
 from .._ops import dtype_sum, exp, log, row_max, work_dtype
 from ..cross_entropy import capped, from_log_softmax, reduce, targets
 from . import Inapplicable, Model, Variant
-from .rows import NARROWER, WORK, working
+from .rows import NARROWER, each_work, working
 
 
 def standard(
@@ -65,28 +65,24 @@ def _model(name: str, mistake: str, fix: str, mistakes, events: bool = True) -> 
     return Model(name, "cross_entropy", mistake, fix, variants, events)
 
 
-def _each_work(bad: dict) -> list:
-    return [(label, {"work": work} | bad, {"work": work}) for label, work in WORK]
-
-
 MODELS = [
     _model(
         "mean_over_all_rows",
         "the mean divides by every row, ignored rows included",
         "divide the mean by the number of rows whose target is not ignore_index",
-        _each_work({"mean_over_all": True}),
+        each_work({"mean_over_all": True}),
     ),
     _model(
         "mean_is_sum",
         'reduction="mean" returns the sum of the rows\' losses',
         "divide the sum by the number of rows not ignored",
-        _each_work({"mean_is_sum": True}),
+        each_work({"mean_is_sum": True}),
     ),
     _model(
         "no_max_shift",
         "log(sum(exp(x))) is taken without subtracting the row max, so exp overflows",
         "subtract the row max before exp and add it back: lse = m + log(sum(exp(x - m)))",
-        _each_work({"shift": False}),
+        each_work({"shift": False}),
     ),
     _model(
         "sum_in_dtype",

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._ops import const, dtype_sum, exp, running_sum
 from . import Inapplicable, Model, Variant
-from .rows import FILLS, WORK, working
+from .rows import FILLS, each_work, working
 from .rows import standard as forward
 
 
@@ -96,10 +96,6 @@ def _model(name: str, kinds: tuple, mistake: str, fix: str, mistakes) -> list[Mo
     ]
 
 
-def _each_work(bad: dict) -> list:
-    return [(label, {"work": work} | bad, {"work": work}) for label, work in WORK]
-
-
 GRADS = ("softmax_grad", "log_softmax_grad", "masked_softmax_grad")
 ALL = (*GRADS, "logsumexp_grad")
 MODELS = [
@@ -108,21 +104,21 @@ MODELS = [
         GRADS,
         "the term subtracted from g is missing: softmax's <g, p>, log_softmax's p sum(g)",
         "subtract the term: softmax's dx = p (g - <g, p>), log_softmax's dx = g - p sum(g)",
-        _each_work({"drop_delta": True}),
+        each_work({"drop_delta": True}),
     ),
     *_model(
         "sum_g_for_dot",
         ("softmax_grad", "masked_softmax_grad"),
         "sum(g) is used where softmax's backward needs <g, p>",
         "subtract <g, p> = sum(g * p), not sum(g)",
-        _each_work({"sum_g": True}),
+        each_work({"sum_g": True}),
     ),
     *_model(
         "other_kinds_formula",
         ("softmax_grad", "log_softmax_grad"),
         "the other kind's backward formula is used (softmax's for log_softmax, or the reverse)",
         "softmax's dx = p (g - <g, p>); log_softmax's dx = g - p sum(g)",
-        _each_work({"swap_formula": True}),
+        each_work({"swap_formula": True}),
     ),
     *_model(
         "in_dtype",
@@ -136,14 +132,14 @@ MODELS = [
         ALL,
         "p is formed as exp(x) / sum(exp(x)) without subtracting the row max, so it overflows",
         "subtract the row max before exp when forming p",
-        _each_work({"shift": False}),
+        each_work({"shift": False}),
     ),
     *_model(
         "p_not_normalised",
         ("logsumexp_grad",),
         "p is exp(x - max) not divided by its sum",
         "divide by the sum: dx = g exp(x - max) / sum(exp(x - max)), or g exp(x - lse)",
-        _each_work({"unnormalised": True}),
+        each_work({"unnormalised": True}),
     ),
     *_model(
         "finite_fill_unmasked_result",
@@ -158,7 +154,7 @@ MODELS = [
         ("masked_softmax_grad",),
         "<g, p> is taken with p the softmax over every entry, masked ones included",
         "take <g, p> with the masked p, 0 on masked entries",
-        _each_work({"dot_over_all": True}),
+        each_work({"dot_over_all": True}),
     ),
     *_model(
         "nan_hidden",

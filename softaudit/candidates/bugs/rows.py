@@ -209,7 +209,8 @@ ROWS = ("softmax", "log_softmax", "logsumexp", "masked_softmax")
 WORK = (("float32 for 16-bit inputs", "wide"), ("in the dtype", "dtype"))
 
 
-def _each_work(bad: dict, good: dict | None = None) -> list[tuple[str, dict, dict]]:
+def each_work(bad: dict, good: dict | None = None) -> list[tuple[str, dict, dict]]:
+    """The variants (label, buggy switches, the fix's switches) of a mistake in each working precision."""
     good = {} if good is None else good
     return [(label, {"work": work} | bad, {"work": work} | good) for label, work in WORK]
 
@@ -220,7 +221,7 @@ MODELS = [
         ROWS,
         "exp(x) is taken without subtracting the row max, so it overflows (or every term underflows)",
         "subtract the row max before exp",
-        _each_work({"shift": False}),
+        each_work({"shift": False}),
     ),
     *_model(
         "in_dtype",
@@ -310,21 +311,21 @@ MODELS = [
         "log_softmax is computed as log(softmax(x)), so probabilities that underflow give -inf and small ones lose "
         "their digits",
         "compute (x - max) - log(sum(exp(x - max))) directly",
-        _each_work({"log_of_p": True}),
+        each_work({"log_of_p": True}),
     ),
     *_model(
         "log_of_sum_near_1",
         ("log_softmax", "logsumexp"),
         "log(s) of a sum s that rounds to 1 next to a dominant entry loses the result (it is below u)",
         "take log1p of the sum without the max's term (Blanchard, Higham & Higham 2021)",
-        _each_work({}, {"log1p_form": True}),
+        each_work({}, {"log1p_form": True}),
     ),
     *_model(
         "max_not_added",
         ("logsumexp",),
         "the row max subtracted before exp is not added back: log(sum(exp(x - max))) is returned",
         "return max + log(sum(exp(x - max)))",
-        _each_work({"add_max": False}),
+        each_work({"add_max": False}),
     ),
     *_model(
         "finite_fill",
