@@ -410,6 +410,8 @@ def _row(t: Tally) -> dict:
     row = {
         "elements": t.elements,
         "max_cond_err": t.max_cond_err,
+        "max_bound_err": t.max_bound_err,
+        "max_reorder_err": t.max_reorder_err,
         "max_ulp": t.max_ulp,
         "mean_ulp": t.mean_ulp,
         "max_bits": float(np.log2(1 + t.max_ulp)),

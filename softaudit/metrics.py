@@ -60,6 +60,12 @@ class Tally:
     max_ulp_vsum: float = 0.0  # attention: error in ulps of sum_j p_j |v_j|
     max_normwise: float = 0.0  # attention: max over queries of ||y - r|| / ||r||
     max_cond_err: float = 0.0  # max |y - r| / (u max(scale, smallest normal)): error against the conditioning
+    #: max |y - r| / (u max(scale + T, smallest normal)), T the standard algorithms' rounding budget (budget.line):
+    #: the error against what rounding the inputs and a standard algorithm's intermediates can cost at most
+    max_bound_err: float = 0.0
+    #: max |y - r| / (u max(scale + dT, smallest normal)), dT what summing in another standard order can cost beyond
+    #: pairwise sums (budget.line's T less the pairwise one): the error a reordered sum cannot explain
+    max_reorder_err: float = 0.0
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
@@ -96,6 +102,8 @@ class Tally:
             "max_ulp_vsum",
             "max_normwise",
             "max_cond_err",
+            "max_bound_err",
+            "max_reorder_err",
         ):
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
         for key, count in other.fully_masked.items():
@@ -159,6 +167,10 @@ class Basis:
     masked: np.ndarray | None = None
     ulp_vsum: np.ndarray | None = None
     inv_scale: np.ndarray | None = None  # 1 / max(scale, smallest normal) where compared, else 0 (times 2**p: 1 / u)
+    #: 1 / max(scale + T, smallest normal) where compared, else 0: T the rounding budget of the standard algorithms
+    #: (softaudit/budget.py, `line`); inv_reorder the same with dT, T less its pairwise sums' share (None: T = 0)
+    inv_bound: np.ndarray | None = None
+    inv_reorder: np.ndarray | None = None
     subnormal: np.ndarray | None = None  # R is a nonzero subnormal (None where no R is)
     #: None, or (flat indices, (r - hi) x 2**1074 there): the corrections a float64 lo cannot hold (|hi| < 2**-969,
     #: reference Result.fine); `_accuracy` measures these elements from them
@@ -176,7 +188,18 @@ def smallest_normal(fmt: Format) -> float:
 
 
 def basis(
-    kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None
+    kind: str,
+    fmt: Format,
+    ref,
+    *,
+    undefined,
+    scale,
+    nothing_kept=None,
+    kept_nan_rows=None,
+    masked=None,
+    vsum=None,
+    budget=None,
+    reorder=None,
 ):
     """The reference side of one case's measures.
 
@@ -184,7 +207,9 @@ def basis(
     kept). scale: the conditioning scale of each output (softaudit/conditioning.py). nothing_kept (masked kinds):
     rows or queries with nothing kept. kept_nan_rows: rows with a NaN among the kept inputs (their output must be
     NaN). masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for
-    attention, sum_j p_j |v_j| per output element.
+    attention, sum_j p_j |v_j| per output element. budget: the rounding budget T of each output of the standard
+    algorithms (softaudit/budget.py, `line`), reorder dT, what their sums in another standard order cost beyond
+    pairwise ones (None: 0).
     """
     k = kinds.get(kind)
     rounded = np.asarray(ref.value).astype(np.float64)
@@ -217,6 +242,7 @@ def basis(
     with np.errstate(invalid="ignore"):  # (1 / (u max(scale, 2**emin)) would overflow float64 for float64 itself)
         floored = np.maximum(np.nan_to_num(np.asarray(scale, dtype=np.float64)), normal)
         inv_scale = np.divide(1.0, floored, out=np.zeros(rounded.shape), where=finite_ref)
+        inv_bound, inv_reorder = (_inverse(floored, t, normal, finite_ref) for t in (budget, reorder))
         subnormal = finite_ref & (np.abs(rounded) < normal) & (rounded != 0)
     return Basis(
         kind,
@@ -238,9 +264,21 @@ def basis(
         masked,
         ulp_vsum,
         inv_scale,
+        inv_bound,
+        inv_reorder,
         subnormal if subnormal.any() else None,
         fine,
     )
+
+
+def _inverse(floored: np.ndarray, budget, normal: float, compared: np.ndarray) -> np.ndarray | None:
+    """1 / max(scale + budget, normal) where compared, else 0 (None: no budget). A budget a formula could not form
+    (NaN) adds nothing: the line is the scale's."""
+    if budget is None:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        bounded = np.maximum(floored + np.nan_to_num(np.asarray(budget, dtype=np.float64), nan=0.0), normal)
+        return np.divide(1.0, bounded, out=np.zeros(floored.shape), where=compared)
 
 
 def _fine(ref) -> tuple[np.ndarray, np.ndarray] | None:
@@ -392,12 +430,15 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             ("inv_ulp", b.inv_ulp),
             ("rel_per_ulp", b.rel_per_ulp),
             ("inv_scale", b.inv_scale),
+            ("inv_bound", b.inv_scale if b.inv_bound is None else b.inv_bound),
+            ("inv_reorder", b.inv_scale if b.inv_reorder is None else b.inv_reorder),
             ("subnormal", b.subnormal),
         )
     }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     fine = _near(b.fine, flat)
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
+    bound_best, reorder_best = 0.0, 0.0
     kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
     normal = smallest_normal(b.fmt)
@@ -417,17 +458,23 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
             cond = diff * f["inv_scale"]
             cond *= per_u
+            bound = diff * f["inv_bound"]  # (0 where not compared: inv_bound is)
+            reorder = diff * f["inv_reorder"]
             if f["compare"] is not None:
                 cond[~f["compare"]] = -1.0  # (the worst element is a compared one)
             if f["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush, not as accuracy
                 zero = f["subnormal"] & (y64 == 0)
                 if zero.any():
                     cond[zero] = 0.0
+                    bound[zero] = 0.0
+                    reorder[zero] = 0.0
                     flushed += int(np.count_nonzero(zero & (np.abs(f["rounded"]) >= two_spacings)))
                 kept += int(np.count_nonzero(f["subnormal"] & (y64 != 0) & (np.abs(y64) < normal)))
             top = float(cond.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
             if top > cond_best:
                 cond_best, worst = top, start + int(np.argmax(cond))
+            bound_best = max(bound_best, float(bound.max()) * per_u)
+            reorder_best = max(reorder_best, float(reorder.max()) * per_u)
             top = float(errors.max())
             best = max(best, top)
             if top >= 2:
@@ -445,6 +492,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     if t.elements:
         t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
         t.max_cond_err, t.flushed, t.subnormal_kept = cond_best, flushed, kept
+        t.max_bound_err, t.max_reorder_err = bound_best, reorder_best
         far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
@@ -499,8 +547,13 @@ def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarra
     absolute = errors * spacing
     t.max_abs_err = max(t.max_abs_err, float(absolute.max()))
     cond = errors * (spacing * flat["inv_scale"][at]) * math.ldexp(1.0, b.fmt.precision)
+    bound = errors * (spacing * flat["inv_bound"][at]) * math.ldexp(1.0, b.fmt.precision)
+    reorder = errors * (spacing * flat["inv_reorder"][at]) * math.ldexp(1.0, b.fmt.precision)
     if flat["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush (as in the loop)
-        cond[flat["subnormal"][at] & (y == 0)] = 0.0
+        for measured in (cond, bound, reorder):
+            measured[flat["subnormal"][at] & (y == 0)] = 0.0
+    t.max_bound_err = max(t.max_bound_err, float(bound.max()))
+    t.max_reorder_err = max(t.max_reorder_err, float(reorder.max()))
     top = int(np.argmax(cond))
     if whole is not None:
         whole[at] = absolute

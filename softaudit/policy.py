@@ -1,9 +1,12 @@
 """What pass, warn and fail mean, with every threshold in one place (docs/policy.md explains each).
 
 A row fails on a defect someone should fix: an event (NaN, infinity, a mask leak, a wrong fully masked row, a NaN
-input that vanished) or an error past what the problem's conditioning explains, worse than the plain
-implementation in the same dtype (the conditioning-scaled error, metrics.py: max_cond_err). It warns when it is
-sound but below best practice in precision: its max ULP error is past best practice's.
+input that vanished) or an accuracy defect, an error no standard algorithm of the dtype makes (docs/policy.md, "The
+fail line"): past factor x u (scale + T) at some element, T the proven bound of the standard algorithms'
+roundings (metrics.py: max_bound_err); or past the line measured on the standard algorithms (fail_above, against
+max_cond_err) and past what summing in another standard order can add to them, factor x u (scale + dT)
+(max_reorder_err). It warns when it is sound but below best practice in precision: its max ULP error is past best
+practice's.
 """
 
 from __future__ import annotations
@@ -34,7 +37,8 @@ class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed. The fields a user sets
     from the command line or [tool.softaudit] take their defaults from softaudit/settings.py."""
 
-    # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
+    # fail past factor x the standard algorithms' proven bound, or past factor x the worst standard same-dtype
+    # algorithm's measured error and factor x what reordering its sums can add; warn past factor x best practice's
     factor: float = default("factor")
     min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
     # an accuracy fail also needs an error past min(2**(defect_fraction x precision), max_floor)
@@ -72,8 +76,9 @@ class Policy:
         object.__setattr__(self, "require", tuple(self.require))
 
     def fail_above(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> float:
-        """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
-        algorithm's, the floor), floor = min(2**(fraction x p), max_floor, the kind's own cap where it has one).
+        """The measured line: max(factor x the worst standard same-dtype algorithm's max_cond_err, the floor), floor
+        = min(2**(fraction x p), max_floor, the kind's own cap where it has one). A max_cond_err past it fails where
+        the error is past what reordering the sums can add as well (max_reorder_err > factor; `judge`).
 
         Where they computed nothing (they overflowed, say), only the floor remains. The cap: the measure is in units
         of u, so how many u a sound algorithm costs does not grow with p; 2**(p/4) is 64 in float32 and 9.7e3 in
@@ -162,16 +167,27 @@ class Policy:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond, kind.name)
             warn_at = self.warn_above(best_ulp)
             zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
-            if err > fail_at:
+            proven = tally.max_bound_err > self.factor
+            if proven or (err > fail_at and tally.max_reorder_err > self.factor):
                 worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
                 power = self.defect_fraction * fmt.precision
                 cap = self._cap(kind.name)
                 name = "max_floor" if cap == self.max_floor else f"{kind.name}'s floor cap"
                 floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
                 bound = f"max({worst}, {floor})"
-                fails.append(
-                    Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
-                )
+                if proven:
+                    text = (
+                        f"error {_num(tally.max_bound_err)} x u (scale + T) > {self.factor:g}: past what rounding the "
+                        f"inputs and any standard {fmt.name} algorithm's intermediates can cost (T, their proven "
+                        f"bound); {_num(err)} x the conditioning"
+                    )
+                else:
+                    text = (
+                        f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}, and "
+                        f"{_num(tally.max_reorder_err)} x u (scale + dT) > {self.factor:g}: past what summing in "
+                        "another standard order adds (dT)"
+                    )
+                fails.append(Reason("fail", "defect", text))
             elif tally.max_ulp > warn_at and (
                 err > self.warn_cond_above(best_cond) or zeros > (math.inf if best_zeros is None else best_zeros)
             ):

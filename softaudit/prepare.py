@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _packed, _store, invariants, kinds, reproducibility
+from . import _packed, _store, budget, invariants, kinds, reproducibility
 from . import candidates as builtin
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .cases import FAMILIES, Case
@@ -124,7 +124,21 @@ class Prepared:
         extras = self.__dict__.get("extras") or self._conditioning()
         if self._keeps_extras:
             self.extras = extras
-        return tuple(basis(self.case.kind, self.fmt, ref, **extra) for ref, extra in zip(self.references, extras))
+        lines = self._lines()
+        return tuple(
+            basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
+            for ref, extra, (t, dt) in zip(self.references, extras, lines)
+        )
+
+    def _lines(self) -> tuple:
+        """Each output's (T, dT) for the fail line (softaudit/budget.py, `line`): the standard algorithms' rounding
+        budget and what their sums in another order cost beyond pairwise ones."""
+        refs = self.references
+        exact = tuple(ref.hi if not ref.lo.any() else ref.hi + ref.lo for ref in refs)
+        found = budget.line(
+            self.case.kind, self.inputs, self.mask, exact, self.fmt.precision, self.fmt.emin, self.case.options
+        )
+        return ((None, None),) * len(refs) if found is None else found
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
