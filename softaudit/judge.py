@@ -71,7 +71,8 @@ def unit(
     CandidateError or CandidateSkip from the calls is an error or skip row."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
-        seconds, note, measured = measure_calls(candidate.kind, called)
+        lines = [(row["fail_above"], policy.factor) for row in heads]
+        seconds, note, measured = measure_calls(candidate.kind, called, lines)
     except CandidateError as exc:
         timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
         return UnitResult(
@@ -157,9 +158,10 @@ def _nan_everywhere(dtype: str) -> dict:
     return {"verdict": "error", "cause": "error", "note": note, "fix": fix}
 
 
-def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str, list[Measured]]:
+def measure_calls(kind_name: str, called: Iterable[Called], lines=None) -> tuple[float, str, list[Measured]]:
     """A family's calls measured: the seconds spent in the candidate's own calls, its notes, and one Measured per
-    output of its kind (each output against its own reference; the invariants and the leak probe on the first)."""
+    output of its kind (each output against its own reference; the invariants and the leak probe on the first).
+    lines: per output, (fail_above, factor), what its fail line is drawn from (metrics.fail_line; None: none)."""
     kind = kinds.get(kind_name)
     seconds, notes = 0.0, set()
     measured = [Measured(Tally(), True, [], []) for _ in kind.outputs]
@@ -170,7 +172,8 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
         notes.add(done.note)
         for index, (m, y) in enumerate(zip(measured, done.outputs)):
             view = pc.output(index)
-            part = measure(view.basis, y, case_index=pc.case_in_family)
+            line = None if lines is None else lines[index]
+            part = measure(view.basis, y, case_index=pc.case_in_family, line=line)
             defined = ~np.asarray(view.reference.undefined)
             if defined.any():
                 anything[index] = True
@@ -411,7 +414,7 @@ def _row(t: Tally) -> dict:
         "elements": t.elements,
         "max_cond_err": t.max_cond_err,
         "max_bound_err": t.max_bound_err,
-        "max_reorder_err": t.max_reorder_err,
+        "max_line_err": t.max_line_err,
         "max_ulp": t.max_ulp,
         "mean_ulp": t.mean_ulp,
         "max_bits": float(np.log2(1 + t.max_ulp)),

@@ -63,9 +63,9 @@ class Tally:
     #: max |y - r| / (u max(scale + T, smallest normal)), T the standard algorithms' rounding budget (budget.line):
     #: the error against what rounding the inputs and a standard algorithm's intermediates can cost at most
     max_bound_err: float = 0.0
-    #: max |y - r| / (u max(scale + dT, smallest normal)), dT what summing in another standard order can cost beyond
-    #: pairwise sums (budget.line's T less the pairwise one): the error a reordered sum cannot explain
-    max_reorder_err: float = 0.0
+    #: max |y - r| / (u L), L the element's fail line (`fail_line`; policy.py): an accuracy defect past 1 (NaN where
+    #: measured without a line)
+    max_line_err: float = math.nan
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
@@ -103,9 +103,9 @@ class Tally:
             "max_normwise",
             "max_cond_err",
             "max_bound_err",
-            "max_reorder_err",
         ):
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
+        self.max_line_err = float(np.fmax(self.max_line_err, other.max_line_err))
         for key, count in other.fully_masked.items():
             self.fully_masked[key] = self.fully_masked.get(key, 0) + count
         for key, count in other.invariants.items():
@@ -306,8 +306,9 @@ def _exact_ulp(r: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, fine, fmt: 
     return spacing
 
 
-def measure(b: Basis, y, *, case_index: int) -> Tally:
-    """Compare one case's output y (in the audited dtype) with its reference.
+def measure(b: Basis, y, *, case_index: int, line: tuple[float, float] | None = None) -> Tally:
+    """Compare one case's output y (in the audited dtype) with its reference. line: (F, factor), what the element's
+    fail line is drawn from (`fail_line`; None: max_line_err stays NaN).
 
     Most outputs are finite where every element is compared; those skip the event masks (one short route, the
     same numbers: tests/test_metrics.py checks the two routes agree).
@@ -338,7 +339,7 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         t.negative = int(np.count_nonzero(y < 0))
     if b.masked is not None:
         t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
-    diff = _accuracy(t, b, y, compare, case_index)
+    diff = _accuracy(t, b, y, compare, case_index, line)
     if t.worst is not None and math.isfinite(t.worst[0]) and "argmax_flips" in kind.measures:
         t.worst = (*t.worst[:4], _common_share(kind, b, y, t.worst[2]))
     if not t.elements and (t.nan or t.overflow):
@@ -415,7 +416,17 @@ def _finite_row_sums(y, finite_y) -> np.ndarray:
 CHUNK = (1 << 14) - 512
 
 
-def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray | None:
+def fail_line(inv_scale, inv_bound, inv_reorder, line: tuple[float, float]):
+    """1 / L at each element, L = max(min(F scale, factor (scale + T)), factor (scale + dT)): an error past u L is
+    an accuracy defect (docs/policy.md, "The fail line"). F: the measured line (policy.fail_above), factor the
+    policy's; T the standard algorithms' proven budget, dT its share from summing in another standard order."""
+    measured, factor = line
+    return np.minimum(np.maximum(inv_scale / measured, inv_bound / factor), inv_reorder / factor)
+
+
+def _accuracy(
+    t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int, line=None
+) -> np.ndarray | None:
     """The error measures over the compared elements (compare None: all of them), a chunk at a time. For a kind
     with normwise measures (attention) returns |y - r| at every element (0 where not compared)."""
     flat = {
@@ -438,7 +449,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     fine = _near(b.fine, flat)
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
-    bound_best, reorder_best = 0.0, 0.0
+    bound_best, line_best = 0.0, 0.0
     kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
     normal = smallest_normal(b.fmt)
@@ -459,7 +470,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             cond = diff * f["inv_scale"]
             cond *= per_u
             bound = diff * f["inv_bound"]  # (0 where not compared: inv_bound is)
-            reorder = diff * f["inv_reorder"]
+            past = None if line is None else diff * fail_line(f["inv_scale"], f["inv_bound"], f["inv_reorder"], line)
             if f["compare"] is not None:
                 cond[~f["compare"]] = -1.0  # (the worst element is a compared one)
             if f["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush, not as accuracy
@@ -467,14 +478,16 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
                 if zero.any():
                     cond[zero] = 0.0
                     bound[zero] = 0.0
-                    reorder[zero] = 0.0
+                    if past is not None:
+                        past[zero] = 0.0
                     flushed += int(np.count_nonzero(zero & (np.abs(f["rounded"]) >= two_spacings)))
                 kept += int(np.count_nonzero(f["subnormal"] & (y64 != 0) & (np.abs(y64) < normal)))
             top = float(cond.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
             if top > cond_best:
                 cond_best, worst = top, start + int(np.argmax(cond))
             bound_best = max(bound_best, float(bound.max()) * per_u)
-            reorder_best = max(reorder_best, float(reorder.max()) * per_u)
+            if past is not None:
+                line_best = max(line_best, float(past.max()) * per_u)
             top = float(errors.max())
             best = max(best, top)
             if top >= 2:
@@ -492,7 +505,9 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     if t.elements:
         t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
         t.max_cond_err, t.flushed, t.subnormal_kept = cond_best, flushed, kept
-        t.max_bound_err, t.max_reorder_err = bound_best, reorder_best
+        t.max_bound_err = bound_best
+        if line is not None:
+            t.max_line_err = line_best
         far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
@@ -502,7 +517,7 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
         if fine is not None:
-            worst = _fine_accuracy(t, b, fine, flat, whole, worst)
+            worst = _fine_accuracy(t, b, fine, flat, whole, worst, line)
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]), None)
     return None if whole is None else whole.reshape(y.shape)
 
@@ -525,7 +540,9 @@ def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
     return at[lo:hi] - start
 
 
-def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int) -> int:
+def _fine_accuracy(
+    t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int, line=None
+) -> int:
     """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
     there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
     rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
@@ -548,12 +565,14 @@ def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarra
     t.max_abs_err = max(t.max_abs_err, float(absolute.max()))
     cond = errors * (spacing * flat["inv_scale"][at]) * math.ldexp(1.0, b.fmt.precision)
     bound = errors * (spacing * flat["inv_bound"][at]) * math.ldexp(1.0, b.fmt.precision)
-    reorder = errors * (spacing * flat["inv_reorder"][at]) * math.ldexp(1.0, b.fmt.precision)
+    inverse = (flat["inv_scale"][at], flat["inv_bound"][at], flat["inv_reorder"][at])
+    past = bound if line is None else errors * spacing * fail_line(*inverse, line) * math.ldexp(1.0, b.fmt.precision)
     if flat["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush (as in the loop)
-        for measured in (cond, bound, reorder):
+        for measured in (cond, bound, past):
             measured[flat["subnormal"][at] & (y == 0)] = 0.0
     t.max_bound_err = max(t.max_bound_err, float(bound.max()))
-    t.max_reorder_err = max(t.max_reorder_err, float(reorder.max()))
+    if line is not None:
+        t.max_line_err = max(t.max_line_err, float(past.max()))
     top = int(np.argmax(cond))
     if whole is not None:
         whole[at] = absolute

@@ -168,7 +168,8 @@ class Policy:
             warn_at = self.warn_above(best_ulp)
             zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
             proven = tally.max_bound_err > self.factor
-            if proven or (err > fail_at and tally.max_reorder_err > self.factor):
+            line = tally.max_line_err
+            if (line > 1) if line == line else (proven or err > fail_at):
                 worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
                 power = self.defect_fraction * fmt.precision
                 cap = self._cap(kind.name)
@@ -182,11 +183,12 @@ class Policy:
                         f"bound); {_num(err)} x the conditioning"
                     )
                 else:
-                    text = (
-                        f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}, and "
-                        f"{_num(tally.max_reorder_err)} x u (scale + dT) > {self.factor:g}: past what summing in "
-                        "another standard order adds (dT)"
-                    )
+                    text = f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"
+                    if line == line:
+                        text += (
+                            f", and {_num(line)} x the fail line at some element: past what summing in another "
+                            "standard order adds, factor x u (scale + dT)"
+                        )
                 fails.append(Reason("fail", "defect", text))
             elif tally.max_ulp > warn_at and (
                 err > self.warn_cond_above(best_cond) or zeros > (math.inf if best_zeros is None else best_zeros)

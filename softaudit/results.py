@@ -31,7 +31,7 @@ COLUMNS = {
     "elements": int,
     "max_cond_err": float,
     "max_bound_err": float,
-    "max_reorder_err": float,
+    "max_line_err": float,
     "worst_scale": float,
     "max_ulp": float,
     "mean_ulp": float,
@@ -76,7 +76,7 @@ COLUMNS = {
 MEASURES = (
     "max_cond_err",
     "max_bound_err",
-    "max_reorder_err",
+    "max_line_err",
     "worst_scale",
     "max_ulp",
     "mean_ulp",

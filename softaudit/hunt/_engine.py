@@ -71,15 +71,17 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     call goes through.
 
     The comparisons run only where they can change the verdict (the bounds are never below their floors): the
-    input is judged against the floors first, and again with the comparisons when its errors pass a floor."""
+    input is judged against the floors first, and again with the comparisons where it did not pass or its ULP error
+    passes min_ulp (the fail line is drawn per element from the floor or the measured line, metrics.fail_line)."""
     arrays = {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}
     case = Case(kind, "hunt", arrays, mask, None, "hunt", options=dict(options))
     fam = PreparedFamily([Prepared(case, fmt, 0)])
     seen = []  # (the outputs stay valid: reuse=False)
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
     result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE)
-    floors = policy.fail_above(fmt, None, kind), policy.min_ulp
-    if any(t.elements and (t.max_cond_err > floors[0] or t.max_ulp > floors[1]) for t in result.tallies):
+    if any(row["verdict"] != "pass" for row in result.rows) or any(
+        t.elements and t.max_ulp > policy.min_ulp for t in result.tallies
+    ):
         compare(fam, kind, timeout, ex)
         result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE)
     # An output with nothing to compare (every row undefined in the dtype: the input overflows it) says nothing about
