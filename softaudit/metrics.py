@@ -540,9 +540,7 @@ def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
     return at[lo:hi] - start
 
 
-def _fine_accuracy(
-    t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int, line=None
-) -> int:
+def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int, line=None) -> int:
     """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
     there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
     rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
