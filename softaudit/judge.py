@@ -71,7 +71,7 @@ def unit(
     CandidateError or CandidateSkip from the calls is an error or skip row."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
-        lines = [(row["fail_above"], policy.factor) for row in heads]
+        lines = [policy.line(fmt, row["plain_cond_err"], candidate.kind) for row in heads]
         seconds, note, measured = measure_calls(candidate.kind, called, lines)
     except CandidateError as exc:
         timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
@@ -107,6 +107,7 @@ def unit(
             "note": "; ".join(filter(None, [note, *failed, text, m.convention, m.moved.note(policy.require)])),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
+            "fail_above": tally.worst_line if tally.elements else row["fail_above"],
         }
         result.rows.append(row | _row(tally) | m.moved.columns() | judged)
     return result
@@ -130,6 +131,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "sampled": "",
                 "plain_cond_err": plain,
                 "best_ulp": best,
+                # (the measured line; once measured, the line at the worst element: `unit`)
                 "fail_above": policy.fail_above(fmt, plain, candidate.kind),
                 "warn_above": policy.warn_above(best),
             }

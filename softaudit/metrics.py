@@ -66,6 +66,7 @@ class Tally:
     #: max |y - r| / (u L), L the element's fail line (`fail_line`; policy.py): an accuracy defect past 1 (NaN where
     #: measured without a line)
     max_line_err: float = math.nan
+    worst_line: float = math.nan  # L / scale at the worst element: the fail line there against the conditioning
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
@@ -111,7 +112,7 @@ class Tally:
         for key, count in other.invariants.items():
             self.invariants[key] = self.invariants.get(key, 0) + count
         if other.worst is not None and (self.worst is None or other.worst[0] > self.worst[0]):
-            self.worst = other.worst
+            self.worst, self.worst_line = other.worst, other.worst_line
         self.event_at = self.event_at or other.event_at
 
     @property
@@ -308,7 +309,7 @@ def _exact_ulp(r: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, fine, fmt: 
 
 def measure(b: Basis, y, *, case_index: int, line: tuple[float, float] | None = None) -> Tally:
     """Compare one case's output y (in the audited dtype) with its reference. line: (F, factor), what the element's
-    fail line is drawn from (`fail_line`; None: max_line_err stays NaN).
+    fail line is drawn from (`fail_line`; None: max_line_err stays NaN, and F None: the proven line alone).
 
     Most outputs are finite where every element is compared; those skip the event masks (one short route, the
     same numbers: tests/test_metrics.py checks the two routes agree).
@@ -416,11 +417,14 @@ def _finite_row_sums(y, finite_y) -> np.ndarray:
 CHUNK = (1 << 14) - 512
 
 
-def fail_line(inv_scale, inv_bound, inv_reorder, line: tuple[float, float]):
-    """1 / L at each element, L = max(min(F scale, factor (scale + T)), factor (scale + dT)): an error past u L is
-    an accuracy defect (docs/policy.md, "The fail line"). F: the measured line (policy.fail_above), factor the
-    policy's; T the standard algorithms' proven budget, dT its share from summing in another standard order."""
+def fail_line(inv_scale, inv_bound, inv_reorder, line: tuple[float | None, float]):
+    """1 / L at each element, L the element's fail line: an error past u L is an accuracy defect (docs/policy.md,
+    "The fail line"). line (F, factor): with F None, L = factor (scale + T), T the standard algorithms' proven
+    rounding budget; with F, the line measured on them (policy.fail_above, in units of the scale), L = max(min(F
+    scale, factor (scale + T)), factor (scale + dT)), dT T's share from summing in another standard order."""
     measured, factor = line
+    if measured is None:
+        return inv_bound / factor
     return np.minimum(np.maximum(inv_scale / measured, inv_bound / factor), inv_reorder / factor)
 
 
@@ -519,6 +523,9 @@ def _accuracy(
         if fine is not None:
             worst = _fine_accuracy(t, b, fine, flat, whole, worst, line)
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]), None)
+        if line is not None:
+            inverse = fail_line(*(flat[n][worst : worst + 1] for n in ("inv_scale", "inv_bound", "inv_reorder")), line)
+            t.worst_line = float(flat["inv_scale"][worst] / inverse[0]) if inverse[0] > 0 else math.inf
     return None if whole is None else whole.reshape(y.shape)
 
 

@@ -55,6 +55,10 @@ class Policy:
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
     warn_on_flush: bool = True  # subnormal results that came out 0
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
+    #: dtypes of at least this many significand bits (float32, float64) are failed past the proven line alone,
+    #: factor x u (scale + T); narrower ones past the line measured on the standard algorithms (fail_above), widened
+    #: by what summing in another standard order adds and never past the proven line (docs/policy.md, "The fail line")
+    proven_bits: int = 24
     strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
     # what reproducibility must hold, or the row fails: deterministic, batch-invariant (else a note says what moved)
     require: tuple = tuple(default("require"))
@@ -89,6 +93,12 @@ class Policy:
             return floor
         return max(self.factor * plain_cond, floor)
 
+    def line(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> tuple[float | None, float]:
+        """(F, factor), what each element's fail line is drawn from (metrics.fail_line): F the measured line
+        (`fail_above`) in dtypes narrower than proven_bits, None (the proven line alone) in the others."""
+        proven = fmt.precision >= self.proven_bits
+        return (None if proven else self.fail_above(fmt, plain_cond, kind)), self.factor
+
     def floor(self, fmt: Format, kind: str | None = None) -> float:
         """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), the cap),
         the cap `max_floor`, or the kind's own where it is lower (`Kind.max_floor`: attention's)."""
@@ -97,6 +107,26 @@ class Policy:
     def _cap(self, kind: str | None) -> float:
         own = None if kind is None else kinds.get(kind).max_floor
         return self.max_floor if own is None else min(own, self.max_floor)
+
+    def _defect(self, fmt: Format, kind: str, tally: Tally, plain_cond: float | None, proven: bool) -> str:
+        """An accuracy defect in words: against the proven line, or against the measured one (narrow dtypes)."""
+        err = tally.max_cond_err
+        if proven:
+            return (
+                f"error {_num(tally.max_bound_err)} x u (scale + T) > {self.factor:g}: past what rounding the inputs "
+                f"and a standard {fmt.name} algorithm's intermediates can cost (T, their proven bound); "
+                f"{_num(err)} x the conditioning"
+            )
+        worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
+        power = self.defect_fraction * fmt.precision
+        cap = self._cap(kind)
+        name = "max_floor" if cap == self.max_floor else f"{kind}'s floor cap"
+        floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
+        line = self.fail_above(fmt, plain_cond, kind)
+        text = f"error {_num(err)} x the conditioning > {_num(line)} = max({worst}, {floor})"
+        if tally.max_line_err == tally.max_line_err:
+            text += f", {_num(tally.max_line_err)} x the fail line (with what summing in another standard order adds)"
+        return text
 
     def warn_cond_above(self, best_cond: float | None) -> float:
         """The largest max_cond_err as good as best practice: max(factor x best practice's, min_ulp). Both warn
@@ -169,27 +199,9 @@ class Policy:
             zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
             proven = tally.max_bound_err > self.factor
             line = tally.max_line_err
-            if (line > 1) if line == line else (proven or err > fail_at):
-                worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
-                power = self.defect_fraction * fmt.precision
-                cap = self._cap(kind.name)
-                name = "max_floor" if cap == self.max_floor else f"{kind.name}'s floor cap"
-                floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
-                bound = f"max({worst}, {floor})"
-                if proven:
-                    text = (
-                        f"error {_num(tally.max_bound_err)} x u (scale + T) > {self.factor:g}: past what rounding the "
-                        f"inputs and any standard {fmt.name} algorithm's intermediates can cost (T, their proven "
-                        f"bound); {_num(err)} x the conditioning"
-                    )
-                else:
-                    text = f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}"
-                    if line == line:
-                        text += (
-                            f", and {_num(line)} x the fail line at some element: past what summing in another "
-                            "standard order adds, factor x u (scale + dT)"
-                        )
-                fails.append(Reason("fail", "defect", text))
+            measured = self.line(fmt, plain_cond, kind.name)[0] is not None
+            if (line > 1) if line == line else (proven or (measured and err > fail_at)):
+                fails.append(Reason("fail", "defect", self._defect(fmt, kind.name, tally, plain_cond, proven)))
             elif tally.max_ulp > warn_at and (
                 err > self.warn_cond_above(best_cond) or zeros > (math.inf if best_zeros is None else best_zeros)
             ):
