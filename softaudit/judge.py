@@ -94,7 +94,7 @@ def unit(
         record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
         if record is not None:
             result.worst[record.key] = record
-        best = fam.best[index] if fam.best else None
+        best = fam.practice(index)
         verdict, cause, text, fix = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )

@@ -344,8 +344,43 @@ class PreparedFamily:
         return sum(pc.nbytes for pc in self.prepared)
 
     def best_ulp(self, output: int) -> float | None:
-        """Best practice's max ULP error on one output: a warn is worse than factor x this."""
-        return self.best[output].max_ulp if self.best else None
+        """Best practice's max ULP error on one output (`practice`): a warn is worse than factor x this."""
+        best = self.practice(output)
+        return None if best is None else best.max_ulp
+
+    def practice(self, output: int) -> Comparison | None:
+        """What a warn is judged against on one output: best practice's errors, and in dtypes of PRACTICE_BITS or more
+        the worst of them and the kind's `Kind.practice` standard algorithms' (the same algorithm in another order:
+        a float64 attention that divides before or after P V, one order's luck is no trade-off)."""
+        if not self.best:
+            return None
+        best = self.best[output]
+        if best.error or not self.prepared or self.prepared[0].fmt.precision < PRACTICE_BITS:
+            return best
+        names = kinds.get(self.prepared[0].case.kind).practice
+        same = [c[output] for c in (self.plain, *(self.others or ())) if c and c[output].name in names]
+        same = [c for c in same if not c.error]
+        if not same:
+            return best
+        worst = [best, *same]
+        return dataclasses.replace(
+            best,
+            max_cond=_worst(c.max_cond for c in worst),
+            max_ulp=_worst(c.max_ulp for c in worst),
+            flushed=max(c.flushed for c in worst),
+            underflow=max(c.underflow for c in worst),
+        )
+
+
+#: From this precision up (float64) no wider type is in practice (double-double is beyond what kernels do): best
+#: practice is what careful kernels of the dtype do, `PreparedFamily.practice`.
+PRACTICE_BITS = 53
+
+
+def _worst(values) -> float | None:
+    """The largest of values that are not None (None if all are)."""
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
 
 
 #: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
