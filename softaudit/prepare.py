@@ -311,6 +311,7 @@ class PreparedFamily:
     plain: list | None = None  # the plain implementation in the dtype
     best: list | None = None  # best practice
     others: list | None = None  # the other standard same-dtype algorithms, each a list
+    practices: list | None = None  # best practice in other orders, each a list (float64 only: `practice`)
     stored: Path | None = None  # the store file it was read from (what worker processes map), if any
 
     def __setstate__(self, state: dict) -> None:
@@ -329,7 +330,8 @@ class PreparedFamily:
     @property
     def comparisons(self) -> list[Comparison]:
         """Every comparison of every output."""
-        return [c for per_output in (self.plain, self.best, *(self.others or ())) if per_output for c in per_output]
+        held = (self.plain, self.best, *(self.others or ()), *(self.practices or ()))
+        return [c for per_output in held if per_output for c in per_output]
 
     def plain_cond(self, output: int) -> float | None:
         """The largest max_cond_err of the standard same-dtype algorithms on one output: a fail is worse than
@@ -350,16 +352,14 @@ class PreparedFamily:
 
     def practice(self, output: int) -> Comparison | None:
         """What a warn is judged against on one output: best practice's errors, and in dtypes of PRACTICE_BITS or more
-        the worst of them and the kind's `Kind.practice` standard algorithms' (the same algorithm in another order:
-        a float64 attention that divides before or after P V, one order's luck is no trade-off)."""
+        the worst of them and best practice's in other summation orders' (`Kind.practice`: one order's luck is no
+        trade-off where no wider type is in practice)."""
         if not self.best:
             return None
         best = self.best[output]
         if best.error or not self.prepared or self.prepared[0].fmt.precision < PRACTICE_BITS:
             return best
-        names = kinds.get(self.prepared[0].case.kind).practice
-        same = [c[output] for c in (self.plain, *(self.others or ())) if c and c[output].name in names]
-        same = [c for c in same if not c.error]
+        same = [c[output] for c in self.practices or () if not c[output].error]
         if not same:
             return best
         worst = [best, *same]
@@ -519,6 +519,9 @@ def compare(fam: PreparedFamily, kind: str, timeout, ex: Executor) -> bool:
             setattr(fam, role, comparison(pick(kind), fam.prepared, timeout, ex))
     if fam.others is None:
         fam.others = [comparison(c, fam.prepared, timeout, ex) for c in builtin.standard(kind)[1:]]
+    if fam.practices is None:
+        precise = bool(fam.prepared) and fam.prepared[0].fmt.precision >= PRACTICE_BITS
+        fam.practices = [comparison(c, fam.prepared, timeout, ex) for c in builtin.practice(kind)] if precise else []
     return not any(c.error for c in fam.comparisons)
 
 

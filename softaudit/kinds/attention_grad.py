@@ -24,7 +24,6 @@ ATTENTION_GRAD = Kind(
     outputs=("dq", "dk", "dv"),
     plain="attention_grad.naive",
     standard=("attention_grad.naive", "attention_grad.flash2_b64"),
-    practice=("attention_grad.naive", "attention_grad.flash2_b64"),
     best="attention_grad.upcast",
     best_practice=_BEST,
     # The reported attention families (tier B made this reference fast): each takes under 1 s per dtype on the

@@ -102,7 +102,6 @@ ATTENTION_SINKS_GRAD = Kind(
     outputs=("dq", "dk", "dv", "dsinks"),
     plain="attention_sinks_grad.naive",
     standard=("attention_sinks_grad.naive", "attention_sinks_grad.flash2_b64"),
-    practice=("attention_sinks_grad.naive", "attention_sinks_grad.flash2_b64"),
     best="attention_sinks_grad.upcast",
     best_practice=_BEST,
     families=("attn_sinks", *_MAKERS),
