@@ -78,8 +78,10 @@ def line(kind: str, inputs: dict, mask, exact: tuple, precision: int, emin: int,
     if found is None:
         return None
     pairwise = of(kind, inputs, mask, exact, PAIRWISE, tiny, options, u)
-    with np.errstate(invalid="ignore"):  # (inf - inf where both are infinite: a NaN dT, which the basis reads as 0)
-        return tuple((t, np.maximum(t - p, 0.0)) for t, p in zip(found, pairwise))
+    with np.errstate(invalid="ignore"):  # (inf - inf where both are infinite: no share known, 0; T is inf there)
+        return tuple(
+            (t, np.maximum(np.nan_to_num(t - p, nan=0.0, posinf=np.inf), 0.0)) for t, p in zip(found, pairwise)
+        )
 
 
 def of(
@@ -101,11 +103,14 @@ def of(
     return None if formula is None else formula(entry, inputs, mask, exact, sums, tiny, u, **(options or {}))
 
 
-def _grown(e, u: float):
+def _grown(e, u: float, p=None):
     """What exp makes of an argument off by up to u e, in units of u: (e**(u e) - 1) / u, which is e to first order
     and more where u e is not small (a bfloat16 lse near 800 is off by 3, and a weight exp(lse_s - lse) by a factor
-    e**3); u = 0: e."""
-    return e if u == 0 else np.expm1(u * e) / u
+    e**3); u = 0: e. p: the weights it multiplies, 0 where a weight is (an entry 1e10 below the max: its growth is
+    inf, and 0 x inf would make the row's budget NaN; what such an entry costs is its tiny)."""
+    with np.errstate(over="ignore"):
+        grown = e if u == 0 else np.expm1(u * e) / u
+    return grown if p is None else np.where(p > 0, grown, 0.0)
 
 
 def _row(x, mask, sums):
@@ -140,7 +145,7 @@ def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -
             return ((np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True))[..., 0] + r + tiny,)
         if kind.logarithmic:
             return (np.where(kept, r + log_s + big_e + tiny, 0.0),)
-        return (np.where(kept, p * _grown(big_e, u) + 2 * tiny, 0.0),)
+        return (np.where(kept, p * _grown(big_e, u, p) + 2 * tiny, 0.0),)
 
 
 def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
@@ -155,7 +160,7 @@ def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **op
         ag = np.abs(g)
         gbar = (p * g).sum(axis=-1, keepdims=True)
         n = kept.sum(axis=-1, keepdims=True)
-        grown = _grown(big_e, u)
+        grown = _grown(big_e, u, p)
         dot = (p * ag * (grown + sums(n) + 1) + tiny * (ag + 1)).sum(axis=-1, keepdims=True)
         terms = (p * grown + tiny) * np.abs(g - gbar) + p * (ag + np.abs(gbar) + dot)
         return (np.where(kept, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
@@ -171,7 +176,7 @@ def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, 
         g = np.where(read, np.asarray(inputs["g"], dtype=np.float64), 0.0)
         total = np.abs(g.sum(axis=-1, keepdims=True))
         n = read.sum(axis=-1, keepdims=True)
-        pe = p * _grown(big_e, u) + tiny
+        pe = p * _grown(big_e, u, p) + tiny
         terms = np.abs(g) + pe * total + p * (total + sums(n) * np.abs(g).sum(axis=-1, keepdims=True))
         return (np.where(read, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
@@ -182,7 +187,7 @@ def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
         x = np.asarray(inputs["x"], dtype=np.float64)
         kept, p, _, _, big_e = _row(x, mask, sums)
         ag = np.abs(np.asarray(inputs["g"], dtype=np.float64))[..., None]
-        return (np.where(kept, (p * (_grown(big_e, u) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
+        return (np.where(kept, (p * (_grown(big_e, u, p) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
 def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None, softcap=None):
@@ -210,7 +215,7 @@ def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None, softcap=None):
     dots = _matmul(sums)(q.shape[-1]) + 2
     spread = (p * d).sum(axis=-1, keepdims=True)
     big_e = dots * (a + (p * a).sum(axis=-1, keepdims=True)) + d + spread + sums(n) + 4 + lse
-    return p, np.where(keep, p * _grown(big_e, u) + tiny, 0.0), n, c, np.where(keep, big_e, 0.0)
+    return p, np.where(keep, p * _grown(big_e, u, p) + tiny, 0.0), n, c, np.where(keep, big_e, 0.0)
 
 
 def _setting(inputs: dict, mask):
@@ -385,7 +390,7 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
         if o["softcap"] is not None:  # sech**2(x / c): the division's (2 |t tanh t|, t = x / c), cosh, 1 / cosh, **2
             t = np.asarray(inputs["logits"], dtype=np.float64) / o["softcap"]
             own = 5 + 2 * np.abs(t * np.tanh(t))
-        terms = (p * _grown(big_e, u) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
+        terms = (p * _grown(big_e, u, p) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
         r = np.abs(np.asarray(exact[0], dtype=np.float64))
         found = np.where(kept, w * c["factor"] * terms + 2 * r + tiny, 0.0)
         return (np.where(ignored[:, None], 0.0, found),)
@@ -412,7 +417,7 @@ def merge_attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, *
         outs = np.moveaxis(np.abs(np.asarray(inputs["outputs"], dtype=np.float64)), 0, -2)  # (..., Lq, S, dv)
         kept, w, log_s, m, big_e = _row(lses, None, sums)
         splits = kept.sum(axis=-1, keepdims=True)
-        coefficient = np.where(kept, w * _grown(big_e, u) + tiny + w * (sums(splits) + 2), 0.0)
+        coefficient = np.where(kept, w * _grown(big_e, u, w) + tiny + w * (sums(splits) + 2), 0.0)
         o = (coefficient[..., None] * np.where(kept[..., None], outs, 0.0)).sum(axis=-2)
         o = o + np.abs(np.asarray(exact[0], dtype=np.float64)) + (splits + 2) * tiny
         lse = np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True, initial=0.0)

@@ -274,11 +274,11 @@ def basis(
 
 def _inverse(floored: np.ndarray, budget, normal: float, compared: np.ndarray) -> np.ndarray | None:
     """1 / max(scale + budget, normal) where compared, else 0 (None: no budget). A budget a formula could not form
-    (NaN) adds nothing: the line is the scale's."""
+    (NaN) is no bound: infinite, and the proven line is no line there."""
     if budget is None:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
-        bounded = np.maximum(floored + np.nan_to_num(np.asarray(budget, dtype=np.float64), nan=0.0), normal)
+        bounded = np.maximum(floored + np.nan_to_num(np.asarray(budget, dtype=np.float64), nan=np.inf), normal)
         return np.divide(1.0, bounded, out=np.zeros(floored.shape), where=compared)
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import softaudit
+from softaudit.hunt import hunt
 from tests import fail_line_kernels as sound
 
 ALL = ("float16", "bfloat16", "float32", "float64")
@@ -101,7 +102,7 @@ def test_the_hunt_finds_nothing_in_sound_kernels(monkeypatch):
     monkeypatch.setenv("CI", "1")  # derandomised
     found = []
     for fn, kind, dtype in HUNTED:
-        found += softaudit.hunt(fn, kind=kind, dtypes=[dtype], budget=3, corpus=None, isolation="none")
+        found += hunt(fn, kind=kind, dtypes=[dtype], budget=3, corpus=None, isolation="none")
     failed = [f"{f.candidate} {f.dtype}: {f.reason}" for f in found if f.failed]
     assert not failed, "\n".join(failed)
     assert all(f.examples > 0 for f in found), [(f.candidate, f.dtype, f.examples) for f in found]
