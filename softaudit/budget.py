@@ -67,16 +67,24 @@ def _matmul(sums):
     return getattr(sums, "matmul", sums)
 
 
+#: Dtypes narrower than this many bits draw their fail line from the measured one widened by dT (`line`); the
+#: others from T alone (softaudit.policy.Policy.proven_bits), and dT is not computed for them.
+REORDER_BITS = 24
+
+
 def line(kind: str, inputs: dict, mask, exact: tuple, precision: int, emin: int, options: dict | None = None):
     """(T, dT) for every output of `kind` on a case, the budgets the fail line reads (docs/policy.md, "The fail
     line"), in a dtype of `precision` bits and smallest normal 2**emin, with exp's growth: T the standard
     algorithms' (`standard` sums), dT = T less the pairwise one, what summing in another standard order can cost
-    beyond pairwise sums (0 where a running sum is past RUNNING_FRACTION). None for a kind without a budget."""
+    beyond pairwise sums (0 where a running sum is past RUNNING_FRACTION, and in dtypes of REORDER_BITS or more,
+    which do not read it). None for a kind without a budget."""
     u = math.ldexp(1.0, -precision)
     tiny = math.ldexp(1.0, max(emin, -1074))
     found = of(kind, inputs, mask, exact, standard(u), tiny, options, u)
     if found is None:
         return None
+    if precision >= REORDER_BITS:
+        return tuple((t, np.zeros(np.shape(t))) for t in found)
     pairwise = of(kind, inputs, mask, exact, PAIRWISE, tiny, options, u)
     with np.errstate(invalid="ignore"):  # (inf - inf where both are infinite: no share known, 0; T is inf there)
         return tuple(

@@ -57,7 +57,8 @@ class Policy:
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
     #: dtypes of at least this many significand bits (float32, float64) are failed past the proven line alone,
     #: factor x u (scale + T); narrower ones past the line measured on the standard algorithms (fail_above), widened
-    #: by what summing in another standard order adds and never past the proven line (docs/policy.md, "The fail line")
+    #: by what summing in another standard order adds (dT, drawn below budget.REORDER_BITS only) and never past the
+    #: proven line (docs/policy.md, "The fail line")
     proven_bits: int = 24
     strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
     # what reproducibility must hold, or the row fails: deterministic, batch-invariant (else a note says what moved)

@@ -59,9 +59,9 @@ class Prepared:
         """What a kept case holds (softaudit/_store.py): each reference packed (softaudit/_packed.py), and its rounded
         inputs and mask where it has no recipe (a built-in case's are made again when it is read, `PreparedFamily`, and
         checked against the digest kept in their place); not the float64 originals, nor what is derived from the
-        reference (the bases: ulps, masks, conditioning scales) or from the inputs (the invariants' probes), which
-        `references`, `bases` and `probes` compute again when first read: the file is about 7x smaller, and the
-        measures read the same bits."""
+        reference (the bases: ulps, masks, conditioning scales and the fail line's budgets, kept where the outputs
+        are few: `_keeps_extras`) or from the inputs (the invariants' probes), which `references`, `bases` and
+        `probes` compute again when first read: the file is about 7x smaller, and the measures read the same bits."""
         names = ("fmt", "case_in_family", "recipe", "overflowed")
         state = {name: self.__dict__[name] for name in names}
         if self.recipe is None:
@@ -72,6 +72,7 @@ class Prepared:
         state["packed"] = tuple(_packed.pack(ref, self.inputs) for ref in self.references)
         if self._keeps_extras:
             state["extras"] = self.__dict__.get("extras") or self._conditioning()
+            state["lines"] = self.__dict__.get("lines") or self._lines()
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -124,7 +125,9 @@ class Prepared:
         extras = self.__dict__.get("extras") or self._conditioning()
         if self._keeps_extras:
             self.extras = extras
-        lines = self._lines()
+        lines = self.__dict__.get("lines") or self._lines()
+        if self._keeps_extras:
+            self.lines = lines
         return tuple(
             basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
             for ref, extra, (t, dt) in zip(self.references, extras, lines)
