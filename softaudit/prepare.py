@@ -314,7 +314,7 @@ class PreparedFamily:
     plain: list | None = None  # the plain implementation in the dtype
     best: list | None = None  # best practice
     others: list | None = None  # the other standard same-dtype algorithms, each a list
-    practices: list | None = None  # best practice in other orders, each a list (float64 only: `practice`)
+    practices: list | None = None  # best practice in other orders, each a list (float32, float64: `practice`)
     stored: Path | None = None  # the store file it was read from (what worker processes map), if any
 
     def __setstate__(self, state: dict) -> None:
@@ -356,7 +356,7 @@ class PreparedFamily:
     def practice(self, output: int) -> Comparison | None:
         """What a warn is judged against on one output: best practice's errors, and in dtypes of PRACTICE_BITS or more
         the worst of them and best practice's in other summation orders' (`Kind.practice`: one order's luck is no
-        trade-off where no wider type is in practice)."""
+        trade-off where best practice computes in the dtype itself)."""
         if not self.best:
             return None
         best = self.best[output]
@@ -375,9 +375,10 @@ class PreparedFamily:
         )
 
 
-#: From this precision up (float64) no wider type is in practice (double-double is beyond what kernels do): best
+#: From this precision up (float32, float64) best practice computes in the dtype itself (float32 kernels work in
+#: float32, and double-double is beyond what float64 kernels do), so its error is one summation order's luck: best
 #: practice is what careful kernels of the dtype do, `PreparedFamily.practice`.
-PRACTICE_BITS = 53
+PRACTICE_BITS = 24
 
 
 def _worst(values) -> float | None:

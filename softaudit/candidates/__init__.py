@@ -45,7 +45,8 @@ STANDARD = {k.name: k.standard for k in KINDS.values()}
 #: The best-practice built-in per kind: computed in float32 for 16-bit dtypes, in the dtype itself otherwise.
 BEST = {k.name: k.best for k in KINDS.values()}
 
-#: Best practice in another summation order per kind, which widens best practice in float64 (Kind.practice).
+#: Best practice in another summation order per kind, which widens best practice in float32 and float64
+#: (Kind.practice).
 PRACTICE = {k.name: k.practice for k in KINDS.values()}
 
 
@@ -86,7 +87,7 @@ def standard(kind: str) -> list[Candidate]:
 
 
 def practice(kind: str) -> list[Candidate]:
-    """The built-ins that are best practice too where no wider type is in practice (float64; PRACTICE)."""
+    """The built-ins that are best practice too where best practice computes in the dtype itself (PRACTICE)."""
     return [_named(name) for name in PRACTICE[kind]]
 
 

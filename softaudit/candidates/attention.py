@@ -114,9 +114,9 @@ def upcast(q, k, v, mask=None, *, sinks=None, **modifiers):
 @candidate(kind="attention", name="attention.upcast_running")
 def upcast_running(q, k, v, mask=None, *, sinks=None, **modifiers):
     """Best practice in another order: `upcast` with the scores, the softmax's sum and P V each added one term at a
-    time (as a loop kernel adds them), in float32 for 16-bit inputs and in the dtype otherwise. In float64 its error
-    widens best practice's (softaudit.prepare.PRACTICE_BITS): one summation order's luck is no trade-off. Weakness:
-    none known."""
+    time (as a loop kernel adds them), in float32 for 16-bit inputs and in the dtype otherwise. In float32 and float64
+    its error widens best practice's (softaudit.prepare.PRACTICE_BITS): one summation order's luck is no trade-off.
+    Weakness: none known."""
     return upcast_with_lse(q, k, v, mask, sinks=sinks, running=True, **modifiers)[0]
 
 

@@ -39,7 +39,7 @@ def upcast(q, k, v, mask=None, *, sinks=None, **modifiers):
 @candidate(kind="attention_lse", name="attention_lse.upcast_running")
 def upcast_running(q, k, v, mask=None, *, sinks=None, **modifiers):
     """Best practice in another order: `upcast` with every sum one term at a time (attention.upcast_running's
-    arithmetic). In float64 its error widens best practice's. Weakness: none known."""
+    arithmetic). In float32 and float64 its error widens best practice's. Weakness: none known."""
     o, lse = upcast_with_lse(q, k, v, mask, sinks=sinks, running=True, **modifiers)
     return o, lse.astype(q.dtype)
 
