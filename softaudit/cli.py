@@ -209,7 +209,7 @@ def _regression_lines(regressions) -> list[str]:
 @click.option(
     "--defect-fraction",
     type=_Number("defect_fraction"),
-    help="in 16-bit dtypes an accuracy fail also needs an error past "
+    help="the floor of the fail line measured in 16-bit dtypes, "
     f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
     "significand)",
 )
