@@ -1,11 +1,11 @@
 """What pass, warn and fail mean, with every threshold in one place (docs/policy.md explains each).
 
 A row fails on a defect someone should fix: an event (NaN, infinity, a mask leak, a wrong fully masked row, a NaN
-input that vanished) or an accuracy defect, an error no standard algorithm of the dtype makes (docs/policy.md, "The
-fail line"): past factor x u (scale + T) at some element, T the proven bound of the standard algorithms'
-roundings (metrics.py: max_bound_err); or past the line measured on the standard algorithms (fail_above, against
-max_cond_err) and past what summing in another standard order can add to them, factor x u (scale + dT)
-(max_reorder_err). It warns when it is sound but below best practice in precision: its max ULP error is past best
+input that vanished) or an accuracy defect, an error past its element's fail line (docs/policy.md, "The fail
+line"; metrics.fail_line, max_line_err): in float32 and float64 factor x u (scale + T), T the proven bound of the
+standard algorithms' own roundings, which no standard algorithm crosses; in narrower dtypes the line measured on
+the standard algorithms (fail_above), widened by what summing in another standard order adds and never past the
+proven one. It warns when it is sound but below best practice in precision: its max ULP error is past best
 practice's.
 """
 
@@ -37,11 +37,11 @@ class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed. The fields a user sets
     from the command line or [tool.softaudit] take their defaults from softaudit/settings.py."""
 
-    # fail past factor x the standard algorithms' proven bound, or past factor x the worst standard same-dtype
-    # algorithm's measured error and factor x what reordering its sums can add; warn past factor x best practice's
+    # fail past factor x the standard algorithms' proven bound (in narrower dtypes, past factor x the worst standard
+    # same-dtype algorithm's measured error as well); warn past factor x best practice's
     factor: float = default("factor")
     min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    # an accuracy fail also needs an error past min(2**(defect_fraction x precision), max_floor)
+    # the measured line's floor, min(2**(defect_fraction x precision), max_floor) (dtypes narrower than proven_bits)
     defect_fraction: float = default("defect_fraction")
     # the floor's cap: sound float32 and float64 code reads at most 9.8x the conditioning where the floor governs,
     # a wrong constant (log2(e) as 1.4427) 52-58x, under the uncapped 64 (docs/policy.md)
@@ -82,8 +82,8 @@ class Policy:
 
     def fail_above(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> float:
         """The measured line: max(factor x the worst standard same-dtype algorithm's max_cond_err, the floor), floor
-        = min(2**(fraction x p), max_floor, the kind's own cap where it has one). A max_cond_err past it fails where
-        the error is past what reordering the sums can add as well (max_reorder_err > factor; `judge`).
+        = min(2**(fraction x p), max_floor, the kind's own cap where it has one): the fail line in dtypes narrower
+        than proven_bits, per element widened by what reordering the sums can add (metrics.fail_line).
 
         Where they computed nothing (they overflowed, say), only the floor remains. The cap: the measure is in units
         of u, so how many u a sound algorithm costs does not grow with p; 2**(p/4) is 64 in float32 and 9.7e3 in

@@ -71,8 +71,8 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     call goes through.
 
     The comparisons run only where they can change the verdict (the bounds are never below their floors): the
-    input is judged against the floors first, and again with the comparisons where it did not pass or its ULP error
-    passes min_ulp (the fail line is drawn per element from the floor or the measured line, metrics.fail_line)."""
+    input is judged against the floors first (the proven line needs no comparison), and again with the comparisons
+    where it did not pass or its ULP error passes min_ulp."""
     arrays = {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}
     case = Case(kind, "hunt", arrays, mask, None, "hunt", options=dict(options))
     fam = PreparedFamily([Prepared(case, fmt, 0)])
