@@ -11,8 +11,9 @@ Each function returns T (one array per output) such that |y - r| <= u T to first
 standard algorithm, with `sums(n)` roundings for a sum of n terms: ceil(log2 n) for a pairwise sum, n - 1 for a
 running one (`PAIRWISE`, `RUNNING`), and `tiny`, the dtype's smallest normal: a rounding below the normal range is
 off by up to u tiny whatever the value (a p that underflows in float16 loses all of p g). The bounds are generous
-(every rounding at its worst, every constant rounded up): a budget is a yardstick for causes, never a fail line.
-docs/policy.md says how the causes read them.
+(every rounding at its worst, every constant rounded up). The causes read them with pairwise and with running sums;
+the fail line (`line`) with the sums of the standard algorithms of the dtype (`standard`): docs/policy.md, "The fail
+line".
 """
 
 from __future__ import annotations
@@ -36,6 +37,61 @@ def RUNNING(n):
     return np.maximum(np.asarray(n, dtype=np.float64) - 1, 0)
 
 
+#: Recursive summation in the dtype is a standard algorithm while (n - 1) u is at most this (float32 rows up to
+#: 262,145 terms, float16 up to 33, bfloat16 up to 5): there its first-order bound (n - 1) u is within 1.6% of the
+#: proven one, gamma_(n-1) = (n - 1) u / (1 - (n - 1) u), and a sum is off by at most 1/64 of its terms' magnitude.
+#: Past it the bound grows without limit (at (n - 1) u = 1 a sum of equal terms stalls: float16 rows of 2,049
+#: terms), and 16-bit kernels sum in float32: a running sum in the dtype there is judged against pairwise sums.
+RUNNING_FRACTION = 1 / 64
+
+
+def standard(u: float):
+    """sums(n) of the standard algorithms in a dtype of unit roundoff u: n - 1, a running sum in the dtype, while
+    (n - 1) u <= RUNNING_FRACTION, and ceil(log2 n), a pairwise sum, past it. Its `matmul` is a matrix product's
+    contraction: for a dtype narrower than float32 the products are added in float32 and the sum rounded once to the
+    dtype (as tensor cores and cuBLAS do by default, and the standard built-ins: candidates/_ops.py), 1 rounding of
+    u and float32's sums of 2**-24 each; otherwise the dtype's own sums."""
+
+    def sums(n, u=u):
+        running = RUNNING(n)
+        return np.where(running * u <= RUNNING_FRACTION, running, PAIRWISE(n))
+
+    wide = 2.0**-24
+    sums.matmul = (lambda n: 1 + sums(n, wide) * (wide / u)) if u > wide else sums
+    return sums
+
+
+def _matmul(sums):
+    """The roundings of a matrix product's contraction of n terms: `sums.matmul` where the sums have one (the fail
+    line's, `standard`), else the sums themselves (the causes' pairwise and running bounds)."""
+    return getattr(sums, "matmul", sums)
+
+
+#: Dtypes narrower than this many bits draw their fail line from the measured one widened by dT (`line`); the
+#: others from T alone (softaudit.policy.Policy.proven_bits), and dT is not computed for them.
+REORDER_BITS = 24
+
+
+def line(kind: str, inputs: dict, mask, exact: tuple, precision: int, emin: int, options: dict | None = None):
+    """(T, dT) for every output of `kind` on a case, the budgets the fail line reads (docs/policy.md, "The fail
+    line"), in a dtype of `precision` bits and smallest normal 2**emin, with exp's growth: T the standard
+    algorithms' (`standard` sums), dT = T less the pairwise one, what summing in another standard order can cost
+    beyond pairwise sums (0 where a running sum is past RUNNING_FRACTION, and in dtypes of REORDER_BITS or more,
+    which do not read it). None for a kind without a budget."""
+    u = math.ldexp(1.0, -precision)
+    tiny = math.ldexp(1.0, max(emin, -1074))
+    found = of(kind, inputs, mask, exact, standard(u), tiny, options, u)
+    if found is None:
+        return None
+    if precision >= REORDER_BITS:
+        return tuple((t, np.zeros(np.shape(t))) for t in found)
+    pairwise = of(kind, inputs, mask, exact, PAIRWISE, tiny, options, u)
+    with np.errstate(invalid="ignore"):  # (inf - inf where both are infinite: no share known, 0; T is inf there)
+        return tuple(
+            (t, np.maximum(np.nan_to_num(t - p, nan=0.0, posinf=np.inf), 0.0)) for t, p in zip(found, pairwise)
+        )
+
+
 def of(
     kind: str,
     inputs: dict,
@@ -55,11 +111,14 @@ def of(
     return None if formula is None else formula(entry, inputs, mask, exact, sums, tiny, u, **(options or {}))
 
 
-def _grown(e, u: float):
+def _grown(e, u: float, p=None):
     """What exp makes of an argument off by up to u e, in units of u: (e**(u e) - 1) / u, which is e to first order
     and more where u e is not small (a bfloat16 lse near 800 is off by 3, and a weight exp(lse_s - lse) by a factor
-    e**3); u = 0: e."""
-    return e if u == 0 else np.expm1(u * e) / u
+    e**3); u = 0: e. p: the weights it multiplies, 0 where a weight is (an entry 1e10 below the max: its growth is
+    inf, and 0 x inf would make the row's budget NaN; what such an entry costs is its tiny)."""
+    with np.errstate(over="ignore"):
+        grown = e if u == 0 else np.expm1(u * e) / u
+    return grown if p is None else np.where(p > 0, grown, 0.0)
 
 
 def _row(x, mask, sums):
@@ -94,7 +153,7 @@ def rows(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -
             return ((np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True))[..., 0] + r + tiny,)
         if kind.logarithmic:
             return (np.where(kept, r + log_s + big_e + tiny, 0.0),)
-        return (np.where(kept, p * _grown(big_e, u) + 2 * tiny, 0.0),)
+        return (np.where(kept, p * _grown(big_e, u, p) + 2 * tiny, 0.0),)
 
 
 def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
@@ -109,7 +168,7 @@ def softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **op
         ag = np.abs(g)
         gbar = (p * g).sum(axis=-1, keepdims=True)
         n = kept.sum(axis=-1, keepdims=True)
-        grown = _grown(big_e, u)
+        grown = _grown(big_e, u, p)
         dot = (p * ag * (grown + sums(n) + 1) + tiny * (ag + 1)).sum(axis=-1, keepdims=True)
         terms = (p * grown + tiny) * np.abs(g - gbar) + p * (ag + np.abs(gbar) + dot)
         return (np.where(kept, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
@@ -125,7 +184,7 @@ def log_softmax_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, 
         g = np.where(read, np.asarray(inputs["g"], dtype=np.float64), 0.0)
         total = np.abs(g.sum(axis=-1, keepdims=True))
         n = read.sum(axis=-1, keepdims=True)
-        pe = p * _grown(big_e, u) + tiny
+        pe = p * _grown(big_e, u, p) + tiny
         terms = np.abs(g) + pe * total + p * (total + sums(n) * np.abs(g).sum(axis=-1, keepdims=True))
         return (np.where(read, terms + np.abs(exact[0]) + 3 * tiny, 0.0),)
 
@@ -136,7 +195,7 @@ def logsumexp_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **
         x = np.asarray(inputs["x"], dtype=np.float64)
         kept, p, _, _, big_e = _row(x, mask, sums)
         ag = np.abs(np.asarray(inputs["g"], dtype=np.float64))[..., None]
-        return (np.where(kept, (p * (_grown(big_e, u) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
+        return (np.where(kept, (p * (_grown(big_e, u, p) + 1) + tiny) * ag + np.abs(exact[0]) + 2 * tiny, 0.0),)
 
 
 def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None, softcap=None):
@@ -161,10 +220,10 @@ def _attention_weights(q, k, keep, sums, tiny, u=0.0, bias=None, softcap=None):
     n = keep.sum(axis=-1, keepdims=True)
     total = np.where(keep, np.exp(-d), 0.0).sum(axis=-1, keepdims=True)
     lse = np.abs(np.where(np.isfinite(m), m, 0.0) + np.log(np.where(total > 0, total, 1.0)))
-    dots = sums(q.shape[-1]) + 2
+    dots = _matmul(sums)(q.shape[-1]) + 2
     spread = (p * d).sum(axis=-1, keepdims=True)
     big_e = dots * (a + (p * a).sum(axis=-1, keepdims=True)) + d + spread + sums(n) + 4 + lse
-    return p, np.where(keep, p * _grown(big_e, u) + tiny, 0.0), n, c, np.where(keep, big_e, 0.0)
+    return p, np.where(keep, p * _grown(big_e, u, p) + tiny, 0.0), n, c, np.where(keep, big_e, 0.0)
 
 
 def _setting(inputs: dict, mask):
@@ -181,7 +240,7 @@ def attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **optio
         q, k, v, keep = _setting(inputs, mask)
         p, pe, n, _, _ = _attention_weights(q, k, keep, sums, tiny, u)
         o = np.abs(np.asarray(exact[0], dtype=np.float64))
-        return ((pe + p * (sums(n) + 2)) @ np.abs(v) + o + (n + 2) * tiny,)
+        return ((pe + p * (_matmul(sums)(n) + 2)) @ np.abs(v) + o + (n + 2) * tiny,)
 
 
 def _backward_terms(inputs: dict, mask, options: dict, sums, tiny, u):
@@ -195,7 +254,7 @@ def _backward_terms(inputs: dict, mask, options: dict, sums, tiny, u):
     dp = np.where(keep, g @ vt, 0.0)
     b = np.where(keep, np.abs(g) @ np.abs(vt), 0.0)
     dd = (p * dp).sum(axis=-1, keepdims=True)
-    width = sums(v.shape[-1])
+    width = _matmul(sums)(v.shape[-1])
     delta = ((pe + p * (sums(n) + width + 3)) * (np.abs(dp) + b)).sum(axis=-1, keepdims=True) + n * tiny
     tanh = None if cap is None else np.where(keep, np.tanh((q @ np.swapaxes(k, -1, -2)) * c / cap), 0.0)
     return q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta, tanh
@@ -219,14 +278,14 @@ def _grad_budgets(terms: tuple, exact: tuple, sums, tiny) -> tuple[np.ndarray, .
     """attention_grad's budgets of dq, dk, dv from `_backward_terms`."""
     q, k, v, g, extra, p, pe, n, c, dp, b, dd, delta, tanh = terms
     ds = p * (dp - dd)
-    width = sums(v.shape[-1])
+    width = _matmul(sums)(v.shape[-1])
     sigma = pe * np.abs(dp - dd) + p * (width * b + delta + np.abs(dp) + np.abs(dd)) + np.abs(ds) + 3 * tiny
     if tanh is not None:  # dS = (1 - t**2) F
         slope = 1 - tanh**2
         sigma = slope * sigma + (2 * tanh**2 + 2) * np.abs(ds)
         ds = slope * ds
-    queries = sums(q.shape[-2])
-    dq = c * ((sigma + (sums(n) + 1) * np.abs(ds)) @ np.abs(k))
+    queries = _matmul(sums)(q.shape[-2])
+    dq = c * ((sigma + (_matmul(sums)(n) + 1) * np.abs(ds)) @ np.abs(k))
     dk = c * (np.swapaxes(sigma + (queries + 1) * np.abs(ds), -1, -2) @ np.abs(q))
     dv = np.swapaxes(pe + p * (queries + 2), -1, -2) @ np.abs(g) + (queries + 2) * tiny
     lk = k.shape[-2] - extra
@@ -339,7 +398,7 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
         if o["softcap"] is not None:  # sech**2(x / c): the division's (2 |t tanh t|, t = x / c), cosh, 1 / cosh, **2
             t = np.asarray(inputs["logits"], dtype=np.float64) / o["softcap"]
             own = 5 + 2 * np.abs(t * np.tanh(t))
-        terms = (p * _grown(big_e, u) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
+        terms = (p * _grown(big_e, u, p) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
         r = np.abs(np.asarray(exact[0], dtype=np.float64))
         found = np.where(kept, w * c["factor"] * terms + 2 * r + tiny, 0.0)
         return (np.where(ignored[:, None], 0.0, found),)
@@ -366,7 +425,7 @@ def merge_attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, *
         outs = np.moveaxis(np.abs(np.asarray(inputs["outputs"], dtype=np.float64)), 0, -2)  # (..., Lq, S, dv)
         kept, w, log_s, m, big_e = _row(lses, None, sums)
         splits = kept.sum(axis=-1, keepdims=True)
-        coefficient = np.where(kept, w * _grown(big_e, u) + tiny + w * (sums(splits) + 2), 0.0)
+        coefficient = np.where(kept, w * _grown(big_e, u, w) + tiny + w * (sums(splits) + 2), 0.0)
         o = (coefficient[..., None] * np.where(kept[..., None], outs, 0.0)).sum(axis=-2)
         o = o + np.abs(np.asarray(exact[0], dtype=np.float64)) + (splits + 2) * tiny
         lse = np.abs(m) + log_s + big_e.max(axis=-1, keepdims=True, initial=0.0)

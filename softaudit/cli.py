@@ -200,8 +200,8 @@ def _regression_lines(regressions) -> list[str]:
 @click.option(
     "--factor",
     type=_Number("factor"),
-    help="fail past factor x the worst standard same-dtype algorithm's "
-    f"error, warn past factor x best practice's (default {_shown('factor')})",
+    help="fail past factor x the standard same-dtype algorithms' proven error bound (their measured error in 16-bit "
+    f"dtypes), warn past factor x best practice's (default {_shown('factor')})",
 )
 @click.option(
     "--min-ulp", type=_Number("min_ulp"), help=f"max ULP error that never warns (default {_shown('min_ulp')})"
@@ -209,7 +209,7 @@ def _regression_lines(regressions) -> list[str]:
 @click.option(
     "--defect-fraction",
     type=_Number("defect_fraction"),
-    help="an accuracy fail also needs an error past "
+    help="the floor of the fail line measured in 16-bit dtypes, "
     f"2**(fraction x precision) x the conditioning (default {_shown('defect_fraction')}: a quarter of the "
     "significand)",
 )

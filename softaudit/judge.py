@@ -80,7 +80,8 @@ def unit(
     hunt's search, which needs the verdict only; its corpus, audited by `run`, gets the findings)."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
-        seconds, note, measured = measure_calls(candidate.kind, called)
+        lines = [policy.line(fmt, row["plain_cond_err"], candidate.kind) for row in heads]
+        seconds, note, measured = measure_calls(candidate.kind, called, lines)
     except CandidateError as exc:
         timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
         return UnitResult(
@@ -103,7 +104,7 @@ def unit(
         record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
         if record is not None:
             result.worst[record.key] = record
-        best = fam.best[index] if fam.best else None
+        best = fam.practice(index)
         verdict, cause, text, fix, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
@@ -129,6 +130,7 @@ def unit(
             ),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
+            "fail_above": tally.worst_line if tally.elements else row["fail_above"],
         }
         result.rows.append(row | _row(tally) | m.moved.columns() | judged)
     if fam.undecided:  # (the cases measured are judged above; these could not be, so the row is an error)
@@ -205,6 +207,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "sampled": "",
                 "plain_cond_err": plain,
                 "best_ulp": best,
+                # (the measured line; once measured, the line at the worst element: `unit`)
                 "fail_above": policy.fail_above(fmt, plain, candidate.kind),
                 "warn_above": policy.warn_above(best),
             }
@@ -233,9 +236,10 @@ def _nan_everywhere(dtype: str) -> dict:
     return {"verdict": "error", "cause": "error", "note": note, "fix": fix}
 
 
-def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str, list[Measured]]:
+def measure_calls(kind_name: str, called: Iterable[Called], lines=None) -> tuple[float, str, list[Measured]]:
     """A family's calls measured: the seconds spent in the candidate's own calls, its notes, and one Measured per
-    output of its kind (each output against its own reference; the invariants and the leak probe on the first)."""
+    output of its kind (each output against its own reference; the invariants and the leak probe on the first).
+    lines: per output, (fail_above, factor), what its fail line is drawn from (metrics.fail_line; None: none)."""
     kind = kinds.get(kind_name)
     seconds, notes = 0.0, set()
     measured = [Measured(Tally(), True, [], []) for _ in kind.outputs]
@@ -247,7 +251,8 @@ def measure_calls(kind_name: str, called: Iterable[Called]) -> tuple[float, str,
         measured[0].outputs[pc.case_in_family] = done.outputs
         for index, (m, y) in enumerate(zip(measured, done.outputs)):
             view = pc.output(index)
-            part = measure(view.basis, y, case_index=pc.case_in_family)
+            line = None if lines is None else lines[index]
+            part = measure(view.basis, y, case_index=pc.case_in_family, line=line)
             defined = ~np.asarray(view.reference.undefined)
             if defined.any():
                 anything[index] = True
@@ -499,6 +504,8 @@ def _row(t: Tally) -> dict:
     row = {
         "elements": t.elements,
         "max_cond_err": t.max_cond_err,
+        "max_bound_err": t.max_bound_err,
+        "max_line_err": t.max_line_err,
         "max_ulp": t.max_ulp,
         "mean_ulp": t.mean_ulp,
         "max_bits": float(np.log2(1 + t.max_ulp)),

@@ -60,6 +60,13 @@ class Tally:
     max_ulp_vsum: float = 0.0  # attention: error in ulps of sum_j p_j |v_j|
     max_normwise: float = 0.0  # attention: max over queries of ||y - r|| / ||r||
     max_cond_err: float = 0.0  # max |y - r| / (u max(scale, smallest normal)): error against the conditioning
+    #: max |y - r| / (u max(scale + T, smallest normal)), T the standard algorithms' rounding budget (budget.line):
+    #: the error against what rounding the inputs and a standard algorithm's intermediates can cost at most
+    max_bound_err: float = 0.0
+    #: max |y - r| / (u L), L the element's fail line (`fail_line`; policy.py): an accuracy defect past 1 (NaN where
+    #: measured without a line)
+    max_line_err: float = math.nan
+    worst_line: float = math.nan  # L / scale at the worst element: the fail line there against the conditioning
     flushed: int = 0  # 0 where the correctly rounded result is a subnormal at least two spacings from 0
     subnormal_kept: int = 0  # a subnormal where the correctly rounded result is one: the arithmetic keeps them
     invariants: dict = dataclasses.field(default_factory=dict)  # invariant -> violations (softaudit/invariants.py)
@@ -96,14 +103,16 @@ class Tally:
             "max_ulp_vsum",
             "max_normwise",
             "max_cond_err",
+            "max_bound_err",
         ):
             setattr(self, field, max(getattr(self, field), getattr(other, field)))
+        self.max_line_err = float(np.fmax(self.max_line_err, other.max_line_err))
         for key, count in other.fully_masked.items():
             self.fully_masked[key] = self.fully_masked.get(key, 0) + count
         for key, count in other.invariants.items():
             self.invariants[key] = self.invariants.get(key, 0) + count
         if other.worst is not None and (self.worst is None or other.worst[0] > self.worst[0]):
-            self.worst = other.worst
+            self.worst, self.worst_line = other.worst, other.worst_line
         self.event_at = self.event_at or other.event_at
 
     @property
@@ -159,6 +168,10 @@ class Basis:
     masked: np.ndarray | None = None
     ulp_vsum: np.ndarray | None = None
     inv_scale: np.ndarray | None = None  # 1 / max(scale, smallest normal) where compared, else 0 (times 2**p: 1 / u)
+    #: 1 / max(scale + T, smallest normal) where compared, else 0: T the rounding budget of the standard algorithms
+    #: (softaudit/budget.py, `line`); inv_reorder the same with dT, T less its pairwise sums' share (None: T = 0)
+    inv_bound: np.ndarray | None = None
+    inv_reorder: np.ndarray | None = None
     subnormal: np.ndarray | None = None  # R is a nonzero subnormal (None where no R is)
     #: None, or (flat indices, (r - hi) x 2**1074 there): the corrections a float64 lo cannot hold (|hi| < 2**-969,
     #: reference Result.fine); `_accuracy` measures these elements from them
@@ -176,7 +189,18 @@ def smallest_normal(fmt: Format) -> float:
 
 
 def basis(
-    kind: str, fmt: Format, ref, *, undefined, scale, nothing_kept=None, kept_nan_rows=None, masked=None, vsum=None
+    kind: str,
+    fmt: Format,
+    ref,
+    *,
+    undefined,
+    scale,
+    nothing_kept=None,
+    kept_nan_rows=None,
+    masked=None,
+    vsum=None,
+    budget=None,
+    reorder=None,
 ):
     """The reference side of one case's measures.
 
@@ -184,7 +208,9 @@ def basis(
     kept). scale: the conditioning scale of each output (softaudit/conditioning.py). nothing_kept (masked kinds):
     rows or queries with nothing kept. kept_nan_rows: rows with a NaN among the kept inputs (their output must be
     NaN). masked: for masked_softmax, the masked entries (the output must be exactly 0 there). vsum: for
-    attention, sum_j p_j |v_j| per output element.
+    attention, sum_j p_j |v_j| per output element. budget: the rounding budget T of each output of the standard
+    algorithms (softaudit/budget.py, `line`), reorder dT, what their sums in another standard order cost beyond
+    pairwise ones (None: 0).
     """
     k = kinds.get(kind)
     rounded = np.asarray(ref.value).astype(np.float64)
@@ -217,6 +243,7 @@ def basis(
     with np.errstate(invalid="ignore"):  # (1 / (u max(scale, 2**emin)) would overflow float64 for float64 itself)
         floored = np.maximum(np.nan_to_num(np.asarray(scale, dtype=np.float64)), normal)
         inv_scale = np.divide(1.0, floored, out=np.zeros(rounded.shape), where=finite_ref)
+        inv_bound, inv_reorder = (_inverse(floored, t, normal, finite_ref) for t in (budget, reorder))
         subnormal = finite_ref & (np.abs(rounded) < normal) & (rounded != 0)
     return Basis(
         kind,
@@ -238,9 +265,21 @@ def basis(
         masked,
         ulp_vsum,
         inv_scale,
+        inv_bound,
+        inv_reorder,
         subnormal if subnormal.any() else None,
         fine,
     )
+
+
+def _inverse(floored: np.ndarray, budget, normal: float, compared: np.ndarray) -> np.ndarray | None:
+    """1 / max(scale + budget, normal) where compared, else 0 (None: no budget). A budget a formula could not form
+    (NaN) is no bound: infinite, and the proven line is no line there."""
+    if budget is None:
+        return None
+    with np.errstate(over="ignore", invalid="ignore"):
+        bounded = np.maximum(floored + np.nan_to_num(np.asarray(budget, dtype=np.float64), nan=np.inf), normal)
+        return np.divide(1.0, bounded, out=np.zeros(floored.shape), where=compared)
 
 
 def _fine(ref) -> tuple[np.ndarray, np.ndarray] | None:
@@ -268,8 +307,9 @@ def _exact_ulp(r: np.ndarray, hi: np.ndarray, lo: np.ndarray | None, fine, fmt: 
     return spacing
 
 
-def measure(b: Basis, y, *, case_index: int) -> Tally:
-    """Compare one case's output y (in the audited dtype) with its reference.
+def measure(b: Basis, y, *, case_index: int, line: tuple[float, float] | None = None) -> Tally:
+    """Compare one case's output y (in the audited dtype) with its reference. line: (F, factor), what the element's
+    fail line is drawn from (`fail_line`; None: max_line_err stays NaN, and F None: the proven line alone).
 
     Most outputs are finite where every element is compared; those skip the event masks (one short route, the
     same numbers: tests/test_metrics.py checks the two routes agree).
@@ -300,7 +340,7 @@ def measure(b: Basis, y, *, case_index: int) -> Tally:
         t.negative = int(np.count_nonzero(y < 0))
     if b.masked is not None:
         t.mask_leak = int(np.count_nonzero(b.masked & b.defined & (y != 0)))
-    diff = _accuracy(t, b, y, compare, case_index)
+    diff = _accuracy(t, b, y, compare, case_index, line)
     if t.worst is not None and math.isfinite(t.worst[0]) and "argmax_flips" in kind.measures:
         t.worst = (*t.worst[:4], _common_share(kind, b, y, t.worst[2]))
     if not t.elements and (t.nan or t.overflow):
@@ -377,7 +417,20 @@ def _finite_row_sums(y, finite_y) -> np.ndarray:
 CHUNK = (1 << 14) - 512
 
 
-def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int) -> np.ndarray | None:
+def fail_line(inv_scale, inv_bound, inv_reorder, line: tuple[float | None, float]):
+    """1 / L at each element, L the element's fail line: an error past u L is an accuracy defect (docs/policy.md,
+    "The fail line"). line (F, factor): with F None, L = factor (scale + T), T the standard algorithms' proven
+    rounding budget; with F, the line measured on them (policy.fail_above, in units of the scale), L = max(min(F
+    scale, factor (scale + T)), factor (scale + dT)), dT T's share from summing in another standard order."""
+    measured, factor = line
+    if measured is None:
+        return inv_bound / factor
+    return np.minimum(np.maximum(inv_scale / measured, inv_bound / factor), inv_reorder / factor)
+
+
+def _accuracy(
+    t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, case_index: int, line=None
+) -> np.ndarray | None:
     """The error measures over the compared elements (compare None: all of them), a chunk at a time. For a kind
     with normwise measures (attention) returns |y - r| at every element (0 where not compared)."""
     flat = {
@@ -392,12 +445,15 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             ("inv_ulp", b.inv_ulp),
             ("rel_per_ulp", b.rel_per_ulp),
             ("inv_scale", b.inv_scale),
+            ("inv_bound", b.inv_scale if b.inv_bound is None else b.inv_bound),
+            ("inv_reorder", b.inv_scale if b.inv_reorder is None else b.inv_reorder),
             ("subnormal", b.subnormal),
         )
     }
     whole = np.zeros(y.size) if "max_normwise" in kinds.get(b.kind).measures else None
     fine = _near(b.fine, flat)
     best, cond_best, worst, ulp_sum, same, ge2, rel, largest, flushed = -1.0, -1.0, 0, 0.0, 0, 0, 0.0, 0.0, 0
+    bound_best, line_best = 0.0, 0.0
     kept = 0
     two_spacings = math.ldexp(2.0, b.fmt.min_subnormal_exp)
     normal = smallest_normal(b.fmt)
@@ -417,17 +473,25 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             errors = diff / f["ulp"] if f["inv_ulp"] is None else diff * f["inv_ulp"]  # exact either way
             cond = diff * f["inv_scale"]
             cond *= per_u
+            bound = diff * f["inv_bound"]  # (0 where not compared: inv_bound is)
+            past = None if line is None else diff * fail_line(f["inv_scale"], f["inv_bound"], f["inv_reorder"], line)
             if f["compare"] is not None:
                 cond[~f["compare"]] = -1.0  # (the worst element is a compared one)
             if f["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush, not as accuracy
                 zero = f["subnormal"] & (y64 == 0)
                 if zero.any():
                     cond[zero] = 0.0
+                    bound[zero] = 0.0
+                    if past is not None:
+                        past[zero] = 0.0
                     flushed += int(np.count_nonzero(zero & (np.abs(f["rounded"]) >= two_spacings)))
                 kept += int(np.count_nonzero(f["subnormal"] & (y64 != 0) & (np.abs(y64) < normal)))
             top = float(cond.max())  # (argmax and the count of >= 2 ulps only where they can change a total)
             if top > cond_best:
                 cond_best, worst = top, start + int(np.argmax(cond))
+            bound_best = max(bound_best, float(bound.max()) * per_u)
+            if past is not None:
+                line_best = max(line_best, float(past.max()) * per_u)
             top = float(errors.max())
             best = max(best, top)
             if top >= 2:
@@ -445,6 +509,9 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
     if t.elements:
         t.ulp_sum, t.max_ulp, t.correctly_rounded, t.ge2_ulp, t.max_abs_err = ulp_sum, best, same, ge2, largest
         t.max_cond_err, t.flushed, t.subnormal_kept = cond_best, flushed, kept
+        t.max_bound_err = bound_best
+        if line is not None:
+            t.max_line_err = line_best
         far, size = b.far_below  # where ulp / |r| overflows: the relative error by division
         if len(far):
             lo = 0.0 if b.lo is None else flat["lo"][far]
@@ -454,8 +521,11 @@ def _accuracy(t: Tally, b: Basis, y: np.ndarray, compare: np.ndarray | None, cas
             rel = max(rel, float(relative.max()))
         t.max_rel_err = rel
         if fine is not None:
-            worst = _fine_accuracy(t, b, fine, flat, whole, worst)
+            worst = _fine_accuracy(t, b, fine, flat, whole, worst, line)
         t.worst = (t.max_cond_err, case_index, worst, float(flat["y"][worst]), None)
+        if line is not None:
+            inverse = fail_line(*(flat[n][worst : worst + 1] for n in ("inv_scale", "inv_bound", "inv_reorder")), line)
+            t.worst_line = float(flat["inv_scale"][worst] / inverse[0]) if inverse[0] > 0 else math.inf
     return None if whole is None else whole.reshape(y.shape)
 
 
@@ -477,7 +547,7 @@ def _in_chunk(at: np.ndarray, start: int) -> np.ndarray:
     return at[lo:hi] - start
 
 
-def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int) -> int:
+def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarray | None, worst: int, line=None) -> int:
     """Fold into t the elements whose correction only b.fine holds (|hi| < 2**-969, float64 targets): y - hi is exact
     there (both on the 2**-1074 grid, close), so the error in units of 2**-1074 is |(y - hi) 2**1074 - fine| to a
     rounding, and every measure follows from it. Returns the worst element's flat index: one of them, or `worst` (the
@@ -499,8 +569,15 @@ def _fine_accuracy(t: Tally, b: Basis, fine: tuple, flat: dict, whole: np.ndarra
     absolute = errors * spacing
     t.max_abs_err = max(t.max_abs_err, float(absolute.max()))
     cond = errors * (spacing * flat["inv_scale"][at]) * math.ldexp(1.0, b.fmt.precision)
+    bound = errors * (spacing * flat["inv_bound"][at]) * math.ldexp(1.0, b.fmt.precision)
+    inverse = (flat["inv_scale"][at], flat["inv_bound"][at], flat["inv_reorder"][at])
+    past = bound if line is None else errors * spacing * fail_line(*inverse, line) * math.ldexp(1.0, b.fmt.precision)
     if flat["subnormal"] is not None:  # a subnormal result given as 0 is judged as a flush (as in the loop)
-        cond[flat["subnormal"][at] & (y == 0)] = 0.0
+        for measured in (cond, bound, past):
+            measured[flat["subnormal"][at] & (y == 0)] = 0.0
+    t.max_bound_err = max(t.max_bound_err, float(bound.max()))
+    if line is not None:
+        t.max_line_err = max(t.max_line_err, float(past.max()))
     top = int(np.argmax(cond))
     if whole is not None:
         whole[at] = absolute

@@ -1,9 +1,12 @@
 """What pass, warn and fail mean, with every threshold in one place (docs/policy.md explains each).
 
 A row fails on a defect someone should fix: an event (NaN, infinity, a mask leak, a wrong fully masked row, a NaN
-input that vanished) or an error past what the problem's conditioning explains, worse than the plain
-implementation in the same dtype (the conditioning-scaled error, metrics.py: max_cond_err). It warns when it is
-sound but below best practice in precision: its max ULP error is past best practice's.
+input that vanished) or an accuracy defect, an error past its element's fail line (docs/policy.md, "The fail
+line"; metrics.fail_line, max_line_err): in float32 and float64 factor x u (scale + T), T the proven bound of the
+standard algorithms' own roundings, which no standard algorithm crosses; in narrower dtypes the line measured on
+the standard algorithms (fail_above), widened by what summing in another standard order adds and never past the
+proven one. It warns when it is sound but below best practice in precision: its max ULP error is past best
+practice's.
 """
 
 from __future__ import annotations
@@ -34,10 +37,11 @@ class Policy:
     """The default is the one documented in docs/policy.md; every field can be changed. The fields a user sets
     from the command line or [tool.softaudit] take their defaults from softaudit/settings.py."""
 
-    # fail past factor x the worst standard same-dtype algorithm's error, warn past factor x best practice's
+    # fail past factor x the standard algorithms' proven bound (in narrower dtypes, past factor x the worst standard
+    # same-dtype algorithm's measured error as well); warn past factor x best practice's
     factor: float = default("factor")
     min_ulp: float = default("min_ulp")  # an ULP error this small never warns (correct rounding reads <= 0.5)
-    # an accuracy fail also needs an error past min(2**(defect_fraction x precision), max_floor)
+    # the measured line's floor, min(2**(defect_fraction x precision), max_floor) (dtypes narrower than proven_bits)
     defect_fraction: float = default("defect_fraction")
     # the floor's cap: sound float32 and float64 code reads at most 9.8x the conditioning where the floor governs,
     # a wrong constant (log2(e) as 1.4427) 52-58x, under the uncapped 64 (docs/policy.md)
@@ -51,6 +55,11 @@ class Policy:
     fail_on_underflow: bool = False  # 0 where the correctly rounded reference is not 0
     warn_on_flush: bool = True  # subnormal results that came out 0
     nan_propagation: bool = True  # a NaN in a kept entry must give NaN
+    #: dtypes of at least this many significand bits (float32, float64) are failed past the proven line alone,
+    #: factor x u (scale + T); narrower ones past the line measured on the standard algorithms (fail_above), widened
+    #: by what summing in another standard order adds (dT, drawn below budget.REORDER_BITS only) and never past the
+    #: proven line (docs/policy.md, "The fail line")
+    proven_bits: int = 24
     strict: bool = default("strict")  # a warn fails the run too (exit 1), as a fail does
     # what reproducibility must hold, or the row fails: deterministic, batch-invariant (else a note says what moved)
     require: tuple = tuple(default("require"))
@@ -72,8 +81,9 @@ class Policy:
         object.__setattr__(self, "require", tuple(self.require))
 
     def fail_above(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> float:
-        """The largest max_cond_err that is not an accuracy defect: max(factor x the worst standard same-dtype
-        algorithm's, the floor), floor = min(2**(fraction x p), max_floor, the kind's own cap where it has one).
+        """The measured line: max(factor x the worst standard same-dtype algorithm's max_cond_err, the floor), floor
+        = min(2**(fraction x p), max_floor, the kind's own cap where it has one): the fail line in dtypes narrower
+        than proven_bits, per element widened by what reordering the sums can add (metrics.fail_line).
 
         Where they computed nothing (they overflowed, say), only the floor remains. The cap: the measure is in units
         of u, so how many u a sound algorithm costs does not grow with p; 2**(p/4) is 64 in float32 and 9.7e3 in
@@ -84,6 +94,12 @@ class Policy:
             return floor
         return max(self.factor * plain_cond, floor)
 
+    def line(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> tuple[float | None, float]:
+        """(F, factor), what each element's fail line is drawn from (metrics.fail_line): F the measured line
+        (`fail_above`) in dtypes narrower than proven_bits, None (the proven line alone) in the others."""
+        proven = fmt.precision >= self.proven_bits
+        return (None if proven else self.fail_above(fmt, plain_cond, kind)), self.factor
+
     def floor(self, fmt: Format, kind: str | None = None) -> float:
         """The fail line where every standard algorithm is nearly exact: min(2**(defect_fraction x p), the cap),
         the cap `max_floor`, or the kind's own where it is lower (`Kind.max_floor`: attention's)."""
@@ -92,6 +108,26 @@ class Policy:
     def _cap(self, kind: str | None) -> float:
         own = None if kind is None else kinds.get(kind).max_floor
         return self.max_floor if own is None else min(own, self.max_floor)
+
+    def _defect(self, fmt: Format, kind: str, tally: Tally, plain_cond: float | None, proven: bool) -> str:
+        """An accuracy defect in words: against the proven line, or against the measured one (narrow dtypes)."""
+        err = tally.max_cond_err
+        if proven:
+            return (
+                f"error {_num(tally.max_bound_err)} x u (scale + T) > {self.factor:g}: past what rounding the inputs "
+                f"and a standard {fmt.name} algorithm's intermediates can cost (T, their proven bound); "
+                f"{_num(err)} x the conditioning"
+            )
+        worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
+        power = self.defect_fraction * fmt.precision
+        cap = self._cap(kind)
+        name = "max_floor" if cap == self.max_floor else f"{kind}'s floor cap"
+        floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
+        line = self.fail_above(fmt, plain_cond, kind)
+        text = f"error {_num(err)} x the conditioning > {_num(line)} = max({worst}, {floor})"
+        if tally.max_line_err == tally.max_line_err:
+            text += f", {_num(tally.max_line_err)} x the fail line (with what summing in another standard order adds)"
+        return text
 
     def warn_cond_above(self, best_cond: float | None) -> float:
         """The largest max_cond_err as good as best practice: max(factor x best practice's, min_ulp). Both warn
@@ -162,16 +198,11 @@ class Policy:
             err, fail_at = tally.max_cond_err, self.fail_above(fmt, plain_cond, kind.name)
             warn_at = self.warn_above(best_ulp)
             zeros = tally.underflow - tally.flushed  # (flushed subnormal results have a rule of their own)
-            if err > fail_at:
-                worst = _times(self.factor, "the worst same-dtype algorithm", plain_cond)
-                power = self.defect_fraction * fmt.precision
-                cap = self._cap(kind.name)
-                name = "max_floor" if cap == self.max_floor else f"{kind.name}'s floor cap"
-                floor = f"2**{power:g}" if 2.0**power <= cap else f"{name} {cap:g}"
-                bound = f"max({worst}, {floor})"
-                fails.append(
-                    Reason("fail", "defect", f"error {_num(err)} x the conditioning > {_num(fail_at)} = {bound}")
-                )
+            proven = tally.max_bound_err > self.factor
+            line = tally.max_line_err
+            measured = self.line(fmt, plain_cond, kind.name)[0] is not None
+            if (line > 1) if line == line else (proven or (measured and err > fail_at)):
+                fails.append(Reason("fail", "defect", self._defect(fmt, kind.name, tally, plain_cond, proven)))
             elif tally.max_ulp > warn_at and (
                 err > self.warn_cond_above(best_cond) or zeros > (math.inf if best_zeros is None else best_zeros)
             ):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import _packed, _store, invariants, kinds, reproducibility
+from . import _packed, _store, budget, invariants, kinds, reproducibility
 from . import candidates as builtin
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .cases import FAMILIES, Case
@@ -66,9 +66,9 @@ class Prepared:
         """What a kept case holds (softaudit/_store.py): each reference packed (softaudit/_packed.py), and its rounded
         inputs and mask where it has no recipe (a built-in case's are made again when it is read, `PreparedFamily`, and
         checked against the digest kept in their place); not the float64 originals, nor what is derived from the
-        reference (the bases: ulps, masks, conditioning scales) or from the inputs (the invariants' probes), which
-        `references`, `bases` and `probes` compute again when first read: the file is about 7x smaller, and the
-        measures read the same bits."""
+        reference (the bases: ulps, masks, conditioning scales and the fail line's budgets, kept where the outputs
+        are few: `_keeps_extras`) or from the inputs (the invariants' probes), which `references`, `bases` and
+        `probes` compute again when first read: the file is about 7x smaller, and the measures read the same bits."""
         names = ("fmt", "case_in_family", "recipe", "overflowed", "conventions")
         state = {name: self.__dict__[name] for name in names}
         if self.recipe is None:
@@ -79,6 +79,7 @@ class Prepared:
         state["packed"] = tuple(_packed.pack(ref, self.inputs) for ref in self.references)
         if self._keeps_extras:
             state["extras"] = self.__dict__.get("extras") or self._conditioning()
+            state["lines"] = self.__dict__.get("lines") or self._lines()
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -139,7 +140,23 @@ class Prepared:
         extras = self.__dict__.get("extras") or self._conditioning()
         if self._keeps_extras:
             self.extras = extras
-        return tuple(basis(self.case.kind, self.fmt, ref, **extra) for ref, extra in zip(self.references, extras))
+        lines = self.__dict__.get("lines") or self._lines()
+        if self._keeps_extras:
+            self.lines = lines
+        return tuple(
+            basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
+            for ref, extra, (t, dt) in zip(self.references, extras, lines)
+        )
+
+    def _lines(self) -> tuple:
+        """Each output's (T, dT) for the fail line (softaudit/budget.py, `line`): the standard algorithms' rounding
+        budget and what their sums in another order cost beyond pairwise ones."""
+        refs = self.references
+        exact = tuple(ref.hi if not ref.lo.any() else ref.hi + ref.lo for ref in refs)
+        found = budget.line(
+            self.case.kind, self.inputs, self.mask, exact, self.fmt.precision, self.fmt.emin, self.case.options
+        )
+        return ((None, None),) * len(refs) if found is None else found
 
     def _conditioning(self) -> tuple[dict, ...]:
         """What the measures need beyond each reference (the scale, undefined rows: the kind's conditioning part)."""
@@ -324,6 +341,7 @@ class PreparedFamily:
     plain: list | None = None  # the plain implementation in the dtype
     best: list | None = None  # best practice
     others: list | None = None  # the other standard same-dtype algorithms, each a list
+    practices: list | None = None  # best practice in other orders, each a list (float32, float64: `practice`)
     stored: Path | None = None  # the store file it was read from (what worker processes map), if any
     #: The cases left out because their exact result could not be decided (`decided`): (case index, description,
     #: why); each unit on the family says so in an `error` row.
@@ -345,7 +363,8 @@ class PreparedFamily:
     @property
     def comparisons(self) -> list[Comparison]:
         """Every comparison of every output."""
-        return [c for per_output in (self.plain, self.best, *(self.others or ())) if per_output for c in per_output]
+        held = (self.plain, self.best, *(self.others or ()), *(self.practices or ()))
+        return [c for per_output in held if per_output for c in per_output]
 
     def plain_cond(self, output: int) -> float | None:
         """The largest max_cond_err of the standard same-dtype algorithms on one output: a fail is worse than
@@ -360,8 +379,42 @@ class PreparedFamily:
         return sum(pc.nbytes for pc in self.prepared)
 
     def best_ulp(self, output: int) -> float | None:
-        """Best practice's max ULP error on one output: a warn is worse than factor x this."""
-        return self.best[output].max_ulp if self.best else None
+        """Best practice's max ULP error on one output (`practice`): a warn is worse than factor x this."""
+        best = self.practice(output)
+        return None if best is None else best.max_ulp
+
+    def practice(self, output: int) -> Comparison | None:
+        """What a warn is judged against on one output: best practice's errors, and in dtypes of PRACTICE_BITS or more
+        the worst of them and best practice's in other summation orders' (`Kind.practice`: one order's luck is no
+        trade-off where best practice computes in the dtype itself)."""
+        if not self.best:
+            return None
+        best = self.best[output]
+        if best.error or not self.prepared or self.prepared[0].fmt.precision < PRACTICE_BITS:
+            return best
+        same = [c[output] for c in self.practices or () if not c[output].error]
+        if not same:
+            return best
+        worst = [best, *same]
+        return dataclasses.replace(
+            best,
+            max_cond=_worst(c.max_cond for c in worst),
+            max_ulp=_worst(c.max_ulp for c in worst),
+            flushed=max(c.flushed for c in worst),
+            underflow=max(c.underflow for c in worst),
+        )
+
+
+#: From this precision up (float32, float64) best practice computes in the dtype itself (float32 kernels work in
+#: float32, and double-double is beyond what float64 kernels do), so its error is one summation order's luck: best
+#: practice is what careful kernels of the dtype do, `PreparedFamily.practice`.
+PRACTICE_BITS = 24
+
+
+def _worst(values) -> float | None:
+    """The largest of values that are not None (None if all are)."""
+    found = [v for v in values if v is not None]
+    return max(found) if found else None
 
 
 #: Prepared built-in families kept between audit() calls in this process, least recently used dropped first
@@ -567,6 +620,9 @@ def compare(fam: PreparedFamily, kind: str, timeout, ex: Executor) -> bool:
             setattr(fam, role, comparison(pick(kind), fam.prepared, timeout, ex))
     if fam.others is None:
         fam.others = [comparison(c, fam.prepared, timeout, ex) for c in builtin.standard(kind)[1:]]
+    if fam.practices is None:
+        precise = bool(fam.prepared) and fam.prepared[0].fmt.precision >= PRACTICE_BITS
+        fam.practices = [comparison(c, fam.prepared, timeout, ex) for c in builtin.practice(kind)] if precise else []
     return not any(c.error for c in fam.comparisons)
 
 

@@ -31,6 +31,8 @@ COLUMNS = {
     "cases": int,
     "elements": int,
     "max_cond_err": float,
+    "max_bound_err": float,
+    "max_line_err": float,
     "worst_scale": float,
     "max_ulp": float,
     "mean_ulp": float,
@@ -74,6 +76,8 @@ COLUMNS = {
 #: The measures of the table that are NaN where nothing could be compared (a row of NaN outputs reads NaN, not 0).
 MEASURES = (
     "max_cond_err",
+    "max_bound_err",
+    "max_line_err",
     "worst_scale",
     "max_ulp",
     "mean_ulp",

@@ -396,7 +396,8 @@ class Problem:
         for row in result.rows:
             row["sampled"] = self.describe()
             if seen and row["verdict"] not in ("error", "skip"):
-                lines = {"ub_past_warn": row["warn_above"], "ub_past_fail": row["fail_above"]}
+                line = policy.line(self.fmt, row["plain_cond_err"], candidate.kind)  # (per element: metrics.fail_line)
+                lines = {"ub_past_warn": row["warn_above"], "ub_past_fail": line}
                 row |= self.bounds(self.family.prepared[0].basis, seen[0], lines)
         again = {
             "shape": f"{self.shape.kind}:{self.shape.text.removeprefix('shape:')}",
@@ -412,11 +413,11 @@ class Problem:
     def bounds(self, basis: Basis, y: np.ndarray, lines: dict) -> dict:
         """The ub_* columns: for each line, the upper bound on the share of outputs past it (see the module)."""
         past = {name: np.zeros(self.sample.rows.size, bool) for name in ("ub_ge2_ulp", *lines)}
-        for i, tally in enumerate(_row_tallies(basis, y)):
+        for i, tally in enumerate(_row_tallies(basis, y, lines["ub_past_fail"])):
             events = tally.nan + tally.overflow > 0
             past["ub_ge2_ulp"][i] = events or tally.max_ulp >= 2
             past["ub_past_warn"][i] = events or tally.max_ulp > lines["ub_past_warn"]
-            past["ub_past_fail"][i] = events or tally.max_cond_err > lines["ub_past_fail"]
+            past["ub_past_fail"][i] = events or tally.max_line_err > 1
         random = self.sample.random.reshape(-1)
         total = self.sample.total * len(self.sample.rows)
         known = int((~random).sum())
@@ -430,13 +431,15 @@ class Problem:
         return out
 
 
-def _row_tallies(b: Basis, y: np.ndarray):
-    """Each sampled row's own Tally (its outputs measured alone, as `measure` measures a case)."""
+def _row_tallies(b: Basis, y: np.ndarray, line=None):
+    """Each sampled row's own Tally (its outputs measured alone, as `measure` measures a case, against the fail line
+    drawn from `line`: metrics.fail_line)."""
     rows = int(np.asarray(b.undefined).size)
     per_row = (1,) if b.rounded.ndim == np.asarray(b.undefined).ndim else (1, b.rounded.size // max(rows, 1))
     width = per_row[-1]
     for i in range(rows):
-        yield measure(_row_basis(b, i, per_row), np.asarray(y).reshape(rows, width)[i].reshape(per_row), case_index=0)
+        row = np.asarray(y).reshape(rows, width)[i].reshape(per_row)
+        yield measure(_row_basis(b, i, per_row), row, case_index=0, line=line)
 
 
 def _row_basis(b: Basis, i: int, shape: tuple) -> Basis:
@@ -458,7 +461,7 @@ def _row_basis(b: Basis, i: int, shape: tuple) -> Basis:
         return at[inside] - lo, values[inside]
 
     elements = ("rounded", "hi", "lo", "defined", "finite_ref", "nonzero_ref", "ulp", "inv_ulp", "rel_per_ulp")
-    elements += ("masked", "ulp_vsum", "inv_scale", "subnormal")
+    elements += ("masked", "ulp_vsum", "inv_scale", "inv_bound", "inv_reorder", "subnormal")
     fields = {name: element(getattr(b, name)) for name in elements}
     fields |= {name: row(getattr(b, name)) for name in ("undefined", "best", "nothing_kept", "kept_nan_rows")}
     return dataclasses.replace(b, **fields, far_below=sparse(b.far_below), fine=sparse(b.fine))

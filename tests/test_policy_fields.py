@@ -1,8 +1,10 @@
 """Every field of Policy, at a non-default value, changes what its rule decides; each rule on hand-made tallies.
 
-Thresholds are computed here from the documented formulas (docs/policy.md), never read back from policy.py:
-fail_above = max(factor x plain_cond, 2**(defect_fraction x p)) and warn_above = max(factor x best_ulp, min_ulp),
-with the dtypes' precisions p written out. The last tests run whole audits on small candidates written here.
+Thresholds are computed here from the documented formulas (docs/policy.md), never read back from policy.py: the
+measured line F = Policy.fail_above = max(factor x plain_cond, 2**(defect_fraction x p)) and warn_above = max(factor
+x best_ulp, min_ulp), with the dtypes' precisions p written out. The hand-made tallies carry no per-element line
+(max_line_err NaN): a dtype narrower than proven_bits fails past F, any past factor x u (scale + T) (max_bound_err;
+docs/policy.md, "The fail line"). The last tests run whole audits on small candidates written here.
 """
 
 import dataclasses
@@ -22,10 +24,11 @@ NAN, INF = math.nan, math.inf
 
 #: Each field at a non-default value, and the tests below that show it changes a decision.
 NON_DEFAULT = {
-    "factor": 40.0,  # test_factor_*, test_an_accuracy_defect_*, test_factor_and_defect_fraction_*
+    "factor": 40.0,  # test_factor_*, test_an_accuracy_defect_*
     "min_ulp": 2.0,  # test_min_ulp_*, test_a_softmax_in_the_dtype_*
-    "defect_fraction": 0.5,  # test_defect_fraction_*, test_factor_and_defect_fraction_*
+    "defect_fraction": 0.5,  # test_defect_fraction_*, test_factor_turns_*
     "max_floor": 64.0,  # test_max_floor_*
+    "proven_bits": 25,  # test_proven_bits_*
     "fully_masked": "nan",  # test_fully_masked_*, test_nan_on_fully_masked_rows_*
     "fail_on_nan": False,  # test_each_event_*
     "fail_on_sum": False,  # test_probabilities_*
@@ -61,6 +64,7 @@ def test_every_field_has_a_non_default_value_tested_and_the_defaults_are_the_doc
         "min_ulp": 1.0,
         "defect_fraction": 0.25,
         "max_floor": 16.0,
+        "proven_bits": 24,
         "fully_masked": "zeros",
         "fail_on_nan": True,
         "fail_on_sum": True,
@@ -133,12 +137,28 @@ def test_max_floor_caps_the_floor():
     assert Policy(max_floor=64).fail_above(F32, 1.0) == 64.0 and Policy().fail_above(F32, 1.0) == 16.0
     assert Policy(max_floor=math.inf).fail_above(F64, None) == pytest.approx(2**13.25)
     assert Policy(max_floor=2).fail_above(F16, 0.5) == 2.0 and Policy().fail_above(F16, 0.5) == pytest.approx(2**2.75)
-    t = tally(max_cond_err=30.0, max_ulp=100.0)
-    assert ("fail", "defect") in rules(Policy(), t, fmt=F32) and ("fail", "defect") not in rules(
-        Policy(max_floor=64), t, fmt=F32
+    t = tally(max_cond_err=30.0, max_ulp=100.0)  # float16 with defect_fraction=1: min(2**11, max_floor)
+    assert ("fail", "defect") in rules(Policy(defect_fraction=1), t) and ("fail", "defect") not in rules(
+        Policy(defect_fraction=1, max_floor=64), t
     )
     with pytest.raises(ValueError, match="max_floor"):
         Policy(max_floor=0.5)
+
+
+def test_proven_bits_chooses_the_dtypes_failed_past_the_proven_line_alone():
+    """float32 (24 bits) is failed past factor x u (scale + T) alone by default: 30 x the conditioning within the
+    proven bound passes there, and fails past the measured line 16 where proven_bits=25 judges float32 as a narrow
+    dtype. Past the proven line a row fails whatever proven_bits says."""
+    within = tally(max_cond_err=30.0, max_ulp=0.4, max_bound_err=0.5)
+    assert rules(Policy(), within, fmt=F32) == [] and rules(Policy(proven_bits=25), within, fmt=F32) == [
+        ("fail", "defect")
+    ]
+    past = tally(max_cond_err=3.0, max_ulp=0.4, max_bound_err=2.5)  # 2.5 > factor 2
+    assert rules(Policy(), past, fmt=F32) == [("fail", "defect")] == rules(Policy(proven_bits=25), past, fmt=F32)
+    assert rules(Policy(), past, fmt=F16) == [("fail", "defect")]  # (under F = 6.73, past the proven line)
+    # A per-element line, where measured, decides alone: past 1 fails, at 1 does not.
+    assert rules(Policy(), tally(max_cond_err=30.0, max_ulp=0.4, max_line_err=1.01), fmt=F32) == [("fail", "defect")]
+    assert rules(Policy(), tally(max_cond_err=30.0, max_ulp=0.4, max_line_err=1.0), fmt=F16) == []
 
 
 def test_min_ulp_is_the_floor_of_warn_above():
@@ -478,7 +498,8 @@ def test_a_softmax_in_the_dtype_warns_until_min_ulp_allows_it_and_strict_fails_t
     warn and fail the run with strict."""
     (row,) = audit(softmax_in_dtype, "softmax", ["float16"], "gaussian").table.itertuples()
     assert row.warn_above == max(2 * row.best_ulp, 1.0) == 1.0  # best practice is correctly rounded: 1 ulp
-    assert row.fail_above == max(2 * row.plain_cond_err, 2**2.75) and row.max_cond_err < row.fail_above
+    # (fail_above: the line at the worst element, at least what the measured line and the reordered sums allow)
+    assert row.max_line_err < 1 and row.max_cond_err < row.fail_above
     assert row.max_ulp > 2 and (row.verdict, row.cause) == ("warn", "precision")
     assert row.note.split("; ", 1)[-1].startswith(f"max error {row.max_ulp:.3g} ulp > 1 = max(2 x best practice's")
     loose = audit(softmax_in_dtype, "softmax", ["float16"], "gaussian", Policy(min_ulp=1000))
@@ -489,27 +510,26 @@ def test_a_softmax_in_the_dtype_warns_until_min_ulp_allows_it_and_strict_fails_t
     assert list(strict.table.verdict) == ["warn"] and not strict.passed
 
 
-def test_factor_and_defect_fraction_turn_an_approximate_exp_from_a_defect_into_a_warning():
-    """The bit-trick exp fails in float16 past 2 x the plain error; factor=20 or defect_fraction=1 raise
-    fail_above past its error (defect_fraction=1 with max_floor lifted; it still warns: far past best practice), and
-    factor=1000 lets it pass."""
+def test_factor_turns_an_approximate_exp_from_a_defect_into_a_warning_and_defect_fraction_cannot():
+    """The bit-trick exp fails in float16 past the proven line, 2 x u (scale + T): factor=20 raises the line past its
+    error (it still warns: far past best practice) and factor=1000 lets it pass; defect_fraction=1 (max_floor lifted)
+    raises only the measured line, and past the proven one no floor lets an error through."""
     (row,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian").table.itertuples()
-    fail_at = max(2 * row.plain_cond_err, 2**2.75)
-    assert row.fail_above == pytest.approx(fail_at) and row.max_cond_err > fail_at
+    fail_at = max(2 * row.plain_cond_err, 2**2.75)  # the measured line F
+    assert row.max_line_err > 1 and row.max_cond_err > row.fail_above and row.max_cond_err > fail_at
     assert (row.verdict, row.cause) == ("fail", "precision") and not audit(
         schraudolph_softmax, "softmax", ["float16"], "gaussian"
     ).passed
-    assert row.note.split("; ", 1)[-1].startswith(f"error {row.max_cond_err:.3g} x the conditioning > {fail_at:.3g}")
-    # Chosen from the measures, so that each really flips: 20 x plain and 2**11 pass its error, 20 x best does not.
-    assert 20 * row.plain_cond_err > row.max_cond_err > 2 * row.plain_cond_err and row.max_cond_err < 2.0**11
-    assert max(20 * row.best_ulp, 1.0) < row.max_ulp < 1000 * row.best_ulp
-    for policy, verdict, fail_above in (
-        (Policy(factor=20), "warn", 20 * row.plain_cond_err),
-        (Policy(defect_fraction=1.0, max_floor=math.inf), "warn", 2048.0),
-        (Policy(factor=1000), "pass", 1000 * row.plain_cond_err),
+    assert row.note.split("; ", 1)[-1].startswith(f"error {row.max_bound_err:.3g} x u (scale + T) > 2: past what rounding")
+    # Chosen from the measures, so that each really flips: 20 x u (scale + T) passes its error, 20 x best does not.
+    assert 2 < row.max_bound_err < 20 and max(20 * row.best_ulp, 1.0) < row.max_ulp < 1000 * row.best_ulp
+    for policy, verdict in (
+        (Policy(factor=20), "warn"),
+        (Policy(factor=1000), "pass"),
+        (Policy(defect_fraction=1.0, max_floor=math.inf), "fail"),
     ):
         (changed,) = audit(schraudolph_softmax, "softmax", ["float16"], "gaussian", policy).table.itertuples()
-        assert (changed.verdict, changed.fail_above) == (verdict, pytest.approx(fail_above)), policy
+        assert changed.verdict == verdict and (changed.max_line_err > 1) == (verdict == "fail"), policy
         assert changed.max_cond_err == row.max_cond_err
 
 

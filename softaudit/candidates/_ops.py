@@ -123,6 +123,19 @@ def matmul(a, b, dtype, *, chunk: int = MATMUL_CHUNK) -> np.ndarray:
     return out.astype(dtype, copy=False)
 
 
+def running_matmul(a, b, dtype) -> np.ndarray:
+    """a @ b (both at least 2-D, batch axes broadcast) with each product formed in work_dtype(dtype) and the
+    products added one term at a time along the contraction axis (recursive summation, as a loop kernel adds them),
+    every addition rounded to the working dtype; rounded once to dtype."""
+    w = work_dtype(dtype)
+    a, b = np.asarray(a).astype(w, copy=False), np.asarray(b).astype(w, copy=False)
+    out = np.zeros(np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) + (a.shape[-2], b.shape[-1]), w)
+    with np.errstate(all="ignore"):
+        for j in range(a.shape[-1]):
+            out += a[..., :, j : j + 1] * b[..., j : j + 1, :]
+    return out.astype(dtype, copy=False)
+
+
 def _pairwise_sum_leading(x: np.ndarray) -> np.ndarray:
     """Sum over the first axis in dtype_sum's order (entry i plus entry i + n // 2, the odd last one carried),
     every addition rounded to x's dtype; x is overwritten (it is matmul's own temporary)."""

@@ -74,7 +74,8 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     call goes through.
 
     The comparisons run only where they can change the verdict (the bounds are never below their floors): the
-    input is judged against the floors first, and again with the comparisons when its errors pass a floor."""
+    input is judged against the floors first (the proven line needs no comparison), and again with the comparisons
+    where it did not pass or its ULP error passes min_ulp."""
     arrays = {n: np.asarray(a).astype(np.float64) for n, a in inputs.items()}
     case = Case(kind, "hunt", arrays, mask, None, "hunt", options=dict(options))
     fam = PreparedFamily([Prepared(case, fmt, 0, conventions=candidate.conventions)])
@@ -82,8 +83,9 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
     # (the search needs the verdict only: the bug models run when `softaudit run` audits the corpus it saves)
     result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE, diagnose=False)
-    floors = policy.fail_above(fmt, None, kind), policy.min_ulp
-    if any(t.elements and (t.max_cond_err > floors[0] or t.max_ulp > floors[1]) for t in result.tallies):
+    if any(row["verdict"] != "pass" for row in result.rows) or any(
+        t.elements and t.max_ulp > policy.min_ulp for t in result.tallies
+    ):
         compare(fam, kind, timeout, ex)
         result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE, diagnose=False)
     # An output with nothing to compare (every row undefined in the dtype: the input overflows it) says nothing about

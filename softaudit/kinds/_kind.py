@@ -73,6 +73,10 @@ class Kind:
     #: attention's conditioning scale holds u |s| for every score and u sum p|v|, so sound attention reads at most
     #: 3.5x the conditioning in float32 and float64, and a wrong constant 3-14x (docs/policy.md, "The floor").
     max_floor: float | None = None
+    #: Built-ins that are best practice too in float32 and float64 (`softaudit.prepare.PRACTICE_BITS`), where best
+    #: practice computes in the dtype itself (a wider type, double-double for float64, is beyond what kernels do):
+    #: the same algorithm in another summation order, and a warn is past the worst of them and best practice.
+    practice: tuple[str, ...] = ()
     #: Every input holds the batch items along its leading axes (the reproducibility reruns embed them in larger
     #: batches); False where an input leads with another axis (merge_attention's splits): no batch reruns.
     batched: bool = True

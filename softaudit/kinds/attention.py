@@ -26,6 +26,7 @@ ATTENTION = Kind(
     outputs=("y",),
     plain="attention.naive",
     standard=("attention.naive", "attention.tiled_b64"),
+    practice=("attention.upcast_running",),
     best="attention.upcast",
     best_practice=_BEST,
     families=_families.ATTENTION + _GRID + _families.REPORTED_ATTENTION + tuple(_attention.MAKERS),

@@ -84,6 +84,7 @@ ATTENTION_LSE = Kind(
     outputs=("o", "lse"),
     plain="attention_lse.naive",
     standard=("attention_lse.naive", "attention_lse.tiled_b64"),
+    practice=("attention_lse.upcast_running",),
     best="attention_lse.upcast",
     best_practice=_BEST,
     families=("attn_gaussian", "attn_masks", "attn_softcap", "attn_sinks", *_MAKERS),
