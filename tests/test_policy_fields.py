@@ -520,7 +520,8 @@ def test_factor_turns_an_approximate_exp_from_a_defect_into_a_warning_and_defect
     assert (row.verdict, row.cause) == ("fail", "precision") and not audit(
         schraudolph_softmax, "softmax", ["float16"], "gaussian"
     ).passed
-    assert row.note.split("; ", 1)[-1].startswith(f"error {row.max_bound_err:.3g} x u (scale + T) > 2: past what rounding")
+    rules = row.note.split("; ", 1)[-1]  # (after the finding's sentence)
+    assert rules.startswith(f"error {row.max_bound_err:.3g} x u (scale + T) > 2: past what rounding")
     # Chosen from the measures, so that each really flips: 20 x u (scale + T) passes its error, 20 x best does not.
     assert 2 < row.max_bound_err < 20 and max(20 * row.best_ulp, 1.0) < row.max_ulp < 1000 * row.best_ulp
     for policy, verdict in (
