@@ -12,7 +12,7 @@ import functools
 
 import numpy as np
 
-from .._ops import const, dtype_sum, exp, running_sum
+from .._ops import const, dtype_sum, exp, log, running_sum
 from . import Inapplicable, Model, Variant
 from .rows import FILLS, each_work, working
 from .rows import standard as forward
@@ -35,12 +35,16 @@ def standard(
     unnormalised: bool = False,
     fill=None,
     dot_over_all: bool = False,
+    p_wide: bool = False,
+    via_lse: bool = False,
 ):
     """The backward on rows x (the last axis) with one switch per known mistake: drop_delta forgets the <g, p> (or
     p sum g) term; sum_g uses sum g for softmax's <g, p>; swap_formula computes softmax's gradient for log_softmax or
     the reverse; running sums one term at a time; in_dtype rounds every step to the 16-bit dtype; hide_nan zeroes
     NaN outputs; shift=False forms p without the max; unnormalised forgets p's division by the sum; fill forms a
-    masked p from where(mask, x, fill) with the result not masked; dot_over_all takes <g, p> with the unmasked p."""
+    masked p from where(mask, x, fill) with the result not masked; dot_over_all takes <g, p> with the unmasked p;
+    p_wide forms p in float32 and rounds it to the working precision (as a framework's softmax hands it over);
+    via_lse forms p as exp(x - lse), lse = m + log(sum exp(x - m)) in the working precision (autograd's form)."""
     d = x.dtype
     w = d if in_dtype else working(d, work)
     if in_dtype and working(d, "wide") == d:
@@ -51,8 +55,12 @@ def standard(
         xw, mask = np.where(mask, xw, const(fill, d).astype(w)), None
     if unnormalised:
         p = exp(xw - xw.max(axis=-1, keepdims=True))
-    else:
-        p = forward("masked_softmax" if mask is not None else "softmax", xw, mask, shift=shift).astype(w)
+    elif via_lse:
+        m = xw.max(axis=-1, keepdims=True)
+        p = exp(xw - (m + log(total(exp(xw - m)))))
+    else:  # (p in the backward's own precision: the dtype's where the backward works in the dtype)
+        within = "dtype" if w != working(d, "wide") and not p_wide else "wide"
+        p = forward("masked_softmax" if mask is not None else "softmax", x, mask, shift=shift, work=within).astype(w)
     if kind == "logsumexp_grad":
         out = p * gw[..., None]
     elif (kind == "log_softmax_grad") != swap_formula:
@@ -125,7 +133,16 @@ MODELS = [
         ALL,
         "every step of the backward is rounded to the 16-bit dtype",
         "compute p, the dot product and dx in float32 and round once",
-        [("in the dtype", {"in_dtype": True}, {})],
+        [
+            ("in the dtype", {"in_dtype": True}, {}),
+            ("in the dtype, p from a float32 softmax", {"in_dtype": True, "p_wide": True}, {}),
+            ("in the dtype, p as exp(x - lse)", {"in_dtype": True, "via_lse": True}, {}),
+            (
+                "in the dtype, p as exp(x - lse), lse's sum one term at a time",
+                {"in_dtype": True, "via_lse": True, "running": True},
+                {},
+            ),
+        ],
     ),
     *_model(
         "no_max_shift",
