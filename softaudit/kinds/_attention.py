@@ -235,13 +235,19 @@ def _sinks(kind, fmt, size, rng):
     arrays = _qkv(rng, 4, size.lq, 256)
     keep = rng.random((size.lq, 256)) < 0.5
     keep[0] = False  # a query with no key still attends the sink: its output is 0
-    learned = dict(arrays, sinks=rng.standard_normal(4) * 2)
+    # The learned sinks over 100 keys: a partial last tile of every tile size (a tiled kernel that adds the sink in
+    # its last tile's epilogue may have it in the branch for a whole tile only; softmax1's 256 keys are whole), and
+    # few enough keys that the sink's share of the weight shows in float16 too.
+    learned = dict(q=arrays["q"], k=arrays["k"][..., :100, :], v=arrays["v"][..., :100, :])
+    learned["sinks"] = rng.standard_normal(4) * 2
+    keep = keep[:, :100]
     one = dict(arrays, sinks=np.zeros(4))
     return [
         (
             learned,
             keep,
-            "a learnable sink logit per head (FlashAttention PR #1819, TransformerEngine PR #2225)",
+            "a learnable sink logit per head over 100 keys, a partial last tile (FlashAttention PR #1819, "
+            "TransformerEngine PR #2225)",
             {},
             {},
         ),
