@@ -11,7 +11,9 @@ Per mutant and dtype, one outcome:
 - hunt: run kills it not, and softaudit.hunt.hunt on `--budget` seconds finds an input it fails where the original
   does not fail (judged on the same input as the hunt judges);
 - equivalent: neither, and its outputs are bit-identical to the original's on every case of the default suite;
-- neither: the rest (survivors whose outputs differ: the suite saw a difference and did not call it a defect).
+- neither: the rest, survivors whose outputs differ: "worse" where some row's verdict is worse than the original's
+  (a pass now a warn: the suite saw it and the policy calls it no defect), "same" where none is (the difference is
+  within what each row allowed the original: a sum split elsewhere, a constant that changes nothing that counts).
 Printed: a table per kind and dtype, and each survivor with its label. --write writes docs/mutation.md's table
 (between its markers) and --csv every mutant's outcome. The full set is slow on 2 cores: --sample picks a seeded
 subset, and the script prints how long a mutant took and what the full set would take.
@@ -42,6 +44,7 @@ from softaudit.plan import sources
 from softaudit.policy import Policy
 from softaudit.prepare import family as prepared_family
 from softaudit.reference import format_of
+from softaudit.results import SEVERITY
 
 ROOT = Path(__file__).resolve().parents[1]
 FORWARD = ("softmax", "log_softmax", "logsumexp", "masked_softmax", "attention")
@@ -49,7 +52,7 @@ DTYPES = ("float16", "bfloat16", "float32", "float64")
 EVENTS = ("nan", "overflow", "wrong_inf", "mask_leak", "nan_not_propagated")
 KILLING = ("fail", "error")
 TIMEOUT = 60.0
-OUTCOMES = ("run", "hunt", "equivalent", "neither")
+OUTCOMES = ("run", "hunt", "worse", "same", "equivalent")
 
 
 def audited(candidate, dtypes):
@@ -83,6 +86,18 @@ def run_kills(original, mutant) -> dict:
         if new:
             found[r["dtype"]] = f"{r['family']}: new {', '.join(new)}"
     return found
+
+
+def worse(original, mutant, dtype: str) -> str:
+    """The rows of `dtype` whose verdict the mutant makes worse than the original's ("family pass -> warn", ...)."""
+    key = ["dtype", "family", "output"]
+    base = original.set_index(key)["verdict"]
+    found = []
+    for r in mutant[mutant["dtype"] == dtype].itertuples(index=False):
+        was = base.get((r.dtype, r.family, r.output))
+        if was is not None and SEVERITY.get(r.verdict, 0) > SEVERITY.get(was, 0):
+            found.append(f"{r.family} {was} -> {r.verdict}")
+    return "; ".join(found)
 
 
 def _count(value) -> float:
@@ -154,9 +169,12 @@ def chosen(args) -> list:
         for m in everything:
             per[m.builtin].append(m)
         everything = [m for ms in per.values() for m in ms[: args.limit]]
-    if args.sample and args.sample < len(everything):
-        picked = sorted(random.Random(args.seed).sample(range(len(everything)), args.sample))
-        everything = [everything[i] for i in picked]
+    if args.sample:  # N per kind: attention alone has most of the mutants
+        rng, picked = random.Random(args.seed), []
+        for kind in dict.fromkeys(m.kind for m in everything):
+            mine = [i for i, m in enumerate(everything) if m.kind == kind]
+            picked += rng.sample(mine, min(args.sample, len(mine)))
+        everything = [everything[i] for i in sorted(picked)]
     return everything
 
 
@@ -178,7 +196,7 @@ def _line(c) -> list:
     n = sum(c.values())
     live = n - c["equivalent"]
     share = f"{100 * c['run'] / live:.0f}%" if live else "-"
-    return [n, c["run"], c["hunt"], c["neither"], c["equivalent"], share]
+    return [n, c["run"], c["hunt"], c["worse"], c["same"], c["equivalent"], share]
 
 
 HEADER = [
@@ -187,9 +205,10 @@ HEADER = [
     "mutants",
     "killed by run",
     "by the hunt only",
-    "by neither",
+    "by neither: a verdict worse",
+    "by neither: verdicts kept",
     "equivalent",
-    "run / non-equiv.",
+    "run / non-equivalent",
 ]
 
 
@@ -204,7 +223,7 @@ def main() -> None:
     parser.add_argument("--kinds", help="comma-separated kinds (default: every kind)")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes (default: run's four)")
     parser.add_argument("--limit", type=int, help="at most N mutants per built-in (the first N)")
-    parser.add_argument("--sample", type=int, help="a seeded sample of N mutants")
+    parser.add_argument("--sample", type=int, help="a seeded sample of N mutants per kind")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=8.0, help="the hunt's seconds per surviving mutant x dtype")
     parser.add_argument("--no-hunt", action="store_true", help="run only (survivors are then 'neither' or equivalent)")
@@ -234,16 +253,18 @@ def main() -> None:
             kills = {d: f"does not import: {type(exc).__name__}" for d in dtypes}
             candidate = None
         else:
-            kills = run_kills(originals[m.builtin], audited(candidate, dtypes))
+            mine = audited(candidate, dtypes)
+            kills = run_kills(originals[m.builtin], mine)
         for d in dtypes:
             outcome, detail = ("run", kills[d]) if kills.get(d) else (None, "")
             if outcome is None and not args.no_hunt:
                 found = hunt_kills(original, candidate, d, args.budget, ex)
                 outcome, detail = ("hunt", found) if found else (None, "")
-            if outcome is None:
-                same = identical(original, candidate, m.kind, d, ex)
-                outcome = "equivalent" if same else "neither"
-                detail = _why(m, d) if same else ""
+            if outcome is None and identical(original, candidate, m.kind, d, ex):
+                outcome, detail = "equivalent", _why(m, d)
+            elif outcome is None:
+                detail = worse(originals[m.builtin], mine, d)
+                outcome = "worse" if detail else "same"
             rows.append(
                 {"mutant": m.name, "builtin": m.builtin, "kind": m.kind, "dtype": d, "mistake": m.mistake}
                 | {"label": m.label, "outcome": outcome, "detail": detail}
@@ -254,7 +275,7 @@ def main() -> None:
     lines = table(rows)
     print()
     print(markdown(lines))
-    survivors = [r for r in rows if r["outcome"] in ("hunt", "neither")]
+    survivors = [r for r in rows if r["outcome"] in ("hunt", "worse", "same")]
     if survivors:
         print("\nsurvivors of run:")
         for r in survivors:
