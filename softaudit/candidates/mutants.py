@@ -45,6 +45,14 @@ class Mutant:
         """The mutant's candidate name: the built-in's, with the line and operator class of the mistake."""
         return f"{self.builtin}~{self.site[1]}@{self.line}.{self.site[2]}"
 
+    def source(self) -> str:
+        """The mutated function's source (the top-level statement the mistake is in), as ast.unparse writes it."""
+        return ast.unparse(_mutated(self.module, self.site).body[self.site[0]])
+
+    def original(self) -> str:
+        """The same statement's source before the mistake, as ast.unparse writes it."""
+        return ast.unparse(_tree(self.module).body[self.site[0]])
+
     def candidate(self) -> Candidate:
         """The mutated built-in, compiled in a module of its own; a Candidate like the built-in's."""
         namespace = _compiled(self.module, self.site)
@@ -472,14 +480,19 @@ def _attributes(module: str) -> dict[str, str]:
     return found
 
 
-@functools.cache
-def _compiled(module: str, site: tuple) -> dict:
-    """The module's namespace with the one mistake at `site` made: (statement index, operator class, occurrence)."""
+def _mutated(module: str, site: tuple) -> ast.Module:
+    """The module's tree with the one mistake at `site` made: (statement index, operator class, occurrence)."""
     tree = copy.deepcopy(_tree(module))
     index, op_name, occurrence = site
     op = _BY_NAME[op_name](occurrence)
     _visit_parts(tree.body[index], op)
-    ast.fix_missing_locations(tree)
+    return ast.fix_missing_locations(tree)
+
+
+@functools.cache
+def _compiled(module: str, site: tuple) -> dict:
+    """The module's namespace with the one mistake at `site` made."""
+    tree = _mutated(module, site)
     package, _, leaf = module.rpartition(".")
     # (a name of its own: cloudpickle would otherwise send the built-in by reference to a worker)
     namespace = {"__name__": f"{module}__mutant", "__package__": package, "_mutant_row_min": _row_min}
