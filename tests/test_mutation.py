@@ -50,7 +50,7 @@ def test_a_dropped_max_shift_overflows_where_the_built_in_does_not():
 
 def test_run_kills_a_dropped_max_shift():
     m = _shift_dropped()
-    kw = dict(dtypes=["float32"], families=["textbook"], isolation="none", workers=1, cache=False)
+    kw = dict(dtypes=["float32"], families=["textbook"], isolation="none", workers=1)
     original = softaudit.audit(_builtin("softmax.max_shifted"), **kw).table
     mutant = softaudit.audit(m.candidate(), **kw).table
     assert set(original["verdict"]) <= {"pass", "warn"}
