@@ -136,9 +136,17 @@ def identical(original, mutant, kind: str, dtype: str, ex) -> bool:
 
 
 def _same(a, b) -> bool:
+    """Bit for bit the same outputs, every NaN counted as the one NaN (its sign and payload say nothing)."""
     if isinstance(a, str) or isinstance(b, str):
         return a == b
-    return all(x.shape == y.shape and x.tobytes() == y.tobytes() for x, y in zip(a, b))
+    return all(x.shape == y.shape and _bits(x) == _bits(y) for x, y in zip(a, b))
+
+
+def _bits(x) -> bytes:
+    x = np.array(x)
+    nan = np.isnan(x.astype(np.float64))
+    x[nan] = np.nan
+    return x.tobytes() + nan.tobytes()
 
 
 def hunt_kills(original, mutant, dtype: str, budget: float, ex) -> str | None:
@@ -164,6 +172,9 @@ def chosen(args) -> list:
         _kinds.get(kind)  # (an unknown kind: one line)
     found = [b for b in builtins() if kinds is None or b.kind in kinds]
     everything = list(every_mutant(found))
+    if args.mutants:
+        named = set(args.mutants.split(","))
+        everything = [m for m in everything if m.name in named]
     if args.limit:
         per = collections.defaultdict(list)
         for m in everything:
@@ -222,12 +233,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kinds", help="comma-separated kinds (default: every kind)")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes (default: run's four)")
+    parser.add_argument("--mutants", help="comma-separated mutant names (as printed) to run again")
     parser.add_argument("--limit", type=int, help="at most N mutants per built-in (the first N)")
     parser.add_argument("--sample", type=int, help="a seeded sample of N mutants per kind")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--budget", type=float, default=8.0, help="the hunt's seconds per surviving mutant x dtype")
     parser.add_argument("--no-hunt", action="store_true", help="run only (survivors are then 'neither' or equivalent)")
-    parser.add_argument("--write", action="store_true", help="write the table to docs/mutation.md")
+    parser.add_argument(
+        "--write",
+        nargs="?",
+        const="forward",
+        help="write the table to docs/mutation.md, between the markers of this name (default: forward)",
+    )
     parser.add_argument("--csv", help="write every mutant's outcome to this CSV file")
     args = parser.parse_args()
     try:
@@ -300,20 +317,20 @@ def _why(m, dtype: str) -> str:
     return ""
 
 
-BEGIN, END = "<!-- mutation table: begin -->", "<!-- mutation table: end -->"
-
-
 def _write(text: str, args, count: int, total: int, mean: float) -> None:
     path = ROOT / "docs" / "mutation.md"
     doc = path.read_text(encoding="utf-8")
-    head, _, rest = doc.partition(BEGIN)
-    _, _, tail = rest.partition(END)
+    begin, end = f"<!-- mutation table {args.write}: begin -->", f"<!-- mutation table {args.write}: end -->"
+    if begin not in doc or end not in doc:
+        sys.exit(f"mutation: docs/mutation.md has no markers {begin} ... {end}")
+    head, _, rest = doc.partition(begin)
+    _, _, tail = rest.partition(end)
     what = (
-        f"`python benchmarks/mutation.py{' --kinds ' + args.kinds if args.kinds else ''}"
+        f"`python benchmarks/mutation.py{' --kinds ' + args.kinds if args.kinds else ''} --dtypes {args.dtypes}"
         f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''} --budget {args.budget:g}`: "
         f"{count} mutants of {total}, {mean:.1f} s per mutant"
     )
-    path.write_text(f"{head}{BEGIN}\n{what}\n\n{text}\n{END}{tail}", encoding="utf-8")
+    path.write_text(f"{head}{begin}\n{what}\n\n{text}\n{end}{tail}", encoding="utf-8")
 
 
 if __name__ == "__main__":
