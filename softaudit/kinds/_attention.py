@@ -219,9 +219,15 @@ def _window(kind, fmt, size, rng):
             {"window": (256, 0)},
         ),
         (arrays, None, "a window of 100 keys on each side", {}, {"window": (100, 100)}),
-        # A narrow window: each query's weight over 3 keys, its own one of them, so a bound off by one key moves every
-        # output in every dtype; 0 on the left, where "unbounded" (-1) is one step away.
-        (_qkv(rng, 2, size.lq, 64), None, "a window of 0 keys to the left and 2 to the right", {}, {"window": (0, 2)}),
+        # The narrowest window, each query's own key alone (its output is that key's value): a bound off by one key,
+        # or a side taken as unbounded (-1 is one step from 0), moves every output in every dtype.
+        (
+            _qkv(rng, 2, size.lq, 64),
+            None,
+            "a window of 0 keys on each side: the query's own key",
+            {},
+            {"window": (0, 0)},
+        ),
     ]
 
 
