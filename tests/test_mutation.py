@@ -2,6 +2,7 @@
 and a known one that `run` kills."""
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -61,3 +62,37 @@ def test_run_kills_a_dropped_max_shift():
 def test_a_mutant_that_does_not_apply_says_so():
     with pytest.raises(ValueError, match="not a built-in"):
         mutants(Candidate("softmax", "mine", lambda x, axis=-1: x))
+
+
+# The holes benchmarks/mutation.py found (mutants the hunt killed and run did not), each with the family that closes
+# it: the test that would have caught it.
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _mutant(builtin, mistake, text):
+    (m,) = [m for m in mutants(_builtin(builtin)) if m.mistake == mistake and text in m.source()]
+    return m
+
+
+def _verdicts(target, family, dtype):
+    table = softaudit.audit(target, dtypes=[dtype], families=[family], isolation="none", workers=1).table
+    return set(table["verdict"])
+
+
+def test_tile_edges_fails_an_online_softmax_whose_running_max_misses_a_later_tile():
+    # (the hunt found it in bfloat16: the max 3008 of a row of 132 in its second block, past exp's overflow)
+    m = _mutant("softmax.online_b128", "max for min", "np.maximum(m, _mutant_row_min(chunk))")
+    assert _verdicts(_builtin("softmax.online_b128"), "tile_edges", "bfloat16") <= {"pass", "warn"}
+    assert "fail" in _verdicts(m.candidate(), "tile_edges", "bfloat16")
+
+
+def test_attn_window_fails_a_window_whose_right_side_is_taken_as_unbounded_at_0():
+    # (right < 0 made right < 1: window=(256, 0) moved bfloat16 outputs within its fail line; the hunt drew (0, 0))
+    m = _mutant("attention.tiled_b64", "constant", "(right < 1)")
+    assert _verdicts(_builtin("attention.tiled_b64"), "attn_window", "bfloat16") <= {"pass", "warn"}
+    assert "fail" in _verdicts(m.candidate(), "attn_window", "bfloat16")
+
+
+def test_attn_sinks_fails_the_held_out_kernel_that_drops_the_sink_on_a_partial_last_tile():
+    kernel = str(ROOT / "benchmarks" / "heldout" / "sink_attention.py")
+    assert "fail" in _verdicts(kernel, "attn_sinks", "float16")

@@ -141,9 +141,9 @@ class Comparison(_Operator):
         return isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in _MOVED
 
     def mutate(self, node):
-        old = type(node.ops[0])
+        old, text = type(node.ops[0]), _source(node)
         node.ops = [_MOVED[old]()]
-        return node, f"comparison {_CMP[old]} -> {_CMP[_MOVED[old]]}"
+        return node, f"comparison {_CMP[old]} -> {_CMP[_MOVED[old]]} in {text}"
 
 
 def _number(node):
