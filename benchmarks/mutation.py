@@ -246,7 +246,16 @@ def main() -> None:
         help="write the table to docs/mutation.md, between the markers of this name (default: forward)",
     )
     parser.add_argument("--csv", help="write every mutant's outcome to this CSV file")
+    parser.add_argument("--from-csv", help="no run: the table of a CSV an earlier run wrote (with --write, written)")
     args = parser.parse_args()
+    if args.from_csv:
+        with open(args.from_csv, newline="") as f:
+            rows = list(csv.DictReader(f))
+        print(markdown(table(rows)))
+        if args.write:
+            count = len({r["mutant"] for r in rows})
+            _write(markdown(table(rows)), args, count, sum(1 for _ in every_mutant(builtins())), None)
+        return
     try:
         mutants = chosen(args)
     except ValueError as exc:
@@ -317,7 +326,7 @@ def _why(m, dtype: str) -> str:
     return ""
 
 
-def _write(text: str, args, count: int, total: int, mean: float) -> None:
+def _write(text: str, args, count: int, total: int, mean: float | None) -> None:
     path = ROOT / "docs" / "mutation.md"
     doc = path.read_text(encoding="utf-8")
     begin, end = f"<!-- mutation table {args.write}: begin -->", f"<!-- mutation table {args.write}: end -->"
@@ -327,9 +336,11 @@ def _write(text: str, args, count: int, total: int, mean: float) -> None:
     _, _, tail = rest.partition(end)
     what = (
         f"`python benchmarks/mutation.py{' --kinds ' + args.kinds if args.kinds else ''} --dtypes {args.dtypes}"
-        f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''} --budget {args.budget:g}`: "
-        f"{count} mutants of {total}, {mean:.1f} s per mutant"
+        f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''} --budget {args.budget:g}`"
     )
+    if args.from_csv:
+        what = "`python benchmarks/mutation.py --from-csv` of a run's CSV"
+    what += f": {count} mutants of {total}" + ("" if mean is None else f", {mean:.1f} s per mutant")
     path.write_text(f"{head}{begin}\n{what}\n\n{text}\n{end}{tail}", encoding="utf-8")
 
 
