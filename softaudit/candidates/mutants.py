@@ -17,8 +17,8 @@ import ast
 import copy
 import dataclasses
 import functools
-import importlib
 import inspect
+import sys
 import types
 from collections.abc import Iterator
 
@@ -441,7 +441,7 @@ def _visit_list(stmts: list, op: _Operator) -> list:
 
 @functools.cache
 def _tree(module: str) -> ast.Module:
-    source = inspect.getsource(importlib.import_module(module))
+    source = inspect.getsource(sys.modules[module])  # (imported: a built-in of it was marked there)
     tree = ast.parse(source)
     _mark_skipped(tree)
     return tree
@@ -471,7 +471,7 @@ def _depends(tree: ast.Module) -> dict[str, set]:
 @functools.cache
 def _attributes(module: str) -> dict[str, str]:
     """The module's built-ins: candidate name -> the module attribute holding it."""
-    mod = importlib.import_module(module)
+    mod = sys.modules[module]
     found = {}
     for attr, fn in vars(mod).items():
         mark = _marking(fn) if callable(fn) else None
