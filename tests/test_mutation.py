@@ -96,3 +96,10 @@ def test_attn_window_fails_a_window_whose_right_side_is_taken_as_unbounded_at_0(
 def test_attn_sinks_fails_the_held_out_kernel_that_drops_the_sink_on_a_partial_last_tile():
     kernel = str(ROOT / "benchmarks" / "heldout" / "sink_attention.py")
     assert "fail" in _verdicts(kernel, "attn_sinks", "float16")
+
+
+def test_merge_large_lse_fails_a_merge_shifted_by_the_smallest_lse():
+    # (lses within a few units of each other hid it; the hunt drew splits far apart)
+    m = _mutant("merge_attention.textbook", "max for min", "lse.min(axis=0)")
+    assert _verdicts(_builtin("merge_attention.textbook"), "merge_large_lse", "float64") <= {"pass", "warn"}
+    assert "fail" in _verdicts(m.candidate(), "merge_large_lse", "float64")
