@@ -103,3 +103,10 @@ def test_merge_large_lse_fails_a_merge_shifted_by_the_smallest_lse():
     m = _mutant("merge_attention.textbook", "max for min", "lse.min(axis=0)")
     assert _verdicts(_builtin("merge_attention.textbook"), "merge_large_lse", "float64") <= {"pass", "warn"}
     assert "fail" in _verdicts(m.candidate(), "merge_large_lse", "float64")
+
+
+def test_g_wide_fails_a_backward_that_sums_a_float16_g_in_float16():
+    # (g near float16's max / 64, as loss scaling makes it: the hunt drew a row of 17 such g)
+    m = _mutant("log_softmax_grad.f32acc", "cast dropped", "    g = g\n")
+    assert _verdicts(_builtin("log_softmax_grad.f32acc"), "g_wide", "float16") <= {"pass", "warn"}
+    assert "fail" in _verdicts(m.candidate(), "g_wide", "float16")
