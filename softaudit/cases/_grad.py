@@ -131,10 +131,20 @@ def g_constant(kind, fmt, size, rng):
     ]
 
 
-@family("g_wide", "g spanning 8 decades with random signs: a narrow dot <g, p> swallows the small entries.")
+@family(
+    "g_wide",
+    "g spanning 8 decades with random signs: a narrow dot <g, p> swallows the small entries; in float16, g whose row "
+    "sum overflows the dtype.",
+)
 def g_wide(kind, fmt, size, rng):
     x, mask = _logits(kind, size, rng)
-    return [({"x": x, "g": wide_range_g(rng, x.shape)}, mask, "|g| from 1e-4 to 1e4")]
+    out = [({"x": x, "g": wide_range_g(rng, x.shape)}, mask, "|g| from 1e-4 to 1e4")]
+    if fmt.name == "float16":
+        # Positive g of 1/64 of float16's max: sum(g) over a row of 128 overflows float16, while the exact gradient
+        # g - p sum(g) stays finite (an upstream g kept in float16 for the sum gives inf; float32 holds it).
+        big = rng.uniform(0.5, 1.5, x.shape) * (fmt.max_float / 64)
+        out.append(({"x": x, "g": big}, mask, "g of about float16's max / 64: its row sum overflows float16"))
+    return out
 
 
 @family(

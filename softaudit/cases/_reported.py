@@ -73,7 +73,8 @@ def equal_sum_overflow(kind, fmt, size, rng):
 @reported(
     "tile_edges",
     "Row lengths at tile edges (n % 128 in {0, 64}, n % 32 == 1, 127, 128, 129) with the max in the last, partial "
-    "tile (PyTorch #191937, FlashAttention #443).",
+    "tile (PyTorch #191937, FlashAttention #443), and a row of 257 whose max, inside the second tile of 128, stands "
+    "past exp's overflow above the rest.",
 )
 def tile_edges(kind, fmt, size, rng):
     out = []
@@ -81,6 +82,11 @@ def tile_edges(kind, fmt, size, rng):
         x = rng.standard_normal((2, n)) * 3
         x[:, -1] = x.max() + 2
         out.append(({"x": x}, _all_kept(kind, x), f"n={n}, max last", {"n": n}))
+    # The max inside a later tile (not alone in it) and past exp's overflow above every logit of the first: a
+    # streaming kernel whose running max misses it (a tile's min or first entry taken for its max) overflows.
+    x = rng.standard_normal((2, 257)) * 3
+    x[:, 200] = x.max() + math.log(fmt.max_float if math.isfinite(fmt.max_float) else 1.7e308) + 1
+    out.append(({"x": x}, _all_kept(kind, x), "n=257, max at 200, past exp's overflow above the rest", {"n": 257}))
     return out
 
 

@@ -247,6 +247,15 @@ def _window(kind, fmt, size, rng):
             {"window": (256, 0)},
         ),
         (arrays, None, "a window of 100 keys on each side", {}, {"window": (100, 100)}),
+        # The narrowest window, each query's own key alone (its output is that key's value): a bound off by one key,
+        # or a side taken as unbounded (-1 is one step from 0), moves every output in every dtype.
+        (
+            _qkv(rng, 2, size.lq, 64),
+            None,
+            "a window of 0 keys on each side: the query's own key",
+            {},
+            {"window": (0, 0)},
+        ),
     ]
 
 
@@ -263,13 +272,19 @@ def _sinks(kind, fmt, size, rng):
     arrays = _qkv(rng, 4, size.lq, 256)
     keep = rng.random((size.lq, 256)) < 0.5
     keep[0] = False  # a query with no key still attends the sink: its output is 0
-    learned = dict(arrays, sinks=rng.standard_normal(4) * 2)
+    # The learned sinks over 100 keys: a partial last tile of every tile size (a tiled kernel that adds the sink in
+    # its last tile's epilogue may have it in the branch for a whole tile only; softmax1's 256 keys are whole), and
+    # few enough keys that the sink's share of the weight shows in float16 too.
+    learned = dict(q=arrays["q"], k=arrays["k"][..., :100, :], v=arrays["v"][..., :100, :])
+    learned["sinks"] = rng.standard_normal(4) * 2
+    keep = keep[:, :100]
     one = dict(arrays, sinks=np.zeros(4))
     return [
         (
             learned,
             keep,
-            "a learnable sink logit per head (FlashAttention PR #1819, TransformerEngine PR #2225)",
+            "a learnable sink logit per head over 100 keys, a partial last tile (FlashAttention PR #1819, "
+            "TransformerEngine PR #2225)",
             {},
             {},
         ),

@@ -129,7 +129,14 @@ def _empty(kind, fmt, size, rng):
 
 def _large_lse(kind, fmt, size, rng):
     found = _partials(rng, (100, 100), lq=size.lq, center=800.0)
-    return [(found, None, "lses near 800, where e**lse overflows float64 (TE PR #716)")]
+    # Splits 800 apart: a merge whose shift is not the largest lse (the smallest, the first) overflows e**(lse - m)
+    # in every dtype's arithmetic, float64's included.
+    apart = _partials(rng, (100, 100), lq=size.lq)
+    apart["lses"][1] += 800.0
+    return [
+        (found, None, "lses near 800, where e**lse overflows float64 (TE PR #716)"),
+        (apart, None, "two splits' lses 800 apart: the lower split's weight is e**-800, 0 in every dtype"),
+    ]
 
 
 def _many(kind, fmt, size, rng):
@@ -139,7 +146,7 @@ def _many(kind, fmt, size, rng):
 _MAKERS = {
     "merge_gaussian": ("splits of equal and of unequal sizes", _gaussian),
     "merge_empty": ("empty splits, their NaN junk, and every split empty", _empty),
-    "merge_large_lse": ("lses past 710", _large_lse),
+    "merge_large_lse": ("lses past 710, and lses 800 apart", _large_lse),
     "merge_many": ("64 splits", _many),
 }
 
