@@ -49,10 +49,10 @@ def standard(
     w = d if in_dtype else working(d, work)
     if in_dtype and working(d, "wide") == d:
         raise Inapplicable("the dtype is its own working precision")
+    if fill is not None and mask is not None:  # (the fill written in the dtype, the result left unmasked)
+        x, mask = np.where(mask, x, const(fill, d)), None
     xw, gw = x.astype(w), g.astype(w)
     total = running_sum if running else dtype_sum
-    if fill is not None and mask is not None:
-        xw, mask = np.where(mask, xw, const(fill, d).astype(w)), None
     if unnormalised:
         p = exp(xw - xw.max(axis=-1, keepdims=True))
     elif via_lse:

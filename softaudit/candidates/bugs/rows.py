@@ -60,6 +60,7 @@ def standard(
     rescale: bool = True,
     log2e: float | None = None,
     ln2: float | None = None,
+    ln2_in: str = "",
     fill=None,
     sum_over_masked: bool = False,
     log1p_form: bool = False,
@@ -74,7 +75,8 @@ def standard(
     the working precision, as numpy sums float16); reciprocal divides as e * (1 / s); running sums one term at a
     time;
     block with rescale=False is an online sum whose running sum is not rescaled when the max grows; log2e computes
-    exp(t) as exp2(t * log2e) with that constant, ln2 exp(t) as exp2(t / ln2) and log(s) as log2(s) ln2;
+    exp(t) as exp2(t * log2e) with that constant, ln2 exp(t) as exp2(t / ln2) and log(s) as log2(s) ln2 (ln2_in
+    "exp" or "log": only there);
     sum_over_masked sums every entry's exp, masked ones too; fill replaces masked entries by a value (written in
     the dtype) instead of excluding them; after_softmax zeroes masked entries after a softmax over the whole row;
     log1p_form takes log s as log1p of the sum without the max's term (the fix of a log of a sum near 1); log_of_p
@@ -101,7 +103,7 @@ def standard(
     t = kept_x - m
     if log2e is not None:
         e = exp2(t * w.type(log2e))
-    elif ln2 is not None:
+    elif ln2 is not None and ln2_in != "log":
         e = exp2(t / w.type(ln2))
     else:
         e = exp(t)
@@ -117,7 +119,7 @@ def standard(
         rest = e.copy()
         np.put_along_axis(rest, first, 0, axis=-1)
         log_s = log1p(running_sum(rest) if running else dtype_sum(rest))
-    elif ln2 is not None:
+    elif ln2 is not None and ln2_in != "exp":
         log_s = log(s) / w.type(LN2) * w.type(ln2)  # (log2(s) ln2, log2 itself exact to a rounding)
     else:
         log_s = log(s)
@@ -278,7 +280,11 @@ MODELS = [
         ROWS,
         "exp is computed as exp2(t / ln 2) (or log as log2 times ln 2) with ln 2 rounded to a few digits",
         "use ln 2 to the dtype's full precision (0.6931471805599453), or exp and log themselves",
-        [(f"ln 2 as {c}", {"ln2": c}, {"ln2": LN2}) for c in SHORT_LN2],
+        [
+            (f"ln 2 as {c}{where}", {"ln2": c, "ln2_in": place}, {"ln2": LN2, "ln2_in": place})
+            for c in SHORT_LN2
+            for where, place in (("", ""), (" in exp", "exp"), (" in log", "log"))
+        ],
     ),
     *_model(
         "downcast",
