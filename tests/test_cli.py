@@ -68,7 +68,8 @@ def test_a_warn_exits_0_and_fails_only_when_strict(project):
     args = ["run", "kernels.py", "--suite", "quick", "--dtype", "float16", "--out", "out"]
     r = invoke(*args)
     assert r.exit_code == 0 and "0 fail, 0 error" in r.output and "WARN  kernels:kernel float16" in r.output
-    assert "fix: " in r.output
+    # (a finding a bug model reproduces prints its fix; an unexplained one says so and gets none)
+    assert "fix: " in r.output or "unexplained (no bug model reproduces the output)" in r.output
     quiet = invoke(*args, "-q")
     assert quiet.exit_code == 0 and quiet.output == ""  # quiet: nothing when the run passes
     strict = invoke(*args, "--strict", "-q")

@@ -235,7 +235,7 @@ def test_a_kind_without_a_budget_still_gets_a_cause(monkeypatch):
         softmax, name="unbudgeted", reference=lambda kind, *args: softmax.reference(softmax, *args)
     )
     monkeypatch.setitem(kinds.KINDS, "unbudgeted", unbudgeted)
-    for table in (candidates.PLAIN, candidates.STANDARD, candidates.BEST):
+    for table in (candidates.PLAIN, candidates.STANDARD, candidates.BEST, candidates.PRACTICE):
         monkeypatch.setitem(table, "unbudgeted", table["softmax"])
 
     def off(x, axis=-1):

@@ -230,7 +230,8 @@ def test_a_second_audit_reuses_the_prepared_families(monkeypatch, counted_refere
     assert len(prepare._CACHE) == 2 and len(calls) > computed  # not kept
     monkeypatch.setattr(prepare, "CACHE_BYTES", 1)
     softaudit.audit(good, **options | {"families": ["dominant"]})
-    assert list(prepare._CACHE) == [("dominant", "softmax", "float16", "quick", 0)]  # the older ones dropped
+    # (the older ones dropped; the last part: the declared conventions that change the family, none here)
+    assert list(prepare._CACHE) == [("dominant", "softmax", "float16", "quick", 0, ())]
     prepare.clear_cache()
     assert not prepare._CACHE
 
