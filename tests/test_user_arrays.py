@@ -33,7 +33,9 @@ def test_a_row_for_the_case_file_or_one_line_naming_it(tmp_path, dtype_name, lay
     except ValueError as exc:
         message = str(exc)
         assert "\n" not in message and str(path) in message, message
-        assert layout in ("zero_size", "zero_d") or x.dtype.kind not in "fiu", message
+        # (an ml_dtypes array, bfloat16 or float8, comes back from np.save as raw bytes: one line naming the file)
+        foreign = x.dtype.kind not in "fiu" or type(x.dtype).__module__.startswith("ml_dtypes")
+        assert layout in ("zero_size", "zero_d") or foreign or "ml_dtypes" in repr(x.dtype.type), message
         return
     (row,) = table.to_dict("records")
     assert row["family"] == family and row["verdict"] == "pass", row
