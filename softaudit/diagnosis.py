@@ -29,6 +29,7 @@ import math
 import numpy as np
 
 from . import causes, kinds
+from ._threads import one_thread
 from .candidates.bugs import models
 from .reference import Format
 
@@ -88,22 +89,23 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     kwargs |= dict(options)
     found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
     fixes: dict = {}  # the fixes' outputs by function: many variants share one fix
-    for model in models(kind):
-        best = (math.inf, [])
-        for variant in model.variants:
-            m = _call(variant.buggy, args, kwargs, index)
-            if m is None or m.size != y.size or not _near(y, m, error, basis, fmt, fail_line):
-                continue  # (a mean may come as () or (1,): the audit reads its size)
-            if variant.fixed not in fixes:
-                fixes[variant.fixed] = _call(variant.fixed, args, kwargs, index)
-            f = fixes[variant.fixed]
-            if f is None or f.size != y.size:
-                continue
-            d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events)
-            if d is not None and d <= best[0]:
-                best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
-        if best[1]:
-            found.append((best[0], model, best[1]))
+    with one_thread():  # (one BLAS thread, as candidates have: a product's last bits move with the thread count)
+        for model in models(kind):
+            best = (math.inf, [])
+            for variant in model.variants:
+                m = _call(variant.buggy, args, kwargs, index)
+                if m is None or m.size != y.size or not _near(y, m, error, basis, fmt, fail_line):
+                    continue  # (a mean may come as () or (1,): the audit reads its size)
+                if variant.fixed not in fixes:
+                    fixes[variant.fixed] = _call(variant.fixed, args, kwargs, index)
+                f = fixes[variant.fixed]
+                if f is None or f.size != y.size:
+                    continue
+                d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events)
+                if d is not None and d <= best[0]:
+                    best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
+            if best[1]:
+                found.append((best[0], model, best[1]))
     if not found:
         why = describe(y, exact, basis)
         return Finding(UNEXPLAINED, "", f"{UNEXPLAINED} (no bug model reproduces the output): {why}")

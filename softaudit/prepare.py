@@ -31,6 +31,7 @@ import numpy as np
 
 from . import _packed, _store, budget, invariants, kinds, reproducibility
 from . import candidates as builtin
+from ._threads import one_thread
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .cases import FAMILIES, Case
 from .execute import Executor, calls
@@ -132,21 +133,22 @@ class Prepared:
         if packed is not None:
             return tuple(_packed.unpack(p, self.inputs) for p in packed)
         mask, options = self.problem
-        return self.kind.reference(self.kind, self.inputs, mask, self.fmt.dtype, **options)
+        with one_thread():  # (tier A's float64 products, whose last bits move with BLAS's thread count)
+            return self.kind.reference(self.kind, self.inputs, mask, self.fmt.dtype, **options)
 
     @functools.cached_property
     def bases(self) -> tuple:
-        """The reference side of the measures, one per output, shared by every candidate."""
-        extras = self.__dict__.get("extras") or self._conditioning()
-        if self._keeps_extras:
-            self.extras = extras
-        lines = self.__dict__.get("lines") or self._lines()
-        if self._keeps_extras:
-            self.lines = lines
-        return tuple(
-            basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
-            for ref, extra, (t, dt) in zip(self.references, extras, lines)
-        )
+        """The reference side of the measures, one per output, shared by every candidate. Computed with one BLAS
+        thread, as the references are: a table may not depend on the thread count of the process that prepared it."""
+        with one_thread():
+            extras = self.__dict__.get("extras") or self._conditioning()
+            lines = self.__dict__.get("lines") or self._lines()
+            if self._keeps_extras:
+                self.extras, self.lines = extras, lines
+            return tuple(
+                basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
+                for ref, extra, (t, dt) in zip(self.references, extras, lines)
+            )
 
     def _lines(self) -> tuple:
         """Each output's (T, dT) for the fail line (softaudit/budget.py, `line`): the standard algorithms' rounding

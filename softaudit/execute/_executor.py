@@ -9,8 +9,8 @@ import time
 import numpy as np
 
 from .. import _platform
+from .._threads import one_thread
 from ..adapters import CandidateError, call_all, load_target
-from ._threads import one_thread
 
 NOT_AGAIN = "not called again: ran past the time limit earlier in this dtype"
 

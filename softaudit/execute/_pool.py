@@ -244,7 +244,7 @@ class Local(Serial):
 def worker_lane() -> concurrent.futures.Executor:
     """A worker lane's executor: a loky pool of one process. The families a worker maps count in its memory: loky's
     leak check (300 MB more than at its start) would retire it again and again, each time starting its isolation
-    child and mapping the families anew. One BLAS thread, as every call has (_threads.py)."""
+    child and mapping the families anew. One BLAS thread, as every call has (softaudit/_threads.py)."""
     from loky import ProcessPoolExecutor
 
     return ProcessPoolExecutor(max_workers=1, initializer=ignore_stops, env=ENV)

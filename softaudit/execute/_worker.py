@@ -18,9 +18,9 @@ import time
 import numpy as np
 
 from .. import _platform
+from .._threads import ONE_THREAD
 from ..adapters import CandidateError, CandidateSkip, call_all, load_target
 from ._arena import progress, view, worker_views
-from ._threads import ONE_THREAD
 
 _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
 _limit_mib: list[int] = []  # the worker's memory limit, for the message
@@ -32,7 +32,7 @@ _limit_mib: list[int] = []  # the worker's memory limit, for the message
 #: 212 s with the check, 117 and 144 s without it (two runs each, docs/isolation.md).
 NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
 
-#: A worker's environment: no leak check, and one BLAS / OpenMP thread (softaudit/execute/_threads.py).
+#: A worker's environment: no leak check, and one BLAS / OpenMP thread (softaudit/_threads.py).
 ENV = NO_LEAK_CHECK | ONE_THREAD
 
 

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
+from softaudit._threads import one_thread
 from softaudit.adapters import load_target
 from softaudit.execute import InProcess, Isolated
-from softaudit.execute._threads import one_thread
 
 THREADED = Path(__file__).with_name("threaded.py").resolve()
 BLAS = [i for i in threadpool_info() if i["user_api"] == "blas"]
@@ -91,3 +91,25 @@ def _alive(pid: int) -> bool:
             return f.read().split(")")[-1].split()[0] != "Z"  # (a zombie has ended)
     except FileNotFoundError:
         return False
+
+
+@pytest.mark.skipif(not BLAS, reason="numpy has no BLAS threadpoolctl can see")
+def test_a_cases_reference_and_measures_are_the_same_bits_whatever_blas_threads_its_preparer_has():
+    """The float64 approximations of attention's exact results come from BLAS products, whose last bits move with
+    the thread count (OpenBLAS on 2 threads rounded 73 of the causal 129 x 129 case's 4128 outputs otherwise):
+    prepared in softaudit's process or in a worker, a case gives the same reference, the same conditioning and
+    fail-line budgets, and so the same table (the flake matrix's `--cache-dir off` run found 40 cells apart)."""
+    from softaudit.cases import FAMILIES
+    from softaudit.prepare import Prepared
+    from softaudit.reference import format_of
+
+    fmt = format_of("float32")
+    (case,) = [c for c in FAMILIES["attn_tile_edges"].cases("attention", fmt, "default") if "causal" in c.description]
+    seen = []
+    for threads in (1, 4):
+        with threadpool_limits(limits=threads, user_api="blas"):
+            pc = Prepared(case, fmt, 0)
+            ref, basis = pc.reference, pc.basis
+        seen.append((ref.hi, ref.lo, *(np.asarray(v) for v in vars(basis).values() if isinstance(v, np.ndarray))))
+    for one, many in zip(*seen):
+        assert np.array_equal(one, many, equal_nan=True)
