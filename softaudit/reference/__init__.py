@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _cross_entropy, _grad_rows, _rows
+from . import _cross_entropy, _grad_rows, _linear_cross_entropy, _rows
 from ._attention import prepare, round_attention, round_lse
 from ._engine import TIER_NAMES as TIER_NAMES
 from ._engine import Result as Result
@@ -47,8 +47,12 @@ __all__ = [
     "evaluate_cross_entropy",
     "evaluate_cross_entropy_grad",
     "evaluate_grad",
+    "evaluate_linear_cross_entropy",
+    "evaluate_linear_cross_entropy_grad",
     "evaluate_sinks_grad",
     "format_of",
+    "linear_cross_entropy",
+    "linear_cross_entropy_grad",
     "log_softmax",
     "log_softmax_grad",
     "logsumexp",
@@ -281,6 +285,32 @@ def cross_entropy_grad(logits, target, g, *, dtype, **options) -> np.ndarray:
 def evaluate_cross_entropy_grad(logits, target, g, *, dtype, **options) -> Result:
     """The full `Result` of `cross_entropy_grad` (undefined: per row)."""
     return _cross_entropy.gradient(logits, target, g, dtype, _cross_entropy.Options(**options))
+
+
+def linear_cross_entropy(x, weight, target, *, dtype, bias=None, **options) -> np.ndarray:
+    """The cross-entropy loss of the logits x W^T + b (x (N, H), weight (V, H), bias (V,) or None), never rounded,
+    correctly rounded to `dtype` (a format of at most 53 bits); options as `cross_entropy`'s."""
+    value = evaluate_linear_cross_entropy(x, weight, target, dtype=dtype, bias=bias, **options).value
+    return value if options.get("reduction", "none") == "none" else value[0]
+
+
+def evaluate_linear_cross_entropy(x, weight, target, *, dtype, bias=None, **options) -> Result:
+    """The full `Result` of `linear_cross_entropy` (undefined: per row; a mean or sum as an array of one value)."""
+    return _linear_cross_entropy.loss(x, weight, target, dtype, _cross_entropy.Options(**options), bias)
+
+
+def linear_cross_entropy_grad(x, weight, target, g, *, dtype, bias=None, **options) -> tuple:
+    """(dx, dweight, dbias) of `linear_cross_entropy` for the upstream g (one per row for reduction="none", a
+    scalar otherwise), each correctly rounded; dbias is the gradient with respect to the bias (at a zero bias where
+    there is none): the column sums of dloss/dlogits."""
+    found = evaluate_linear_cross_entropy_grad(x, weight, target, g, dtype=dtype, bias=bias, **options)
+    return tuple(r.value for r in found)
+
+
+def evaluate_linear_cross_entropy_grad(x, weight, target, g, *, dtype, bias=None, **options) -> tuple:
+    """The full `Result`s of `linear_cross_entropy_grad` (dx undefined per row; dweight and dbias wholly where any
+    row is)."""
+    return _linear_cross_entropy.gradient(x, weight, target, g, dtype, _cross_entropy.Options(**options), bias)
 
 
 def evaluate_attention_lse(

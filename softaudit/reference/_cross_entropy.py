@@ -63,9 +63,13 @@ class _Rows:
     undefined: np.ndarray
     removed: np.ndarray  # entries that take no part (-inf logits; none under a softcap)
     infinite: np.ndarray  # rows whose loss is +inf (the target's logit, or under smoothing any logit, is -inf)
+    #: Logits known only to within a bound (linear_cross_entropy's x W^T, a double-double): None, or an object with
+    #: `delta` (per row, a bound of |exact logit - x| over the row) and `row(i)` (row i's exact logits as libmp
+    #: values); the fast tiers widen their bounds by what delta moves the result, tier C reads the exact values.
+    exact: object = None
 
 
-def _sort(logits, target, o: Options) -> _Rows:
+def _sort(logits, target, o: Options, exact=None) -> _Rows:
     x = np.asarray(logits, dtype=np.float64)
     if x.ndim != 2:
         raise ValueError(f"cross_entropy takes logits (N, V), got shape {x.shape}")
@@ -84,7 +88,7 @@ def _sort(logits, target, o: Options) -> _Rows:
     undefined &= ~ignored
     rows = np.arange(len(x))
     infinite = removed[rows, y] | (removed.any(axis=1) & (o.label_smoothing > 0))
-    return _Rows(x, y, ignored, undefined, removed, infinite & ~undefined & ~ignored)
+    return _Rows(x, y, ignored, undefined, removed, infinite & ~undefined & ~ignored, exact)
 
 
 def _tiers(fmt: Format):
@@ -102,10 +106,11 @@ def _target(dtype) -> Format:
 # ---------------------------------------------------------------------------------------------------- the loss
 
 
-def loss(logits, target, dtype, options: Options) -> Result:
-    """The correctly rounded loss: one per row (reduction="none": 0 where ignored) or its mean or sum."""
+def loss(logits, target, dtype, options: Options, exact=None) -> Result:
+    """The correctly rounded loss: one per row (reduction="none": 0 where ignored) or its mean or sum. exact: see
+    `_Rows.exact` (the logits then approximate the exact ones)."""
     fmt, o = _target(dtype), options
-    r = _sort(logits, target, o)
+    r = _sort(logits, target, o, exact)
     todo = ~r.ignored & ~r.undefined & ~r.infinite
     if o.reduction != "none":
         return _reduced_loss(r, fmt, o, todo)
@@ -170,6 +175,10 @@ def _loss_approx(run, r: _Rows, rows, o: Options):
             zh, zl_lo = _dd.mul_d(qh, ql, zl)
             e = e + zl * (2 * np.abs(lse_h) * lse_err + lse_err**2)
             h, lw = _dd.add_same_sign(h, lw, zh, zl_lo)
+        if r.exact is not None:  # logits off by at most delta: the loss's gradient has l1 norm <= 2 + 2 zl |lse|
+            delta = r.exact.delta[rows]
+            m = np.where(removed, -np.inf, x).max(axis=1)
+            e = e + delta * (2 + 2 * zl * (np.abs(m) + np.log(x.shape[1]) + 1 + delta))
         e = (e + np.abs(h) * _OPS) * _SECOND_ORDER
     return h, lw, e
 
@@ -238,17 +247,7 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
     fmt, o = _target(dtype), options
     r = _sort(logits, target, o)
     n, v = r.x.shape
-    g = np.asarray(g, dtype=np.float64)
-    count = int((~r.ignored).sum())
-    if o.reduction == "none":
-        if g.shape != (n,):
-            raise ValueError(f"reduction='none' takes g of shape ({n},), got {g.shape}")
-        w = [Fraction(float(gi)) if np.isfinite(gi) else None for gi in g]
-    else:
-        if g.shape != ():
-            raise ValueError(f"reduction={o.reduction!r} takes a scalar g, got shape {g.shape}")
-        ok = bool(np.isfinite(g))
-        w = [(Fraction(float(g)) / (count if o.reduction == "mean" else 1)) if ok and count else None] * n
+    w = _row_weights(g, r, o)
     undefined = r.undefined | (np.array([wi is None for wi in w], bool) & ~r.ignored)
     value, hi, lo, err = (np.zeros((n, v)) for _ in range(4))
     tier = np.zeros((n, v), np.int8)
@@ -281,6 +280,22 @@ def gradient(logits, target, g, dtype, options: Options) -> Result:
     value[undefined] = np.nan
     hi[undefined] = np.nan
     return Result(value.astype(fmt.dtype), hi, lo, err, tier, undefined)
+
+
+def _row_weights(g, r: _Rows, o: Options) -> list:
+    """Each row's weight exactly: g per row (reduction="none"), or g over the rows not ignored for a mean; None
+    where g is not finite. ValueError in one line for g of the wrong shape."""
+    n = len(r.x)
+    g = np.asarray(g, dtype=np.float64)
+    count = int((~r.ignored).sum())
+    if o.reduction == "none":
+        if g.shape != (n,):
+            raise ValueError(f"reduction='none' takes g of shape ({n},), got {g.shape}")
+        return [Fraction(float(gi)) if np.isfinite(gi) else None for gi in g]
+    if g.shape != ():
+        raise ValueError(f"reduction={o.reduction!r} takes a scalar g, got shape {g.shape}")
+    ok = bool(np.isfinite(g))
+    return [(Fraction(float(g)) / (count if o.reduction == "mean" else 1)) if ok and count else None] * n
 
 
 def _weights(w: list, todo) -> tuple[np.ndarray, np.ndarray]:
@@ -331,10 +346,25 @@ def _gradient_approx(run, r: _Rows, rows, wh, wl, o: Options):
             ah[at, y], al[at, y] = yh, yl
             ae[at, y] = om_e + np.abs(t_h) * pe[at, y] + ph[at, y] * c_e + (abs(float(k_h[0])) + 1) * _OPS
             sign = 0.0
+        if r.exact is not None:
+            ae = ae + _perturbed(r.exact.delta[rows], ph, om_h, at, y, zl, x, removed)
         h, lw = _dd.mul(ah, al, wh[:, None], wl[:, None])
         e = (np.abs(wh)[:, None] * (ae + np.abs(ah) * _OPS) + np.abs(h) * _OPS) * _SECOND_ORDER + 4 * _dd.TINY
         e[h == 0] = np.where((ae[h == 0] == 0), 0.0, e[h == 0])  # an exact zero (w = 0, or p = 0) stays exact
     return h, lw, e, sign
+
+
+def _perturbed(delta, p, others, at, y, zl, x, removed):
+    """What logits off by at most delta (per row) move a = (1 + 2 zl lse) p - q by: every p_j and 1 - p_y by a
+    factor within e**(+-2 delta) (rho), lse by delta; so |da_j| <= (|c| + 1) p_j rho + 2 zl delta p_j (1 + rho),
+    and at y (1 - p_y + |c - 1| p_y) rho + 2 zl delta p_y (1 + rho), c = 1 + 2 zl lse."""
+    rho = (np.expm1(2 * delta) * (1 + 2.0**-40))[:, None]
+    m = np.where(removed, -np.inf, x).max(axis=1)
+    lse = (np.abs(m) + np.log(x.shape[1]) + 1 + delta)[:, None]  # |lse| at most
+    c = 1 + 2 * zl * lse
+    out = (c + 1) * p * rho + 2 * zl * delta[:, None] * p * (1 + rho)
+    out[at, y] = (others + (c[:, 0] - 1) * p[at, y]) * rho[:, 0] + 2 * zl * delta * p[at, y] * (1 + rho[:, 0])
+    return out
 
 
 # -------------------------------------------------------------------------------------------- tier C (mpmath)
@@ -391,7 +421,7 @@ def _ziv_row(compute, cols, fmt: Format) -> list:
 def _setting(r: _Rows, i: int, o: Options, wp: int):
     """Row i at precision wp: z (libmp), their max's index, the unit of relative error of what follows, and for a
     softcap the sech(x / c)**2 factors."""
-    xs = [exact_mpf(v) for v in r.x[i]]
+    xs = _exact_row(r, i)
     keep = [j for j in range(len(xs)) if not r.removed[i, j]]
     if o.softcap is None:
         zs, factors, unit = xs, None, 0
@@ -419,10 +449,23 @@ def _exps(zs, keep, top, wp):
     return {j: libmp.mpf_exp(libmp.mpf_sub(zs[j], zs[top], wp + 10), wp + 10) for j in keep if j != top}
 
 
+def _exact_row(r: _Rows, i: int) -> list:
+    """Row i's exact logits as libmp values."""
+    return r.exact.row(i) if r.exact is not None else [exact_mpf(v) for v in r.x[i]]
+
+
+def _logit(r: _Rows, i: int, j: int) -> Fraction:
+    """Logit (i, j) exactly, as a Fraction."""
+    return Fraction(float(r.x[i, j])) if r.exact is None else _exact._fraction(r.exact.row(i)[j])
+
+
 def _rational_row(r: _Rows, i: int, o: Options):
     """k, the kept count, when the row's kept logits are all equal and there is no softcap (p = 1/k), else None."""
     if o.softcap is not None:
         return None
+    if r.exact is not None:
+        kept = [v for v, gone in zip(r.exact.row(i), r.removed[i]) if not gone]
+        return len(kept) if all(libmp.mpf_eq(v, kept[0]) for v in kept) else None
     kept = r.x[i][~r.removed[i]]
     return len(kept) if (kept == kept[0]).all() else None
 
@@ -432,10 +475,10 @@ def _row_loss(r: _Rows, i: int, o: Options, wp: int):
     eps, zl = o.label_smoothing, o.z_loss
     k = _rational_row(r, i, o)
     if k == 1:  # loss = (1 - eps) d_y + eps mean(d) + zl m**2, d_y = 0 (the target is the only kept logit)
-        m = Fraction(float(r.x[i, r.y[i]]))
-        mean_d = sum((m - Fraction(float(v)) for v in r.x[i]), Fraction(0)) / r.x.shape[1]
+        m = _logit(r, i, int(r.y[i]))
+        mean_d = sum((m - _logit(r, i, j) for j in range(r.x.shape[1])), Fraction(0)) / r.x.shape[1]
         return Fraction(eps) * mean_d + Fraction(zl) * m * m
-    if o.softcap is not None and (~r.removed[i]).sum() == 1 and (zl == 0 or r.x[i, r.y[i]] == 0):
+    if o.softcap is not None and (~r.removed[i]).sum() == 1 and (zl == 0 or _logit(r, i, int(r.y[i])) == 0):
         return Fraction(0)  # one kept logit, the target's: d = 0 and log1p(0) = 0
     zs, keep, top, rel, _ = _setting(r, i, o, wp)
     rest = libmp.mpf_sum(list(_exps(zs, keep, top, wp).values()), wp + 10)
@@ -468,7 +511,7 @@ def _row_gradient(r: _Rows, i: int, w: Fraction, o: Options, wp: int) -> list:
     q_y = 1 - Fraction(eps) + q_other
     k = _rational_row(r, i, o)
     if k is not None and (zl == 0 or k == 1):
-        c = 1 + 2 * Fraction(zl) * Fraction(float(r.x[i, y])) if k == 1 else Fraction(1)
+        c = 1 + 2 * Fraction(zl) * _logit(r, i, y) if k == 1 else Fraction(1)
         share = c / k
         return [w * ((0 if r.removed[i, j] else share) - (q_y if j == y else q_other)) for j in range(v)]
     if w == 0:
