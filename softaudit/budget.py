@@ -404,6 +404,71 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
         return (np.where(ignored[:, None], 0.0, found),)
 
 
+def _linear_rows(inputs: dict, sums, o: dict):
+    """linear_cross_entropy's logits L = x W^T + b in float64, as cross-entropy's budget reads them, and each logit's
+    error coefficient as the standard algorithms form it: the product's sums(H) + 1 roundings of |x| |W|^T (the
+    matmul's), one more of |L| rounding it to the dtype and one of |x W^T| + |b| adding the bias; with cross-entropy's
+    row quantities over L (kinds.cross_entropy's: a = dloss/dz and the softcap's factors)."""
+    from .kinds.cross_entropy import _row_parts
+
+    x = np.nan_to_num(np.asarray(inputs["x"], dtype=np.float64))
+    w = np.nan_to_num(np.asarray(inputs["weight"], dtype=np.float64))
+    b = inputs.get("bias")
+    b = np.zeros(len(w)) if b is None else np.nan_to_num(np.asarray(b, dtype=np.float64))
+    product = x @ w.T
+    size = np.abs(x) @ np.abs(w).T
+    logits = product + b
+    err = (_matmul(sums)(x.shape[1]) + 1) * size + np.abs(logits) + np.abs(product) + np.abs(b)
+    t = np.asarray(inputs["target"], np.int64)
+    kept, p, t2, a, factor, _, ignored, _, _ = _row_parts(logits, t, o)
+    return x, w, logits, err, t, kept, p, t2, a, factor, ignored
+
+
+def linear_cross_entropy(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
+    """cross-entropy's budget of the logits L = x W^T + b, and what the logits' own errors move the loss by: sum_v
+    |dloss/dL_v| e_v, with e_v the product's, the dtype's and the bias's roundings of L_v (`_linear_rows`); over N
+    for a mean."""
+    o = CROSS_ENTROPY_OPTIONS | options
+    with np.errstate(all="ignore"):
+        _, _, logits, err, t, kept, _, _, a, factor, ignored = _linear_rows(inputs, sums, o)
+        ce = {"logits": logits, "target": t}
+        (found,) = cross_entropy(kind, ce, mask, exact, sums, tiny, u, **options)
+        moved = np.where(ignored, 0.0, np.where(kept, np.abs(a) * factor * err, 0.0).sum(axis=1))
+        if o["reduction"] == "none":
+            return (found + moved,)
+        div = max(int((~ignored).sum()), 1) if o["reduction"] == "mean" else 1
+        return (found + moved.sum() / div,)
+
+
+def linear_cross_entropy_grad(
+    kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options
+) -> tuple[np.ndarray, ...]:
+    """dz = dloss/dL: cross_entropy_grad's budget T_dz on the logits, and the logits' errors e through softmax's
+    Jacobian, |w| f_j |c| p_j (e_j + sum_k p_k e_k); then dx = dz W, dW = dz^T x and db = sum_n dz: T_dz' |W|,
+    T_dz'^T |x| and sum_n T_dz', with their own sums (sums(V) + 1, sums(N) + 1 of |dz| |W|, |dz|^T |x|, sum |dz|),
+    and |r|."""
+    o = CROSS_ENTROPY_OPTIONS | options
+    with np.errstate(all="ignore"):
+        x, w, logits, err, t, kept, p, t2, a, factor, ignored = _linear_rows(inputs, sums, o)
+        g = np.asarray(inputs["g"], dtype=np.float64)
+        counted = int((~ignored).sum())
+        div = max(counted, 1) if o["reduction"] == "mean" else 1
+        weight = np.where(ignored, 0.0, np.abs(np.broadcast_to(g, (len(x),)) / div))[:, None]
+        dz = np.where(kept & ~ignored[:, None], weight * a * factor, 0.0)
+        ce = {"logits": logits, "target": t, "g": g}
+        (t_dz,) = cross_entropy_grad(kind, ce, mask, (dz,), sums, tiny, u, **options)
+        e = np.where(kept, err, 0.0)
+        spread = e + (p * e).sum(axis=1, keepdims=True)
+        t_dz = np.where(ignored[:, None], 0.0, t_dz + weight * factor * np.abs(1 + t2)[:, None] * p * spread)
+        x = np.where(ignored[:, None], 0.0, x)
+        adz = np.abs(dz)
+        mm = _matmul(sums)
+        dx = (t_dz + (mm(w.shape[0]) + 1) * adz) @ np.abs(w)
+        dw = (t_dz + (mm(len(x)) + 1) * adz).T @ np.abs(x)
+        db = (t_dz + (mm(len(x)) + 1) * adz).sum(axis=0)
+        return tuple(part + np.abs(np.asarray(r, dtype=np.float64)) + tiny for part, r in zip((dx, dw, db), exact))
+
+
 def attention_lse(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
     """o: attention's. lse = m + log sum exp(s - m) over the scores: the largest of its terms' error coefficients
     (E with the scores' dots, as attention's), and the two additions (2 |lse|)."""
@@ -449,6 +514,8 @@ BUDGETS = {
     "attention_sinks_grad": attention_sinks_grad,
     "cross_entropy": cross_entropy,
     "cross_entropy_grad": cross_entropy_grad,
+    "linear_cross_entropy": linear_cross_entropy,
+    "linear_cross_entropy_grad": linear_cross_entropy_grad,
     "attention_lse": attention_lse,
     "merge_attention": merge_attention,
 }

@@ -19,6 +19,8 @@ from . import (
     attention_sinks_grad,
     cross_entropy,
     cross_entropy_grad,
+    linear_cross_entropy,
+    linear_cross_entropy_grad,
     log_softmax,
     log_softmax_grad,
     logsumexp,
@@ -60,6 +62,7 @@ def builtins() -> list[Candidate]:
         attention,
         attention_lse,
         cross_entropy,
+        linear_cross_entropy,
         merge_attention,
         softmax_grad,
         log_softmax_grad,
@@ -68,6 +71,7 @@ def builtins() -> list[Candidate]:
         attention_grad,
         attention_sinks_grad,
         cross_entropy_grad,
+        linear_cross_entropy_grad,
     )
     return [c for module in modules for c in load_target(module.__name__)]
 

@@ -11,6 +11,7 @@ from .attention_grad import ATTENTION_GRAD
 from .attention_lse import ATTENTION_LSE
 from .attention_sinks_grad import ATTENTION_SINKS_GRAD
 from .cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_GRAD
+from .linear_cross_entropy import LINEAR_CROSS_ENTROPY, LINEAR_CROSS_ENTROPY_GRAD
 from .log_softmax import LOG_SOFTMAX
 from .log_softmax_grad import LOG_SOFTMAX_GRAD
 from .logsumexp import LOGSUMEXP
@@ -32,6 +33,7 @@ KINDS: dict[str, Kind] = {
         ATTENTION,
         ATTENTION_LSE,
         CROSS_ENTROPY,
+        LINEAR_CROSS_ENTROPY,
         MERGE_ATTENTION,
         SOFTMAX_GRAD,
         LOG_SOFTMAX_GRAD,
@@ -40,6 +42,7 @@ KINDS: dict[str, Kind] = {
         ATTENTION_GRAD,
         ATTENTION_SINKS_GRAD,
         CROSS_ENTROPY_GRAD,
+        LINEAR_CROSS_ENTROPY_GRAD,
     )
 }
 

@@ -34,10 +34,11 @@ def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     return (evaluate_cross_entropy_grad(inputs["logits"], inputs["target"], g, dtype=dtype, **options),)
 
 
-def _row_parts(logits, target, o: dict):
+def _row_parts(logits, target, o: dict, size=None):
     """In float64: kept entries, p, 2 zl lse, a = (1 + 2 zl lse) p - q (at y without cancelling), the sensitivity
     factors sech(x / c)**2 (1 without a softcap), |x| as the conditioning reads it, the ignored rows, the targets
-    and 1 - p_y (the others' share)."""
+    and 1 - p_y (the others' share). size: what rounding the inputs moves each logit by, in units of u, where the
+    logits are not the inputs themselves (linear_cross_entropy's |x| |W|^T + |b|); |x| otherwise."""
     x = np.asarray(logits, dtype=np.float64)
     n, v = x.shape
     t = np.asarray(target, np.int64)
@@ -49,7 +50,8 @@ def _row_parts(logits, target, o: dict):
     with np.errstate(all="ignore"):
         z = np.where(kept, x if cap is None else cap * np.tanh(x / cap), -np.inf)
         factor = np.ones_like(x) if cap is None else np.where(kept, 1 / np.cosh(x / cap) ** 2, 0.0)
-        ax = np.where(kept, np.abs(x) * factor + (0.0 if cap is None else np.abs(z)), 0.0)
+        moved = np.abs(x) if size is None else size
+        ax = np.where(kept, moved * factor + (0.0 if cap is None else np.abs(z)), 0.0)
         m = np.where(kept.any(axis=1), z.max(axis=1), 0.0)[:, None]
         e = np.where(kept, np.exp(z - m), 0.0)
         s = e.sum(axis=1, keepdims=True)
@@ -63,13 +65,13 @@ def _row_parts(logits, target, o: dict):
     return kept, p, t2, a, factor, ax, ignored, y, others
 
 
-def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]:
+def conditioning(kind, inputs: dict, mask, references, size=None, **options) -> tuple[dict]:
     """The scale: |r| + what rounding the logits moves r by (sum_k |dr/dx_k| |x_k|), and for the loss the log of
     the sum's rounding (1 + 2 zl |lse|), as for log_softmax (softaudit/conditioning.py: sum_rounding)."""
     (ref,) = references
     o = _options(options)
     exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
-    kept, p, t2, a, factor, ax, ignored, y, one_minus = _row_parts(inputs["logits"], inputs["target"], o)
+    kept, p, t2, a, factor, ax, ignored, y, one_minus = _row_parts(inputs["logits"], inputs["target"], o, size)
     x = np.asarray(inputs["logits"], dtype=np.float64)
     rows = np.arange(len(x))
     nan_rows = np.isnan(x).any(axis=1) & ~ignored
@@ -95,13 +97,14 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict]
         logits = w * factor * (np.abs(1 + t2)[:, None] * p * spread + zl2 * p * spread_x[:, None])
         own = 0.0
         if o["softcap"] is not None:  # d sech(x/c)**2 / dx = -2 sech**2 tanh / c: |r| 2 |tanh| |x| / c
-            own = np.abs(exact) * 2 * np.abs(np.tanh(x / o["softcap"])) * np.abs(x) / o["softcap"]
+            moved = np.abs(x) if size is None else size
+            own = np.abs(exact) * 2 * np.abs(np.tanh(x / o["softcap"])) * moved / o["softcap"]
         # Every standard algorithm forms p_j in its working precision (float32 for a 16-bit dtype: autograd's
         # exp(log p) - q; the dtype itself otherwise) before q_j is subtracted, and rounds q_j there too: those
         # roundings, u_work (|1 + 2 zl lse| p_j + |q_j|), are unavoidable for them, in units of the dtype's u (where
         # p_j - q_j cancels, at a confident target or under smoothing, they are all of the error). p_y rounded to a
         # 16-bit dtype itself (Liger-Kernel PR #1329) costs 2**16 times more than this holds, and fails.
-        precision = _precision(inputs["logits"].dtype)
+        precision = _precision(inputs.get("dtype", inputs["logits"].dtype))
         work = 2.0 ** (precision - max(precision, 24))
         q = np.full(p.shape, o["label_smoothing"] / x.shape[1])
         q[rows, y] += 1 - o["label_smoothing"]

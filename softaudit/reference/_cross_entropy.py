@@ -175,10 +175,21 @@ def _loss_approx(run, r: _Rows, rows, o: Options):
             zh, zl_lo = _dd.mul_d(qh, ql, zl)
             e = e + zl * (2 * np.abs(lse_h) * lse_err + lse_err**2)
             h, lw = _dd.add_same_sign(h, lw, zh, zl_lo)
-        if r.exact is not None:  # logits off by at most delta: the loss's gradient has l1 norm <= 2 + 2 zl |lse|
-            delta = r.exact.delta[rows]
+        if r.exact is not None:  # the exact logits are x + lo (within err): the loss's change to first order
+            p = np.exp(np.where(removed, -np.inf, a.hi))
+            lo, s, delta, off = _shift(r, rows, p)
             m = np.where(removed, -np.inf, x).max(axis=1)
-            e = e + delta * (2 + 2 * zl * (np.abs(m) + np.log(x.shape[1]) + 1 + delta))
+            big = np.abs(m) + np.log(x.shape[1]) + 1 + delta  # |lse| at most
+            mean_lo = lo.sum(axis=1) / x.shape[1]
+            lse_h = -a.hi[at, y] + x[at, y]  # lse (within its tier's bound: the product below is first order)
+            d = s - (1 - eps) * lo[at, y] - eps * mean_lo + 2 * zl * lse_h * s
+            # second order: lse's curvature is a variance of lo under p (<= delta**2), zl lse**2's 2 zl (s**2 + lse
+            # delta**2); the correction's own roundings; the part err not corrected moves the loss by at most
+            # (2 + 2 zl |lse|) err (the gradient's l1 norm)
+            extra = delta**2 * (1 + 2 * zl * (big + 2)) + np.abs(d) * 2.0**-48 + 2 * zl * np.abs(s) * e
+            extra = extra + off * (2 + 2 * zl * big)
+            h, lw = _dd.add(h, lw, d, np.zeros_like(d))
+            e = e + extra
         e = (e + np.abs(h) * _OPS) * _SECOND_ORDER
     return h, lw, e
 
@@ -319,6 +330,7 @@ def _gradient_approx(run, r: _Rows, rows, wh, wl, o: Options):
         ph = np.where(removed, 0.0, a.hi)
         pl = np.zeros_like(ph) if a.lo is None else np.where(removed, 0.0, a.lo)
         pe = np.where(removed, 0.0, a.err)
+        p0 = ph.copy() if r.exact is not None else None  # (ph is a's below, changed at y)
         others_h, others_l = ph.copy(), pl.copy()
         others_h[at, y] = others_l[at, y] = 0.0
         om_h, om_l = _dd.pairwise_sum(others_h, others_l, one_sign=True)
@@ -346,12 +358,29 @@ def _gradient_approx(run, r: _Rows, rows, wh, wl, o: Options):
             ah[at, y], al[at, y] = yh, yl
             ae[at, y] = om_e + np.abs(t_h) * pe[at, y] + ph[at, y] * c_e + (abs(float(k_h[0])) + 1) * _OPS
             sign = 0.0
-        if r.exact is not None:
-            ae = ae + _perturbed(r.exact.delta[rows], ph, om_h, at, y, zl, x, removed)
+        if r.exact is not None:  # the exact logits are x + lo (within err): a's change to first order
+            lo, s, delta, off = _shift(r, rows, p0)
+            lse_h = run(_rows.LOGSUMEXP, x, removed).hi if zl else np.zeros(len(rows))
+            c = (1 + 2 * zl * lse_h)[:, None]
+            d = c * p0 * (lo - s[:, None]) + 2 * zl * s[:, None] * p0
+            ah, al = _dd.add(ah, al, d, np.zeros_like(d))
+            # second order: p_j's curvature along lo is p_j ((lo_j - s)**2 - var) <= 5 delta**2 p_j, c's 2 zl
+            # delta**2, their product's cross term 8 zl delta**2 p_j; the correction's roundings; err's part
+            # uncorrected (`_perturbed`)
+            d2 = (delta**2 * (1 + 4 * delta))[:, None]
+            ae = ae + p0 * d2 * (3 * np.abs(c) + 10 * zl) + np.abs(d) * 2.0**-48
+            ae = ae + _perturbed(off, p0, om_h, at, y, zl, x, removed)
         h, lw = _dd.mul(ah, al, wh[:, None], wl[:, None])
         e = (np.abs(wh)[:, None] * (ae + np.abs(ah) * _OPS) + np.abs(h) * _OPS) * _SECOND_ORDER + 4 * _dd.TINY
         e[h == 0] = np.where((ae[h == 0] == 0), 0.0, e[h == 0])  # an exact zero (w = 0, or p = 0) stays exact
     return h, lw, e, sign
+
+
+def _shift(r: _Rows, rows, p):
+    """For exact logits x + lo within err (`_Rows.exact`): lo on `rows` (0 where removed), s = sum_k p_k lo_k (the
+    first-order change of lse), each row's bound delta of |lo| + err and its largest err (what is not corrected)."""
+    lo = np.where(r.removed[rows], 0.0, r.exact.lo[rows])
+    return lo, (p * lo).sum(axis=1), r.exact.delta[rows], r.exact.err[rows].max(axis=1, initial=0.0)
 
 
 def _perturbed(delta, p, others, at, y, zl, x, removed):

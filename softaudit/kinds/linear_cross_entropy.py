@@ -1,0 +1,315 @@
+"""linear_cross_entropy and its gradient: the cross-entropy of logits x W^T + b that a fused kernel never writes out
+(Liger-Kernel's fused_linear_cross_entropy, Cut Cross-Entropy's linear_cross_entropy).
+
+f(x, weight, target, *, bias=None, cross_entropy's options) -> loss for hidden states x (N, H), a weight (V, H) and
+integer targets (N,); the gradient kind returns (dx, dweight, dbias) for an upstream g (dbias: the gradient with
+respect to the bias, at a zero bias where the case has none). The exact reference forms x W^T + b without rounding
+(softaudit/reference/_linear_cross_entropy.py); the conditioning counts the product's (each logit's |x| |W|^T + |b|,
+what rounding the inputs moves it by) and then cross-entropy's in the logits. A case carries its bias among its
+arrays and its options in `Case.options`, as cross_entropy's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._kind import Kind
+from .cross_entropy import OPTIONS, _options, _row_parts
+
+#: The vocabulary and hidden sizes of the families by suite (quick, default, full).
+_SHAPES = {32: (67, 16), 128: (1003, 128), 512: (4099, 512)}
+
+
+def _shape(size) -> tuple[int, int]:
+    return _SHAPES.get(size.n, (1003, 128))
+
+
+def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
+    # (imported here: marking a candidate loads the registry and must not load the reference)
+    from ..reference import evaluate_linear_cross_entropy, evaluate_linear_cross_entropy_grad
+
+    args = (inputs["x"], inputs["weight"], inputs["target"])
+    bias = inputs.get("bias")
+    if kind.upstream is None:
+        return (evaluate_linear_cross_entropy(*args, dtype=dtype, bias=bias, **options),)
+    return evaluate_linear_cross_entropy_grad(*args, inputs["g"], dtype=dtype, bias=bias, **options)
+
+
+def _logits(inputs: dict) -> tuple[np.ndarray, np.ndarray]:
+    """x W^T + b in float64 and the product's size |x| |W|^T + |b| (what rounding the inputs moves a logit by, in
+    units of u): the conditioning's, not the reference's."""
+    x = np.asarray(inputs["x"], dtype=np.float64)
+    w = np.asarray(inputs["weight"], dtype=np.float64)
+    b = inputs.get("bias")
+    b = np.zeros(len(w)) if b is None else np.asarray(b, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        return x @ w.T + b, np.abs(x) @ np.abs(w).T + np.abs(b)
+
+
+def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, ...]:
+    """The scale: |r| + what rounding x, W and b moves r by. The loss: sum_v |dL/dz_v| (|x| |W_v|^T + |b_v|) (each
+    logit moves by its product's size, which holds the product's own condition: sum |x_h W_vh| over |x W_v^T|)
+    and the sum's rounding, as cross_entropy's. The gradients: dz's scale S (cross_entropy_grad's, with each
+    logit's size in place of |logit|), then dx = dz W moves by (S + |dz|) |W| (dz's and W's roundings), dW = dz^T
+    x by (S + |dz|)^T |x|, db by sum_n S."""
+    o = _options(options)
+    logits, size = _logits(inputs)
+    target = np.asarray(inputs["target"], np.int64)
+    x = np.asarray(inputs["x"], dtype=np.float64)
+    nan_rows = np.isnan(logits).any(axis=1) & (target != o["ignore_index"])
+    kept, _, t2, a, factor, ax, ignored, _, _ = _row_parts(logits, target, o, size)
+    if kind.upstream is None:
+        (ref,) = references
+        exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
+        with np.errstate(all="ignore"):
+            per_row = np.where(ignored, 0.0, (np.abs(a) * ax).sum(axis=1) + 1 + np.abs(t2))
+            if o["reduction"] == "none":
+                return ({"undefined": ref.undefined, "kept_nan_rows": nan_rows, "scale": np.abs(exact) + per_row},)
+            div = max(int((~ignored).sum()), 1) if o["reduction"] == "mean" else 1
+            scale = np.abs(exact) + per_row.sum() / div
+        return ({"undefined": ref.undefined, "kept_nan_rows": np.array([nan_rows.any()]), "scale": scale},)
+    g = np.asarray(inputs["g"], dtype=np.float64)
+    div = max(int((~ignored).sum()), 1) if o["reduction"] == "mean" else 1
+    w = np.where(ignored, 0.0, np.broadcast_to(g, (len(x),)) / div)[:, None]
+    with np.errstate(all="ignore"):
+        dz = np.where(kept & ~ignored[:, None], w * a * factor, 0.0)
+        s_dz = _dz_scale(logits, target, o, g, dz, size, np.asarray(inputs["x"]).dtype)
+        weight = np.abs(np.nan_to_num(np.asarray(inputs["weight"], dtype=np.float64)))
+        ax_in = np.abs(np.where(ignored[:, None], 0.0, np.nan_to_num(x)))
+        both = s_dz + np.abs(dz)
+        scales = (both @ weight, both.T @ ax_in, s_dz.sum(axis=0))
+    out = []
+    any_bad = np.array(bool(nan_rows.any()))
+    for index, (ref, scale) in enumerate(zip(references, scales)):
+        exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
+        rows = nan_rows if index == 0 else np.broadcast_to(any_bad, ref.undefined.shape)
+        out.append({"undefined": ref.undefined, "kept_nan_rows": rows, "scale": np.abs(exact) + scale})
+    return tuple(out)
+
+
+def _dz_scale(logits, target, o: dict, g, dz, size, dtype) -> np.ndarray:
+    """cross_entropy_grad's scale of dz (less |dz| itself) with each logit's product size for |logit|."""
+    from . import cross_entropy as _ce
+
+    class _Ref:  # (the exact dz as cross_entropy_grad's conditioning reads it)
+        hi, lo, undefined = dz, np.zeros_like(dz), np.zeros(len(dz), bool)
+
+    inputs = {"logits": logits, "target": target, "g": g, "dtype": dtype}
+    options = {k: v for k, v in o.items() if k in OPTIONS}
+    fields = _ce.conditioning(_ce.CROSS_ENTROPY_GRAD, inputs, None, (_Ref,), size=size, **options)
+    return np.maximum(fields[0]["scale"] - np.abs(dz), 0.0)
+
+
+def element_inputs(kind, pc, position: tuple, output: int = 0) -> tuple[dict, None]:
+    """The inputs behind one output element: for the loss and dx, its row (x's, the target's, g's) with the whole
+    weight; for dweight and dbias, the whole case (every row reaches them)."""
+    index = getattr(pc, "index", 0)
+    inputs = pc.inputs
+    if kind.upstream is not None and index > 0:
+        return dict(inputs), None
+    row = position[0] if position else 0
+    found = {n: inputs[n] for n in ("weight", "bias") if n in inputs}
+    found |= {"x": inputs["x"][row : row + 1], "target": inputs["target"][row : row + 1]}
+    if "g" in inputs:
+        g = inputs["g"]
+        found["g"] = g[row : row + 1] if g.ndim else g
+    return found, None
+
+
+def upstream(kind, arrays: dict, mask, rng) -> np.ndarray:
+    """A Gaussian g per row (the families give a scalar g for a mean or sum)."""
+    return rng.standard_normal(len(arrays["x"]))
+
+
+# -------------------------------------------------------------------------------------------------- families
+
+
+def _case(kind, x, weight, target, description, rng, bias=None, g=None, **options):
+    """One family entry: the arrays (with g for the gradient: Gaussian per row, else 1 or the g given), no mask."""
+    arrays = {"x": np.asarray(x, np.float64), "weight": np.asarray(weight, np.float64)}
+    arrays["target"] = np.asarray(target, np.int64)
+    if bias is not None:
+        arrays["bias"] = np.asarray(bias, np.float64)
+    if kind == "linear_cross_entropy_grad":
+        reduced = options.get("reduction", "none") != "none"
+        default = np.array(1.0) if reduced else rng.standard_normal(len(arrays["x"]))
+        arrays["g"] = default if g is None else np.asarray(g, np.float64)
+    return arrays, None, description, {}, options
+
+
+def _layer(rng, n, h, v, spread=2.0):
+    """Hidden states N(0, 1) and a weight N(0, spread**2 / H): logits about N(0, spread**2), as a trained model's."""
+    return rng.standard_normal((n, h)), rng.standard_normal((v, h)) * (spread / np.sqrt(h))
+
+
+def _gaussian(kind, fmt, size, rng):
+    v, h = _shape(size)
+    x, w = _layer(rng, 4, h, v)
+    t = rng.integers(0, v, 4)
+    return [
+        _case(kind, x, w, t, f"4 rows, H={h}, V={v}, logits about N(0, 4)", rng),
+        _case(kind, x, w, t, f"the same, reduction='mean' (H={h}, V={v})", rng, reduction="mean"),
+        _case(kind, x, w, t, f"the same with a bias N(0, 1) (H={h}, V={v})", rng, bias=rng.standard_normal(v)),
+    ]
+
+
+def _confident(kind, fmt, size, rng):
+    """Each row's target weight row aligned with its x: logit gaps of 5 to 12 (p_y 0.99 to 0.99999)."""
+    v, h = _shape(size)
+    x, w = _layer(rng, 3, h, v, spread=0.5)
+    t = rng.choice(v, 3, replace=False)
+    for i, gap in enumerate((5.0, 8.0, 12.0)):
+        w[t[i]] = x[i] * (gap / (x[i] @ x[i]))
+    text = "the target's logit 5, 8, 12 above N(0, 1/4) others (Liger-Kernel PR #1329's regime)"
+    return [_case(kind, x, w, t, f"{text}, H={h}, V={v}", rng)]
+
+
+def _cancelling(kind, fmt, size, rng):
+    """Logits that are small differences of large products: each weight row holds a block and its negation
+    nudged by 2**-6, and x repeats its halves, so sum |x_h W_vh| is hundreds of times |x W_v^T|."""
+    v, h = _shape(size)
+    half = h // 2
+    x = np.ones((4, h)) + rng.uniform(0, 0.05, (4, h))
+    x[:, half : 2 * half] = x[:, :half]
+    big = rng.uniform(1, 4, (v, half))
+    nudged = big * (1 + rng.choice([2.0**-6, -(2.0**-6), 0.0], big.shape))
+    w = np.zeros((v, h))
+    w[:, :half], w[:, half : 2 * half] = big, -nudged
+    t = rng.integers(0, v, 4)
+    return [_case(kind, x, w, t, f"x W^T cancelling: sum |x_h W_vh| >> |x W_v^T|, H={h}, V={v}", rng)]
+
+
+def _large_logits(kind, fmt, size, rng):
+    """Logits past float16's largest value: two inputs of 36,864 against x = 1 give every logit an offset of 73,728,
+    over N(0, 4) ones (the loss itself is small): rounding the logits to float16 makes them inf, and to bfloat16
+    moves them by 256."""
+    v, h = _shape(size)
+    x, w = _layer(rng, 2, h, v)
+    x[:, :2], w[:, :2] = 1.0, 36864.0
+    return [_case(kind, x, w, rng.integers(0, v, 2), "logits 73,728 + N(0, 4): past float16's largest", rng)]
+
+
+def _ignored(kind, fmt, size, rng):
+    v, h = _shape(size)
+    x, w = _layer(rng, 4, h, v)
+    t = rng.integers(0, v, 4)
+    some = np.where(np.arange(4) % 2 == 1, -100, t)
+    return [
+        _case(kind, x, w, some, "rows 1 and 3 ignored (Liger #968: reduction='none' gave zero gradients)", rng),
+        _case(kind, x, w, some, "rows 1 and 3 ignored, mean over the other 2", rng, reduction="mean"),
+        _case(kind, x, w, np.full(4, -100), "every row ignored, reduction='sum': 0", rng, reduction="sum"),
+    ]
+
+
+def _options_family(kind, fmt, size, rng):
+    v, h = _shape(size)
+    x, w = _layer(rng, 4, h, v)
+    t = rng.integers(0, v, 4)
+    small_v = min(v, 257)  # (a softcapped row's reference is mpmath's: a tanh has no fast tier)
+    return [
+        _case(kind, x, w, t, "label smoothing 0.1, mean", rng, label_smoothing=0.1, reduction="mean"),
+        _case(kind, x, w * 2, t, "z_loss 1e-4 (PaLM) on N(0, 16) logits", rng, z_loss=1e-4),
+        _case(kind, x[:2], w[:small_v] * 8, t[:2] % small_v, f"softcap 30 (Gemma 2), V={small_v}", rng, softcap=30.0),
+    ]
+
+
+def _ties(kind, fmt, size, rng):
+    """Duplicated weight rows (tied classes, equal logits) and rows of x that are 0: exact zeros in dx and dW."""
+    v, h = _shape(size)
+    x, w = _layer(rng, 4, h, v)
+    w[1::2] = w[0::2][: len(w[1::2])]
+    x[2] = 0.0
+    return [_case(kind, x, w, rng.integers(0, v, 4), "every odd class ties with the one before; row 2's x is 0", rng)]
+
+
+def _chunks(kind, fmt, size, rng):
+    """Many rows, as a fused kernel chunks them: dweight sums over every row, so a sum across chunks rounded to a
+    16-bit dtype loses a chunk's contribution (Liger-Kernel #1391)."""
+    n = {32: 64, 128: 512}.get(size.n, 2048)
+    v, h = 256, 32
+    x, w = _layer(rng, n, h, v)
+    t = rng.integers(0, v, n)
+    return [_case(kind, x, w, t, f"{n} rows, H={h}, V={v}, mean (the chunked-rows regime)", rng, reduction="mean")]
+
+
+def _real_shapes(kind, fmt, size, rng):
+    """A model's output layer at its real size: hidden 2,048 to 4,096 and vocabularies of 32,000 and past, two rows
+    (each row is a whole vocabulary's logits; more rows are the chunks family's business)."""
+    shapes = {32: [(64, 4099)], 128: [(2048, 32000)]}.get(size.n, [(4096, 32000), (2048, 128256)])
+    out = []
+    for h, v in shapes:
+        x, w = _layer(rng, 2, h, v)
+        out.append(_case(kind, x, w, rng.integers(0, v, 2), f"H={h}, V={v} (Llama 2, Llama 3 output layers)", rng))
+    return out
+
+
+_MAKERS = {
+    "lce_gaussian": ("Gaussian hidden states and weights: logits about N(0, 4), with a mean and a bias", _gaussian),
+    "lce_confident": ("confident rows: the target's logit 5 to 12 above the others", _confident),
+    "lce_cancelling": ("logits that cancel in the product x W^T", _cancelling),
+    "lce_large_logits": ("logits past float16's largest value, far apart", _large_logits),
+    "lce_ignored": ("ignore_index: some rows, every row, with a mean and a sum", _ignored),
+    "lce_options": ("label smoothing, z-loss and a softcap on x W^T", _options_family),
+    "lce_ties": ("tied classes (duplicated weight rows) and a zero hidden state", _ties),
+    "lce_chunks": ("many rows, a mean: the regime of chunking over rows (Liger-Kernel #1391)", _chunks),
+    "lce_real_shapes": ("real output layers: hidden 2,048 to 4,096, vocabularies 32,000 and past", _real_shapes),
+}
+
+_CONVENTION = (
+    "f(x, weight, target, *, bias=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, "
+    "reduction='none')"
+)
+
+LINEAR_CROSS_ENTROPY = Kind(
+    "linear_cross_entropy",
+    _CONVENTION + " -> loss: cross_entropy of the logits x W^T + b",
+    arguments=("x", "weight", "target"),
+    keywords=(),
+    outputs=("loss",),
+    plain="linear_cross_entropy.materialised",
+    standard=("linear_cross_entropy.materialised",),
+    best="linear_cross_entropy.f32_logits",
+    best_practice="the logits x W^T + b in {wide}, then cross-entropy in {wide}, round once "
+    "(linear_cross_entropy.f32_logits)",
+    families=tuple(_MAKERS),
+    reference=reference,
+    conditioning=conditioning,
+    element_inputs=element_inputs,
+    reduction=("weight", 0),
+    row_wise=False,
+    reduces=True,
+    logarithmic=True,
+    causes=("absorbed",),
+    scale_terms="the terms of x W^T and of the log-sum-exp",
+    integers=("target",),
+    extras={"bias": 0},
+    makers=_MAKERS,
+    batched=False,
+)
+
+LINEAR_CROSS_ENTROPY_GRAD = Kind(
+    "linear_cross_entropy_grad",
+    "f(x, weight, target, g, *, linear_cross_entropy's keywords) -> (dx, dweight, dbias)",
+    arguments=("x", "weight", "target", "g"),
+    keywords=(),
+    outputs=("dx", "dweight", "dbias"),
+    plain="linear_cross_entropy_grad.materialised",
+    standard=("linear_cross_entropy_grad.materialised", "linear_cross_entropy_grad.chunked"),
+    best="linear_cross_entropy_grad.f32_logits",
+    best_practice="logits and p - q in {wide}, the products with W and x summed in {wide}, each rounded once "
+    "(linear_cross_entropy_grad.f32_logits)",
+    families=tuple(_MAKERS),
+    reference=reference,
+    conditioning=conditioning,
+    element_inputs=element_inputs,
+    upstream=upstream,
+    reduction=("weight", 0),
+    row_wise=False,
+    reduces=False,
+    logarithmic=False,
+    causes=("subnormal",),
+    scale_terms="the terms of dz W and dz^T x",
+    integers=("target",),
+    extras={"bias": 0},
+    batched=False,
+)
