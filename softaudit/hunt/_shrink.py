@@ -41,6 +41,8 @@ _ATTENTION_AXES = {
     "outputs": ("lq", "dv"),
     "lses": ("lq",),
 }
+#: linear_cross_entropy's: rows of x (and their targets and g), hidden units, classes (the weight's rows, the bias).
+_LINEAR_AXES = {"x": ("rows", "h"), "weight": ("v", "h"), "target": ("rows",), "g": ("rows",), "bias": ("v",)}
 _LEADING = {"outputs": ("splits",), "lses": ("splits",)}
 #: The most elements whose threshold is bisected (the largest first): each costs up to 64 judged calls.
 MAX_BISECTED = 16
@@ -99,7 +101,7 @@ def _labels(kind: str, arrays: dict) -> dict[str, tuple[str, ...]]:
     innermost), batch1, ... after merge's splits. A row kind's g with one value per row (or one in all: a
     cross-entropy mean's) has no n."""
     entry = kinds.get(kind)
-    trailing = _ROW_AXES if entry.row_wise else _ATTENTION_AXES
+    trailing = _ROW_AXES if entry.row_wise else _LINEAR_AXES if "weight" in entry.inputs else _ATTENTION_AXES
     reduced = entry.reduction[0]
     out = {}
     for name, a in arrays.items():

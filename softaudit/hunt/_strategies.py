@@ -331,6 +331,58 @@ def cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     return inputs, None, options
 
 
+#: The most products a drawn linear_cross_entropy input has (N x V x H): the exact reference sums each logit's.
+MAX_LINEAR_PRODUCTS = 2**18
+
+
+@st.composite
+def linear_cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
+    """(x (N, H), weight (V, H) and int64 targets (N,), a bias (V,) when the candidate takes one, no mask, options)
+    for linear_cross_entropy, and with g for its gradient: x Gaussian over a drawn spread, the weight's rows from
+    the rows' recipe (spread, offsets, a value standing out, ties, the dtype's specials), targets at random, at
+    each row's largest or smallest float64 logit, a share of the rows ignored, and cross_entropy's options as
+    `cross_entropy` draws them."""
+    options = {}
+    if "softcap" in takes and draw(st.booleans()):
+        options["softcap"] = draw(st.sampled_from([30.0, 5.0]) | st.floats(0.25, 100))
+    count = draw(st.integers(1, 4) | st.integers(5, 16))
+    h = draw(st.integers(1, 16) | st.sampled_from([64, 128, 256]))
+    v = draw(st.integers(1, 64) | st.sampled_from(EDGE_LENGTHS) | st.integers(65, 2048))
+    v = max(1, min(v, MAX_LINEAR_PRODUCTS // (count * h), MAX_CAPPED_LOGITS // count if options else v))
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    with np.errstate(over="ignore"):
+        x = round_to(rng.standard_normal((count, h)) * 10.0 ** draw(st.floats(-2, 2)), fmt.dtype)
+    weight = _logits(draw, rng, fmt, (v, h))
+    inputs = {"x": x, "weight": weight}
+    if "bias" in takes and draw(st.booleans()):
+        inputs["bias"] = _logits(draw, rng, fmt, (1, v))[0]
+    with np.errstate(all="ignore"):
+        z = x.astype(np.float64) @ weight.astype(np.float64).T
+        finite = np.where(np.isfinite(z), z, -np.inf)
+    style = draw(st.sampled_from(["random", "largest", "smallest"]))
+    target = {
+        "random": rng.integers(0, v, count),
+        "largest": finite.argmax(axis=1),
+        "smallest": np.where(np.isfinite(finite), finite, np.inf).argmin(axis=1),
+    }[style]
+    ignore = -100
+    if "ignore_index" in takes and draw(st.booleans()):
+        ignore = options["ignore_index"] = draw(st.sampled_from([-1, 0]))
+    target = np.where(rng.random(count) < draw(st.sampled_from([0.0, 0.5, 1.0])), ignore, target).astype(np.int64)
+    if "label_smoothing" in takes and draw(st.booleans()):
+        options["label_smoothing"] = draw(st.sampled_from([0.1, 1.0]) | st.floats(1e-3, 1))
+    if "z_loss" in takes and draw(st.booleans()):
+        options["z_loss"] = draw(st.sampled_from([1e-4, 0.0]) | st.floats(1e-6, 1e-3))
+    if "reduction" in takes and draw(st.booleans()):
+        options["reduction"] = draw(st.sampled_from(["mean", "sum"]))
+    inputs["target"] = target
+    if kinds.get(kind).upstream is not None:
+        per_row = options.get("reduction", "none") == "none"
+        g = rng.standard_normal(count) if per_row else np.array(1.0)
+        inputs["g"] = _upstream(draw, rng, g, fmt)
+    return inputs, None, options
+
+
 #: The most elements a drawn merge's outputs have (splits x batch x Lq x dv).
 MAX_MERGE_ELEMENTS = 2**15
 
@@ -363,11 +415,14 @@ def merge(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
 def for_kind(kind) -> Callable | None:
     """The strategy that draws the inputs of `kind` (a Kind), chosen by its shape: `rows` for a row-wise kind of
     logits x (and a mask), `attention` for q, k and v (and a mask), `gradients` for either with an upstream g,
-    `cross_entropy` for logits and integer targets (with g or not), `merge` for split outputs and their lses. None
+    `cross_entropy` for logits and integer targets (with g or not), `linear_cross_entropy` for x, a weight and
+    integer targets (with g or not), `merge` for split outputs and their lses. None
     for any other kind: the hunt has none for it."""
     forward = tuple(n for n in kind.inputs if n != "g") if kind.upstream is not None else kind.inputs
     if forward == ("logits", "target") and kind.row_wise:
         return cross_entropy
+    if forward == ("x", "weight", "target"):
+        return linear_cross_entropy
     if forward == ("outputs", "lses"):
         return merge
     if forward == ("x",) and kind.row_wise:
@@ -384,6 +439,8 @@ def keywords(kind) -> tuple[str, ...]:
     strategy = for_kind(kind)
     if strategy is cross_entropy:
         return CROSS_ENTROPY_KEYWORDS
+    if strategy is linear_cross_entropy:
+        return (*CROSS_ENTROPY_KEYWORDS, "bias")
     if strategy is gradients and not kind.row_wise:
         return kinds.GRAD_MODIFIERS
     return ATTENTION_KEYWORDS if strategy is attention else ()

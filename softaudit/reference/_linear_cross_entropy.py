@@ -25,7 +25,7 @@ import numpy as np
 from mpmath import libmp
 
 from . import _cross_entropy as _ce
-from . import _exact, _ozaki, _rows
+from . import _dd, _exact, _ozaki, _rows
 from ._engine import Result
 from ._formats import Format, decide_arrays, exact_mpf
 
@@ -192,11 +192,29 @@ def gradient(x, weight, target, g, dtype, options: _ce.Options, bias=None) -> tu
     return tuple(results)
 
 
+#: Inner dimensions up to this are summed term by term with exact products (two_prod) rather than Ozaki slices:
+#: dweight's and dbias's sums over a few rows, whose slices would each cost a pass over V x H outputs.
+OUTER_MAX = 64
+
+
 def _product(parts: list, right: np.ndarray, err: np.ndarray):
     """(hi, lo, bound) of (sum of parts) @ right.T plus the bound err @ |right|.T: Ozaki products, exact but for
-    the slices' remainders, which the bound counts."""
+    the slices' remainders, which the bound counts; for a short inner dimension, exact products (two_prod, within
+    2**-1074 each where one underflows) summed with every rounding error kept."""
     total = _ozaki.ExactSum((parts[0].shape[0], right.shape[0]))
-    extra = _ozaki.product(_ozaki.slice_rows(parts, MAX_SLICES), _ozaki.slice_rows([right], MAX_SLICES), total)
+    n = right.shape[1]
+    if n <= OUTER_MAX:
+        products = np.zeros(total.hi.shape)  # (nonzero products, each of which may underflow)
+        for k in range(n):
+            column = right[:, k][None, :]
+            for part in parts:
+                p, e = _dd.two_prod(part[:, k][:, None], column)
+                total.add(p)
+                total.add(e)
+                products += (part[:, k] != 0)[:, None] & (column != 0)
+        extra = 4 * _dd.TINY * products
+    else:
+        extra = _ozaki.product(_ozaki.slice_rows(parts, MAX_SLICES), _ozaki.slice_rows([right], MAX_SLICES), total)
     hi, lo, lost = total.result()
     return hi, lo, extra + lost + _ozaki.spread(err, np.abs(right).T)
 
