@@ -18,9 +18,9 @@ from .cross_entropy import f32acc as _cross_entropy
 
 def logits(x, weight, bias, dtype):
     """x W^T + b: the product summed in the working precision and rounded once to dtype, the bias added in dtype."""
-    z = matmul(x, np.asarray(weight).T, dtype)
-    if bias is not None:
-        with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"):  # (a logit past the dtype's largest is inf: the materialised version's flaw)
+        z = matmul(x, np.asarray(weight).T, dtype)
+        if bias is not None:
             z = z + np.asarray(bias).astype(dtype)
     return z
 

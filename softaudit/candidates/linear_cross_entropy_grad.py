@@ -8,6 +8,8 @@ and in how dweight is summed over chunks of rows (Liger-Kernel's fused_linear_cr
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..adapters import candidate
@@ -15,8 +17,6 @@ from ._ops import dtype_sum, exp, matmul, row_max, work_dtype
 from .cross_entropy_grad import f32acc as _dz
 from .linear_cross_entropy import logits
 
-#: Rows per chunk of the chunked candidates (Liger-Kernel's chunk size for a vocabulary of 128k and H = 4,096).
-CHUNK = 32
 #: Cut Cross-Entropy's gradient filter: entries whose softmax is below this are skipped (its documented default,
 #: filter_eps="auto", is 2**-12 for 16-bit dtypes).
 FILTER_EPS = 2.0**-12
@@ -51,16 +51,19 @@ def f32_logits(x, weight, target, g, *, bias=None, **options):
 
 
 def _chunked(x, weight, target, g, bias, options, accumulate):
-    """Liger-Kernel's way: dz of the dtype's logits in the dtype (as materialised), dx per chunk of CHUNK rows,
-    dweight and dbias summed chunk by chunk into an accumulator of dtype `accumulate`."""
+    """Liger-Kernel's way: dz of the dtype's logits in the dtype (as materialised), dx per chunk of rows, dweight
+    and dbias summed chunk by chunk into an accumulator of dtype `accumulate`. Its chunks: about V / H of them (its
+    chunk size, the power of two at least N / ceil(V / H), keeps a chunk's logits near the size of x)."""
     d, w = x.dtype, work_dtype(x.dtype)
+    chunks = -(-weight.shape[0] // max(weight.shape[1], 1))
+    size = 1 << max(0, math.ceil(math.log2(max(1, -(-len(x) // chunks)))))
     dz = _dz(logits(x, weight, bias, d), target, g, **options)
     dx = matmul(dz, weight, w).astype(d)
     dweight = np.zeros(weight.shape, accumulate)
     dbias = np.zeros(weight.shape[0], accumulate)
     with np.errstate(all="ignore"):
-        for start in range(0, len(x), CHUNK):
-            part = slice(start, start + CHUNK)
+        for start in range(0, len(x), size):
+            part = slice(start, start + size)
             rows = dz[part]
             dweight = (dweight + matmul(rows.T, x[part], w).astype(accumulate)).astype(accumulate)
             ones = np.ones((1, len(rows)), w)

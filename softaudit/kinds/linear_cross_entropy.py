@@ -35,34 +35,43 @@ def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     return evaluate_linear_cross_entropy_grad(*args, inputs["g"], dtype=dtype, bias=bias, **options)
 
 
+def _bias(inputs: dict) -> np.ndarray:
+    b = inputs.get("bias")
+    return np.zeros(len(inputs["weight"])) if b is None else np.asarray(b, dtype=np.float64)
+
+
 def _logits(inputs: dict) -> tuple[np.ndarray, np.ndarray]:
     """x W^T + b in float64 and the product's size |x| |W|^T + |b| (what rounding the inputs moves a logit by, in
     units of u): the conditioning's, not the reference's."""
     x = np.asarray(inputs["x"], dtype=np.float64)
     w = np.asarray(inputs["weight"], dtype=np.float64)
-    b = inputs.get("bias")
-    b = np.zeros(len(w)) if b is None else np.asarray(b, dtype=np.float64)
+    b = _bias(inputs)
     with np.errstate(all="ignore"):
         return x @ w.T + b, np.abs(x) @ np.abs(w).T + np.abs(b)
 
 
 def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict, ...]:
-    """The scale: |r| + what rounding x, W and b moves r by. The loss: sum_v |dL/dz_v| (|x| |W_v|^T + |b_v|) (each
-    logit moves by its product's size, which holds the product's own condition: sum |x_h W_vh| over |x W_v^T|)
-    and the sum's rounding, as cross_entropy's. The gradients: dz's scale S (cross_entropy_grad's, with each
-    logit's size in place of |logit|), then dx = dz W moves by (S + |dz|) |W| (dz's and W's roundings), dW = dz^T
-    x by (S + |dz|)^T |x|, db by sum_n S."""
+    """The scale: |r| + what rounding x, W and b moves r by, to first order. The loss: W's and b's, sum_v |dL/dz_v|
+    (|x| |W_v|^T + |b_v|) (the product's size, which holds its own condition: sum |x_h W_vh| over |x W_v^T|), x's,
+    sum_h |sum_v dL/dz_v W_vh| |x_h|, and the sum's rounding, as cross_entropy's. The gradients: dz's scale S
+    (cross_entropy_grad's, with each logit moved by up to 2 |x| |W_v|^T + |b_v| in place of |logit|), then
+    dx = dz W moves by (S + |dz|) |W| (dz's and W's roundings), dW = dz^T x by (S + |dz|)^T |x|, db by sum_n S."""
     o = _options(options)
     logits, size = _logits(inputs)
     target = np.asarray(inputs["target"], np.int64)
     x = np.asarray(inputs["x"], dtype=np.float64)
     nan_rows = np.isnan(logits).any(axis=1) & (target != o["ignore_index"])
+    if kind.upstream is not None:  # (dz's scale: every logit moved by x's rounding and W's, each up to size)
+        size = 2 * size - np.abs(_bias(inputs))
     kept, _, t2, a, factor, ax, ignored, _, _ = _row_parts(logits, target, o, size)
     if kind.upstream is None:
         (ref,) = references
         exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
         with np.errstate(all="ignore"):
-            per_row = np.where(ignored, 0.0, (np.abs(a) * ax).sum(axis=1) + 1 + np.abs(t2))
+            # W's and b's rounding: sum_v |a_v| f_v size_v (ax); x's: sum_h |sum_v a_v f_v W_vh| |x_h|
+            w = np.nan_to_num(np.asarray(inputs["weight"], dtype=np.float64))
+            through_x = (np.abs(np.where(kept, a * factor, 0.0) @ w) * np.abs(np.nan_to_num(x))).sum(axis=1)
+            per_row = np.where(ignored, 0.0, (np.abs(a) * ax).sum(axis=1) + through_x + 1 + np.abs(t2))
             if o["reduction"] == "none":
                 return ({"undefined": ref.undefined, "kept_nan_rows": nan_rows, "scale": np.abs(exact) + per_row},)
             div = max(int((~ignored).sum()), 1) if o["reduction"] == "mean" else 1
@@ -226,7 +235,7 @@ def _chunks(kind, fmt, size, rng):
     """Many rows, as a fused kernel chunks them: dweight sums over every row, so a sum across chunks rounded to a
     16-bit dtype loses a chunk's contribution (Liger-Kernel #1391)."""
     n = {32: 64, 128: 512}.get(size.n, 2048)
-    v, h = 256, 32
+    v, h = 1024, 16  # (a fused kernel's chunks are about V / H: 64 here, as for Gemma 2's 256k x 2,304 / 2)
     x, w = _layer(rng, n, h, v)
     t = rng.integers(0, v, n)
     return [_case(kind, x, w, t, f"{n} rows, H={h}, V={v}, mean (the chunked-rows regime)", rng, reduction="mean")]

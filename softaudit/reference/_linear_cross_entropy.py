@@ -57,7 +57,7 @@ def check(x, weight, bias=None) -> tuple[np.ndarray, np.ndarray, np.ndarray | No
 @dataclasses.dataclass
 class Logits:
     """The exact logits x W^T + b: hi + lo within err (0 where exact), and what tier C needs to form them exactly.
-    Entries formed from a non-finite input are IEEE's float64 product there (NaN, +-inf) with err 0."""
+    Entries formed from a non-finite input are NaN (err 0)."""
 
     hi: np.ndarray
     lo: np.ndarray
@@ -113,7 +113,8 @@ def _integers(a: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def logits(x, weight, bias=None) -> Logits:
-    """x W^T + b exactly as a double-double within a bound (`Logits`)."""
+    """x W^T + b exactly as a double-double within a bound (`Logits`); NaN where a term is not finite (a row of x
+    with a NaN or an infinity, or a class whose weights or bias have one: its logits are no numbers)."""
     x, weight, bias = check(x, weight, bias)
     fx = np.where(np.isfinite(x), x, 0.0)
     fw = np.where(np.isfinite(weight), weight, 0.0)
@@ -126,10 +127,8 @@ def logits(x, weight, bias=None) -> Logits:
     bad = ~np.isfinite(x).all(axis=1)[:, None] | ~np.isfinite(weight).all(axis=1)[None, :]
     if bias is not None:
         bad = bad | ~np.isfinite(bias)[None, :]
-    if bad.any():  # (IEEE's float64 arithmetic where an input is not finite: NaN or an infinity)
-        with np.errstate(all="ignore"):
-            naive = x @ weight.T + (0.0 if bias is None else bias)
-        hi, lo, err = np.where(bad, naive, hi), np.where(bad, 0.0, lo), np.where(bad, 0.0, err)
+    if bad.any():  # (a logit formed from a NaN or an infinity is no number: NaN, its row undefined)
+        hi, lo, err = np.where(bad, np.nan, hi), np.where(bad, 0.0, lo), np.where(bad, 0.0, err)
     return Logits(hi, lo, err, x, weight, bias)
 
 
@@ -148,14 +147,16 @@ def loss(x, weight, target, dtype, options: _ce.Options, bias=None) -> Result:
 def gradient(x, weight, target, g, dtype, options: _ce.Options, bias=None) -> tuple[Result, Result, Result]:
     """(dx, dweight, dbias), each correctly rounded: dz = the loss's gradient in the exact logits (g per row, or a
     scalar g for a mean or sum), dx = dz W, dweight = dz^T x, dbias = sum over the rows of dz. Ignored rows give
-    exactly 0 to each; a row that is undefined (a NaN input or logit) makes its dx row, and all of dweight and
-    dbias, NaN."""
+    exactly 0 to each; a row that is undefined (a NaN or infinite input in it) makes its dx row, and all of dweight
+    and dbias, NaN; a weight or bias that is not finite makes everything NaN."""
     fmt, o = _ce._target(dtype), options
     found = logits(x, weight, bias)
     r = _ce._sort(found.hi, target, o, found)
     n = len(found.hi)
     w = _ce._row_weights(g, r, o)
     undefined = r.undefined | (np.array([wi is None for wi in w], bool) & ~r.ignored)
+    if not np.isfinite(found.weight).all() or (bias is not None and not np.isfinite(found.bias).all()):
+        undefined[:] = True  # (dx = dz W and dW's rows hold such a weight whatever dz is)
     todo = ~r.ignored & ~undefined
     dz = _Dz(r, w, todo, o)
     # (rows whose dz is exactly 0 give nothing, whatever their x; a non-finite input leaves every row it reaches
