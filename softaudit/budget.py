@@ -409,7 +409,7 @@ def _linear_rows(inputs: dict, sums, o: dict):
     error coefficient as the standard algorithms form it: the product's sums(H) + 1 roundings of |x| |W|^T (the
     matmul's), one more of |L| rounding it to the dtype and one of |x W^T| + |b| adding the bias; with cross-entropy's
     row quantities over L (kinds.cross_entropy's: a = dloss/dz and the softcap's factors)."""
-    from .kinds.cross_entropy import _row_parts
+    from .kinds.cross_entropy import row_parts
 
     x = np.nan_to_num(np.asarray(inputs["x"], dtype=np.float64))
     w = np.nan_to_num(np.asarray(inputs["weight"], dtype=np.float64))
@@ -420,7 +420,7 @@ def _linear_rows(inputs: dict, sums, o: dict):
     logits = product + b
     err = (_matmul(sums)(x.shape[1]) + 1) * size + np.abs(logits) + np.abs(product) + np.abs(b)
     t = np.asarray(inputs["target"], np.int64)
-    kept, p, t2, a, factor, _, ignored, _, _ = _row_parts(logits, t, o)
+    kept, p, t2, a, factor, _, ignored, _, _ = row_parts(logits, t, o)
     return x, w, logits, err, t, kept, p, t2, a, factor, ignored
 
 

@@ -499,9 +499,9 @@ def test_the_spy_sees_an_audit(spy):
 # --- A kind that is unknown or absent, and a device that is unknown or absent, are usage errors, before the audit. ---
 
 KNOWN_KINDS = (
-    "softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, cross_entropy, merge_attention, "
-    "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, attention_sinks_grad, "
-    "cross_entropy_grad"
+    "softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, cross_entropy, linear_cross_entropy, "
+    "merge_attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, "
+    "attention_sinks_grad, cross_entropy_grad, linear_cross_entropy_grad"
 )
 
 

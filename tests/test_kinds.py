@@ -66,7 +66,8 @@ def test_every_kind_is_defined_whole_in_its_own_module():
             value = getattr(node, "value", None)
             if isinstance(value, ast.Call) and getattr(value.func, "id", None) == "Kind":
                 made.setdefault(value.args[0].value, []).append(path.stem)
-    assert made == {name: [name.removesuffix("_grad")] if name == "cross_entropy_grad" else [name] for name in KINDS}
+    paired = ("cross_entropy_grad", "linear_cross_entropy_grad")
+    assert made == {name: [name.removesuffix("_grad")] if name in paired else [name] for name in KINDS}
 
 
 def test_every_family_is_run_by_a_kind():
@@ -82,9 +83,9 @@ def test_the_comparison_tables_read_the_kinds():
 def test_an_unknown_kind_is_one_line():
     message = (
         "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, "
-        "cross_entropy, merge_attention, "
+        "cross_entropy, linear_cross_entropy, merge_attention, "
         "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, attention_sinks_grad, "
-        "cross_entropy_grad"
+        "cross_entropy_grad, linear_cross_entropy_grad"
     )
     with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         kinds.get("softmx")
@@ -207,6 +208,8 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "attention_sinks_grad": "gradients",
         "cross_entropy": "cross_entropy",
         "cross_entropy_grad": "cross_entropy",
+        "linear_cross_entropy": "linear_cross_entropy",
+        "linear_cross_entropy_grad": "linear_cross_entropy",
         "merge_attention": "merge",
         "attention_lse": "attention",
     }

@@ -201,6 +201,11 @@ CORPUS = [
     defect(new_kinds.ce_z_loss_when_off, "cross_entropy", (F32, F64), "ce_z_loss"),
     sound(new_kinds.ceg_float64_once, "cross_entropy_grad"),
     defect(new_kinds.ceg_p_in_dtype, "cross_entropy_grad", (F16, BF16), "ce_confident"),
+    # linear_cross_entropy and its gradient
+    sound(new_kinds.lce_float64_once, "linear_cross_entropy"),
+    defect(new_kinds.lce_logits_in_dtype, "linear_cross_entropy", (F16,), "lce_large_logits"),
+    sound(new_kinds.lceg_float64_once, "linear_cross_entropy_grad"),
+    defect(new_kinds.lceg_logits_in_dtype, "linear_cross_entropy_grad", (F16,), "lce_large_logits"),
     # attention_lse and merge_attention
     sound(new_kinds.lse_float64_once, "attention_lse"),
     defect(new_kinds.lse_plus_inf_for_no_key, "attention_lse", ALL, "lse_empty"),

@@ -34,7 +34,7 @@ def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
     return (evaluate_cross_entropy_grad(inputs["logits"], inputs["target"], g, dtype=dtype, **options),)
 
 
-def _row_parts(logits, target, o: dict, size=None):
+def row_parts(logits, target, o: dict, size=None):
     """In float64: kept entries, p, 2 zl lse, a = (1 + 2 zl lse) p - q (at y without cancelling), the sensitivity
     factors sech(x / c)**2 (1 without a softcap), |x| as the conditioning reads it, the ignored rows, the targets
     and 1 - p_y (the others' share). size: what rounding the inputs moves each logit by, in units of u, where the
@@ -71,7 +71,7 @@ def conditioning(kind, inputs: dict, mask, references, size=None, **options) -> 
     (ref,) = references
     o = _options(options)
     exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
-    kept, p, t2, a, factor, ax, ignored, y, one_minus = _row_parts(inputs["logits"], inputs["target"], o, size)
+    kept, p, t2, a, factor, ax, ignored, y, one_minus = row_parts(inputs["logits"], inputs["target"], o, size)
     x = np.asarray(inputs["logits"], dtype=np.float64)
     rows = np.arange(len(x))
     nan_rows = np.isnan(x).any(axis=1) & ~ignored

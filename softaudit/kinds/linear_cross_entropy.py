@@ -14,14 +14,14 @@ from __future__ import annotations
 import numpy as np
 
 from ._kind import Kind
-from .cross_entropy import OPTIONS, _options, _row_parts
+from .cross_entropy import OPTIONS, _options, row_parts
 
 #: The vocabulary and hidden sizes of the families by suite (quick, default, full).
-_SHAPES = {32: (67, 16), 128: (1003, 128), 512: (4099, 512)}
+_SHAPES = {32: (67, 16), 128: (257, 64), 512: (4099, 512)}
 
 
 def _shape(size) -> tuple[int, int]:
-    return _SHAPES.get(size.n, (1003, 128))
+    return _SHAPES.get(size.n, (257, 64))
 
 
 def reference(kind, inputs: dict, mask, dtype, **options) -> tuple:
@@ -63,7 +63,7 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict,
     nan_rows = np.isnan(logits).any(axis=1) & (target != o["ignore_index"])
     if kind.upstream is not None:  # (dz's scale: every logit moved by x's rounding and W's, each up to size)
         size = 2 * size - np.abs(_bias(inputs))
-    kept, _, t2, a, factor, ax, ignored, _, _ = _row_parts(logits, target, o, size)
+    kept, _, t2, a, factor, ax, ignored, _, _ = row_parts(logits, target, o, size)
     if kind.upstream is None:
         (ref,) = references
         exact = ref.hi if not ref.lo.any() else ref.hi + ref.lo
@@ -234,8 +234,8 @@ def _ties(kind, fmt, size, rng):
 def _chunks(kind, fmt, size, rng):
     """Many rows, as a fused kernel chunks them: dweight sums over every row, so a sum across chunks rounded to a
     16-bit dtype loses a chunk's contribution (Liger-Kernel #1391)."""
-    n = {32: 64, 128: 512}.get(size.n, 2048)
-    v, h = 1024, 16  # (a fused kernel's chunks are about V / H: 64 here, as for Gemma 2's 256k x 2,304 / 2)
+    n = {32: 64, 128: 256}.get(size.n, 2048)
+    v, h = 256, 8  # (a fused kernel's chunks are about V / H: 32 here, as for Llama 3's 128k x 4,096)
     x, w = _layer(rng, n, h, v)
     t = rng.integers(0, v, n)
     return [_case(kind, x, w, t, f"{n} rows, H={h}, V={v}, mean (the chunked-rows regime)", rng, reduction="mean")]
@@ -243,10 +243,10 @@ def _chunks(kind, fmt, size, rng):
 
 def _real_shapes(kind, fmt, size, rng):
     """A model's output layer at its real hidden size, two rows (more rows are the chunks family's business): the
-    default suite's vocabulary is 1,003 (the reference's dweight, V x H exact sums, and the built-ins' products
-    take minutes on a CPU at V = 32,000); the full suite's are Llama 2's and Llama 3's (32,000 with H = 4,096,
+    default suite's vocabulary is 257 (the main job's time: the reference's dweight, V x H exact sums, and the
+    built-ins' products take minutes on a CPU at V = 32,000); the full suite's are Llama 2's and Llama 3's (32,000 with H = 4,096,
     128,256 with H = 2,048: a GB in float64, minutes)."""
-    shapes = {32: [(64, 1003)], 128: [(2048, 1003)]}.get(size.n, [(4096, 32000), (2048, 128256)])
+    shapes = {32: [(64, 1003)], 128: [(2048, 257)]}.get(size.n, [(4096, 32000), (2048, 128256)])
     out = []
     for h, v in shapes:
         x, w = _layer(rng, 2, h, v)
@@ -269,14 +269,11 @@ _MAKERS = {
     ),
 }
 
-_CONVENTION = (
-    "f(x, weight, target, *, bias=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, "
-    "reduction='none')"
-)
 
 LINEAR_CROSS_ENTROPY = Kind(
     "linear_cross_entropy",
-    _CONVENTION + " -> loss: cross_entropy of the logits x W^T + b",
+    "f(x, weight, target) -> loss, the cross-entropy of the logits x W^T + b, with the case's keywords of "
+    "bias=None, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction='none'",
     arguments=("x", "weight", "target"),
     keywords=(),
     outputs=("loss",),
@@ -303,7 +300,7 @@ LINEAR_CROSS_ENTROPY = Kind(
 
 LINEAR_CROSS_ENTROPY_GRAD = Kind(
     "linear_cross_entropy_grad",
-    "f(x, weight, target, g, *, linear_cross_entropy's keywords) -> (dx, dweight, dbias)",
+    "f(x, weight, target, g) -> (dx, dweight, dbias), with linear_cross_entropy's keywords",
     arguments=("x", "weight", "target", "g"),
     keywords=(),
     outputs=("dx", "dweight", "dbias"),

@@ -15,6 +15,7 @@ KINDS = [
     "attention",
     "attention_lse",
     "cross_entropy",
+    "linear_cross_entropy",
     "merge_attention",
     "softmax_grad",
     "log_softmax_grad",
@@ -23,6 +24,7 @@ KINDS = [
     "attention_grad",
     "attention_sinks_grad",
     "cross_entropy_grad",
+    "linear_cross_entropy_grad",
 ]
 
 

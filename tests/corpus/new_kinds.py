@@ -99,6 +99,47 @@ def ceg_p_in_dtype(logits, target, g, **options):
     return (p * np.asarray(g, np.float64)[:, None]).astype(logits.dtype)
 
 
+# -- linear_cross_entropy ---------------------------------------------------------------------------------------------
+
+
+def _logits64(x, weight, bias):
+    z = x.astype(np.float64) @ weight.astype(np.float64).T
+    return z if bias is None else z + bias.astype(np.float64)
+
+
+def lce_float64_once(x, weight, target, *, bias=None, **options):
+    """Sound: the logits x W^T + b in float64, the loss in float64 from them, rounded once."""
+    return ce_float64_once(_logits64(x, weight, bias), target, **options).astype(x.dtype)
+
+
+def lce_logits_in_dtype(x, weight, target, *, bias=None, **options):
+    """Defect: the logits rounded to the dtype before the loss (model code's lm_head in float16): a logit past
+    65,504 is inf."""
+    with np.errstate(over="ignore"):
+        z = _logits64(x, weight, bias).astype(x.dtype)
+    with np.errstate(invalid="ignore"):
+        return ce_float64_once(z, target, **options).astype(x.dtype)
+
+
+def lceg_float64_once(x, weight, target, g, *, bias=None, **options):
+    """Sound: dz in float64 (ceg_float64_once's, kept in float64), then dz W, dz^T x and dz's column sums in
+    float64, each rounded once."""
+    z = _logits64(x, weight, bias)
+    dz = ceg_float64_once(z, target, g, **options).astype(np.float64)
+    ignored = target == options.get("ignore_index", -100)
+    x64 = np.where(ignored[:, None], 0.0, x.astype(np.float64))
+    return tuple(a.astype(x.dtype) for a in (dz @ weight.astype(np.float64), dz.T @ x64, dz.sum(axis=0)))
+
+
+def lceg_logits_in_dtype(x, weight, target, g, *, bias=None, **options):
+    """Defect: the logits rounded to the dtype before dz (float16's inf past 65,504 turns dz into NaN)."""
+    with np.errstate(over="ignore"):
+        z = _logits64(x, weight, bias).astype(x.dtype).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        dz = ceg_float64_once(z, target, g, **options).astype(np.float64)
+        return tuple(a.astype(x.dtype) for a in (dz @ weight.astype(np.float64), dz.T @ x, dz.sum(axis=0)))
+
+
 # -- attention with its lse -------------------------------------------------------------------------------------------
 
 
