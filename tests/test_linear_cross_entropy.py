@@ -108,14 +108,14 @@ def test_materialised_float16_overflows_where_the_logits_pass_its_max():
 
 def test_weight_gradient_accumulated_in_bfloat16_loses_chunks():
     """Liger-Kernel #1391: dweight summed across chunks of rows in bfloat16 is off by far more than summed in
-    float32, on many rows (its error grows with the number of chunks)."""
+    float32, on many rows (its error grows with the number of chunks: 32 here)."""
     inputs, options = _case("lce_chunks", "linear_cross_entropy_grad", "bfloat16", "default")
     args = (inputs["x"], inputs["weight"], inputs["target"], inputs["g"])
     refs = GRAD.reference(GRAD, inputs, None, ml_dtypes.bfloat16, **options)
     exact = refs[1].hi
     bad = lce_grad.accumulated_in_dtype(*args, **options)[1].astype(np.float64)
     good = lce_grad.chunked(*args, **options)[1].astype(np.float64)
-    assert np.abs(bad - exact).max() > 4 * np.abs(good - exact).max()
+    assert np.abs(bad - exact).max() > 2.5 * np.abs(good - exact).max()
 
 
 def test_filtered_gradient_loses_at_most_what_it_documents():

@@ -244,8 +244,8 @@ def _chunks(kind, fmt, size, rng):
 def _real_shapes(kind, fmt, size, rng):
     """A model's output layer at its real hidden size, two rows (more rows are the chunks family's business): the
     default suite's vocabulary is 257 (the main job's time: the reference's dweight, V x H exact sums, and the
-    built-ins' products take minutes on a CPU at V = 32,000); the full suite's are Llama 2's and Llama 3's (32,000 with H = 4,096,
-    128,256 with H = 2,048: a GB in float64, minutes)."""
+    built-ins' products take minutes on a CPU at V = 32,000); the full suite's are Llama 2's and Llama 3's
+    (32,000 with H = 4,096, 128,256 with H = 2,048: a GB in float64, minutes)."""
     shapes = {32: [(64, 1003)], 128: [(2048, 257)]}.get(size.n, [(4096, 32000), (2048, 128256)])
     out = []
     for h, v in shapes:
