@@ -189,13 +189,14 @@ def _cancelling(kind, fmt, size, rng):
 
 
 def _large_logits(kind, fmt, size, rng):
-    """Logits past float16's largest value: two inputs of 36,864 against x = 1 give every logit an offset of 73,728,
-    over N(0, 4) ones (the loss itself is small): rounding the logits to float16 makes them inf, and to bfloat16
-    moves them by 256."""
+    """Logits past float16's largest value: two weights of 36,864 against x = 1 give rows 0 and 1 every logit an
+    offset of 73,728, over N(0, 4) ones (the loss itself is small; row 2 has no offset): rounding the logits to
+    float16 makes them inf, and to bfloat16 moves them by 256."""
     v, h = _shape(size)
-    x, w = _layer(rng, 2, h, v)
-    x[:, :2], w[:, :2] = 1.0, 36864.0
-    return [_case(kind, x, w, rng.integers(0, v, 2), "logits 73,728 + N(0, 4): past float16's largest", rng)]
+    x, w = _layer(rng, 3, h, v)
+    x[:2, :2], x[2, :2], w[:, :2] = 1.0, 0.0, 36864.0
+    text = "rows 0 and 1: logits 73,728 + N(0, 4), past float16's largest; row 2 without the offset"
+    return [_case(kind, x, w, rng.integers(0, v, 3), text, rng)]
 
 
 def _ignored(kind, fmt, size, rng):
