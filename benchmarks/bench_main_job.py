@@ -1,4 +1,4 @@
-"""The main job's cost as the README states it: `softaudit run` cold and warm, serial and on both cores, and the cache
+"""The main job's cost (docs/benchmarks.md): `softaudit run` cold and warm, serial and on both cores, and the cache
 it writes, measured in one run (issue 26's goals: 30 s cold, 10 s warm, 300 MB; not a test).
 
     python benchmarks/bench_main_job.py [--rounds N] [--write]
