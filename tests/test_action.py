@@ -198,7 +198,7 @@ def test_pre_commit_runs_the_hook_from_this_repository(tmp_path):
     (repo / "kernels.py").write_text(BROKEN)
     (repo / "notes.py").write_text("x = 1\n")
     git = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    env = os.environ | git | {"PRE_COMMIT_HOME": str(tmp_path / "cache")}
+    env = os.environ | git  # (pre-commit keeps the hook's environment in its own cache, as for any hook)
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     subprocess.run(["git", "add", "."], cwd=repo, check=True)
     args = ["pre-commit", "try-repo", str(ROOT), "softaudit", "--verbose", "--files"]
