@@ -166,6 +166,8 @@ NAMED = [
     (grads.sg_sum_g_not_dot, "softmax_grad", "float16", "g_wide"),
     (grads.lsg_softmax_formula, "log_softmax_grad", "float64", "gaussian"),
     (new_kinds.ce_unshifted, "cross_entropy", "float32", "ce_offset"),
+    (new_kinds.lce_logits_in_dtype, "linear_cross_entropy", "float16", "lce_large_logits"),
+    (new_kinds.lceg_logits_in_dtype, "linear_cross_entropy_grad", "float16", "lce_large_logits"),
     (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
     (softmax.exp_rounded_to_dtype, "softmax", "float16", "mnist_logits"),
     (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),

@@ -166,3 +166,21 @@ def test_hunt_draws_the_kind():
     assert _strategies.for_kind(FORWARD) is _strategies.linear_cross_entropy
     assert _strategies.for_kind(GRAD) is _strategies.linear_cross_entropy
     assert "bias" in _strategies.keywords(GRAD)
+
+
+def test_the_chunk_accumulation_in_bfloat16_is_named():
+    """Liger-Kernel #1391's mistake, in the built-in that makes it, is diagnosed by its bug model."""
+    import softaudit
+
+    table = softaudit.audit(
+        lce_grad.accumulated_in_dtype,
+        kind="linear_cross_entropy_grad",
+        dtypes=["bfloat16"],
+        families=["lce_chunks"],
+        suite="default",
+        isolation="none",
+        cache=False,
+    ).table
+    judged = table[table.verdict.isin(["warn", "fail"])]
+    assert set(judged.output) >= {"dweight"}
+    assert set(judged.finding) == {"weight_grad_accumulated_in_dtype"}

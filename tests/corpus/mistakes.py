@@ -73,6 +73,8 @@ MISTAKES = {
     new_kinds.ce_unshifted: "no_max_shift",
     new_kinds.ce_z_loss_when_off: None,
     new_kinds.ceg_p_in_dtype: None,
+    new_kinds.lce_logits_in_dtype: "logits_in_dtype",
+    new_kinds.lceg_logits_in_dtype: "logits_in_dtype",
     new_kinds.lse_plus_inf_for_no_key: "lse_of_no_key",
     new_kinds.merge_unguarded: "unguarded_merge",
 }
