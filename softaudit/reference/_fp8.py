@@ -74,7 +74,7 @@ def _spread(per_group: np.ndarray, x_shape: tuple, granularity: str) -> np.ndarr
     """One value per group broadcast back onto x's elements."""
     if granularity == "tensor":
         return np.full(x_shape, per_group.reshape(()))
-    b, h, length, d = x_shape
+    b, h, length, _ = x_shape
     if granularity == "head":
         return np.broadcast_to(per_group.reshape(b, h, 1, 1), x_shape)
     rows = np.repeat(per_group.reshape(b, h, -1), BLOCK, axis=-1)[..., :length]
