@@ -28,7 +28,7 @@ import zlib
 import ml_dtypes
 import numpy as np
 
-from .reference import _fp8
+from .reference import fp8 as _fp8
 
 # ------------------------------------------------------------------------------------------------------- schemes
 

@@ -17,7 +17,7 @@ import math
 import ml_dtypes
 import numpy as np
 
-from ..reference import _fp8
+from ..reference import fp8 as _fp8
 from ..reference import round_to as _round_to
 from . import _ops
 

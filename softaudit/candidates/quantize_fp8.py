@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..reference import _fp8
+from ..reference import fp8 as _fp8
 
 
 def _amax(x, granularity):
@@ -20,7 +20,7 @@ def _amax(x, granularity):
 def _finish(x, fmt, granularity, scale):
     scale = np.asarray(scale, np.float32)
     with np.errstate(all="ignore"):
-        per = _fp8._spread(scale.astype(np.float64), x.shape, granularity).astype(np.float32)
+        per = _fp8.spread(scale.astype(np.float64), x.shape, granularity).astype(np.float32)
         x8 = _fp8.to_fp8((np.asarray(x, np.float32) * per).astype(np.float64), fmt)
         descale = (np.float32(1) / scale).astype(np.float32)
     return x8, descale

@@ -11,7 +11,7 @@ import pytest
 
 from softaudit import fp8
 from softaudit.candidates import attention_fp8 as kernels
-from softaudit.reference import _fp8
+from softaudit.reference import fp8 as _fp8
 
 SOUND = [name for name, (_, _, sound) in kernels.BUILTINS.items() if sound]
 

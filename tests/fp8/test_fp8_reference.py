@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from softaudit.reference import _fp8
+from softaudit.reference import fp8 as _fp8
 
 FORMATS = _fp8.FORMATS
 

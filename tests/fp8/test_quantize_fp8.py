@@ -5,7 +5,7 @@ import pytest
 
 from softaudit import fp8
 from softaudit.candidates import quantize_fp8 as steps
-from softaudit.reference import _fp8
+from softaudit.reference import fp8 as _fp8
 
 
 @pytest.mark.parametrize("name", ["quantize_fp8.textbook", "quantize_fp8.power_of_two"])

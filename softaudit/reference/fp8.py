@@ -70,7 +70,7 @@ def _groups(x: np.ndarray, granularity: str) -> tuple[np.ndarray, tuple]:
     return padded.reshape(b * h * blocks, BLOCK * d), (b, h, blocks)
 
 
-def _spread(per_group: np.ndarray, x_shape: tuple, granularity: str) -> np.ndarray:
+def spread(per_group: np.ndarray, x_shape: tuple, granularity: str) -> np.ndarray:
     """One value per group broadcast back onto x's elements."""
     if granularity == "tensor":
         return np.full(x_shape, per_group.reshape(()))
@@ -132,7 +132,7 @@ def quantize(x, fmt: str, granularity: str = "tensor", power_of_two: bool = Fals
     x = np.asarray(x, dtype=np.float64)
     amax = amax_of(x, granularity)
     scale, descale = scales(amax, fmt, power_of_two)
-    per = _spread(scale.astype(np.float64), x.shape, granularity)
+    per = spread(scale.astype(np.float64), x.shape, granularity)
     with np.errstate(invalid="ignore"):
         x8 = to_fp8(x * per, fmt)  # (x of at most 24 bits times a float32: exact in float64)
     return x8, descale
