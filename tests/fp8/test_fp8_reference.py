@@ -53,10 +53,9 @@ def _nearest(value, fmt, saturate):
         abs(exact) == Fraction(float(top)) + ulp_top / 2 and (int(bits[vals == top][0]) & 1) == 0
     ):
         return np.nan if fmt == "float8_e4m3fn" else np.copysign(np.inf, value)
-    dist = [abs(Fraction(float(v)) - exact) for v in vals]
-    best = min(dist)
-    ties = [(int(b) & 1, v) for d, v, b in zip(dist, vals, bits) if d == best]
-    ties.sort()
+    # (the nearest values' differences from a float32 input are exact in float64; far ones cannot tie with them)
+    dist = np.abs(vals - float(value))
+    ties = sorted((int(b) & 1, v) for v, b in zip(vals[dist == dist.min()], bits[dist == dist.min()]))
     out = ties[0][1]
     return np.copysign(out, value) if out == 0 else out
 
