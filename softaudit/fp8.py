@@ -355,6 +355,10 @@ def audit_attention_fp8(f, *, scheme=None, name=None, families=None, suite="quic
         try:
             outs = [np.asarray(_call(f, a, m)) for a, m, _ in cases]
             dtype = _out_dtype(outs[0])
+            for (arrays, _, _), y in zip(cases, outs):
+                want = arrays["q8"].shape[:-1] + arrays["v8"].shape[-1:]
+                if y.shape != want or y.dtype != dtype:
+                    raise ValueError(f"o must be {dtype} of shape {want}, got {y.dtype} of shape {y.shape}")
         except Exception as exc:  # (another's kernel: its failure is its row's, never the audit's)
             rows.append(row | {"dtype": "", "verdict": "error", "note": f"raised {type(exc).__name__}: {exc}"})
             continue

@@ -145,3 +145,16 @@ def test_a_scheme_mistake_is_one_line():
         fp8.scheme_of("fa4")
     with pytest.raises(ValueError, match="puts P past float8_e4m3fn's largest value"):
         fp8.scheme_of({"p": "float8_e4m3fn", "offset": 9})
+
+
+def test_a_kernel_that_raises_or_returns_the_wrong_shape_is_an_error_row():
+    def transposed(*args):
+        return np.swapaxes(kernels.fa3(*args), -1, -2)
+
+    def raises(*args):
+        raise RuntimeError("no FP8 here")
+
+    table = fp8.audit_attention_fp8(transposed, scheme="fa3", families=["fp8_masks"])
+    assert table.verdict[0] == "error" and "o must be bfloat16 of shape (1, 2, 128, 64)" in table.note[0]
+    table = fp8.audit_attention_fp8(raises, scheme="fa3", families=["fp8_gqa"])
+    assert table.verdict[0] == "error" and table.note[0] == "raised RuntimeError: no FP8 here"
