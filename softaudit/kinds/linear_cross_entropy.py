@@ -62,7 +62,8 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict,
     x = np.asarray(inputs["x"], dtype=np.float64)
     nan_rows = np.isnan(logits).any(axis=1) & (target != o["ignore_index"])
     if kind.upstream is not None:  # (dz's scale: every logit moved by x's rounding and W's, each up to size)
-        size = 2 * size - np.abs(_bias(inputs))
+        with np.errstate(invalid="ignore"):  # (inf - inf where an input is infinite: that row is undefined)
+            size = 2 * size - np.abs(_bias(inputs))
     kept, _, t2, a, factor, ax, ignored, _, _ = row_parts(logits, target, o, size)
     if kind.upstream is None:
         (ref,) = references

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from fractions import Fraction
 
 import numpy as np
 from mpmath import libmp
@@ -27,7 +28,7 @@ from mpmath import libmp
 from . import _cross_entropy as _ce
 from . import _dd, _exact, _ozaki, _rows
 from ._engine import Result
-from ._formats import Format, decide_arrays, exact_mpf
+from ._formats import Format, decide_arrays, exact_mpf, round_fraction
 
 #: Slices per operand at most (each holds beta bits: about 20): inputs spread over more binades in a row keep a
 #: bounded remainder, and tier C then sums their logits exactly.
@@ -275,6 +276,12 @@ def _tier_c(name, dz: _Dz, x, weight, xs, pending, value, h, lo, err, fmt: Forma
         if name == "dx" and _dx_zero(dz, x, weight, *index):
             value[index], h[index], lo[index], err[index] = 0.0, 0.0, 0.0, 0.0
             continue
+        exact = _rational_entry(name, dz, weight, xs, rows, index)
+        if exact is not None:  # (a rational result, which refining would never decide at a midpoint)
+            rounded, negative = round_fraction(exact, fmt)
+            value[index] = -libmp.to_float(rounded) if negative else libmp.to_float(rounded)
+            h[index], lo[index], err[index] = float(exact), float(exact - Fraction(float(exact))), 0.0
+            continue
         wp = fmt.precision + 40
         while True:
             if name == "dx" and dz.o.softcap is None:
@@ -297,6 +304,25 @@ def _tier_c(name, dz: _Dz, x, weight, xs, pending, value, h, lo, err, fmt: Forma
                 h[index], lo[index], err[index] = hi, low, e
                 break
             wp = _exact._refine(wp)
+
+
+def _rational_entry(name, dz: _Dz, weight, xs, rows, index):
+    """The exact value of an output entry as a Fraction where every dz it sums is rational (rows whose kept logits
+    are all equal: cross_entropy's rational rows), else None."""
+    if name == "dx":
+        n, k = (int(a) for a in index)
+        terms = [(n, j, weight[j, k]) for j in range(weight.shape[0])]
+        needed = [n]
+    else:
+        j, k = (int(a) for a in index)
+        other = xs[:, k] if name == "dweight" else np.ones(len(xs))
+        terms = [(int(i), j, other[i]) for i in rows]
+        needed = [int(i) for i in rows]
+    o = dz.o
+    if any(_ce._rational_row(dz.r, i, o) is None or (o.z_loss and _ce._rational_row(dz.r, i, o) != 1) for i in needed):
+        return None
+    found = {i: _ce._row_gradient(dz.r, i, dz.w[i], o, 64) for i in needed}
+    return sum((found[i][j] * Fraction(float(c)) for i, j, c in terms), Fraction(0))
 
 
 def _below(total, bound, fmt: Format):

@@ -217,3 +217,24 @@ def test_nan_input_leaves_its_row_undefined():
     found = reference.evaluate_linear_cross_entropy(x, w, np.array([0, 2]), dtype=np.float32)
     assert list(found.undefined) == [True, False]
     assert np.isnan(found.value[0]) and np.isfinite(found.value[1])
+
+
+def test_every_class_tied_is_rational_and_decided():
+    """Every weight row equal: each row's logits tie, p = 1/V exactly, and dz, dx, dweight and dbias are rational
+    (dweight can sit exactly on a float of the dtype or a midpoint, where refining would never end: the hunt found
+    it); dx is exactly 0."""
+    x = np.array([[0.5, -0.25, 1.0], [2.0, 0.75, -1.5]])
+    w = np.tile(np.array([[1.5, -3.0, 0.5]]), (4, 1))
+    t = np.array([0, 2])
+    g = np.array([1.0, -0.5])
+    for dtype in (BF16, np.float32):
+        dx, dw, db = reference.linear_cross_entropy_grad(x, w, t, g, dtype=dtype)
+        assert not dx.any()
+        dz = [[Fraction(float(g[i])) * (Fraction(1, 4) - (j == t[i])) for j in range(4)] for i in range(2)]
+        want_dw = [
+            [_round(sum(dz[i][j] * Fraction(float(x[i, k])) for i in range(2)), dtype) for k in range(3)]
+            for j in range(4)
+        ]
+        want_db = [_round(dz[0][j] + dz[1][j], dtype) for j in range(4)]
+        np.testing.assert_array_equal(dw.astype(np.float64), np.array(want_dw, dtype).astype(np.float64))
+        np.testing.assert_array_equal(db.astype(np.float64), np.array(want_db, dtype).astype(np.float64))
