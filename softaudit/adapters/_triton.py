@@ -427,13 +427,17 @@ def _libdevice_function(tl, interpreter, name: str):
 
 
 def _correct_libdevice(patches: _Patches, interpreter, tl) -> None:
-    import importlib
     import sys
 
     modules = []
-    for name in ("triton.language.extra.libdevice", "triton.language.extra.cuda.libdevice"):
-        with contextlib.suppress(ImportError):
-            modules.append(importlib.import_module(name))
+    with contextlib.suppress(ImportError):
+        from triton.language.extra import libdevice
+
+        modules.append(libdevice)
+    with contextlib.suppress(ImportError):
+        from triton.language.extra.cuda import libdevice as cuda
+
+        modules.append(cuda)
     stubs = {}  # id(a libdevice function) -> its numpy replacement
     for module in modules:
         for name in LIBDEVICE:
