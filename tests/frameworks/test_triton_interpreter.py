@@ -193,3 +193,27 @@ def test_an_untested_triton_turns_corrections_off_and_skips_16_bit_rows(monkeypa
     assert float(y) == 1.0  # the interpreter's own truncation: nothing corrected it
     note, context = _triton.prepare("cuda", np.dtype("float16"))  # (on a GPU nothing is interpreted or skipped)
     assert note == "" and not _triton.interpreted("cuda")
+
+
+def test_the_uncorrected_interpreter_has_the_bugs_docs_triton_md_reports():
+    """The upstream reports' numbers (docs/triton.md), on the interpreter as Triton ships it."""
+    from triton.runtime.errors import InterpreterError
+
+    def raw(kernel, *args, **constants):
+        with _triton._interpreter(corrected=False):
+            kernel[(1,)](*args, **constants)
+
+    x = torch.tensor([1.005859375, 8.786e-44, 3e-39, 0.0])
+    y = torch.empty(4, dtype=torch.bfloat16)
+    raw(_convert, x, y, 4, BLOCK=4)
+    assert y.float().tolist()[:2] == [1.0, pytest.approx(1.1387602e-38, rel=1e-6)]
+    assert y.float().tolist()[2] == pytest.approx(1.8367e-40, rel=1e-4)
+    a = torch.tensor([0.5, -1.5, 2.25, -3.0], dtype=torch.bfloat16)
+    b = torch.tensor([1.5, 0.25, -2.0, -0.5], dtype=torch.bfloat16)
+    outs = [torch.empty(4, dtype=torch.bfloat16) for _ in range(6)]
+    raw(_binary, a, b, *outs[:5], torch.empty(4, dtype=torch.int8), outs[5], 4, BLOCK=4)
+    assert outs[2].float().tolist() == [2.0, pytest.approx(3.6893488e19), 0.0, -2.0]
+    with pytest.raises(InterpreterError, match="'float' object has no attribute 'to'"):
+        raw(_scaled, torch.ones(4), torch.empty(4), 0.1, 4, BLOCK=4)
+    with pytest.raises(InterpreterError, match="cannot convert None"):
+        raw(_libdevice_tanh, torch.ones(4), torch.empty(4), 4, BLOCK=4)
