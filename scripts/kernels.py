@@ -30,6 +30,9 @@ def main() -> int:
     command = [sys.executable, "-m", "softaudit", "run", *TARGETS, "--suite", args.suite, "--device", args.device]
     command += [f"--dtype={d}" for d in DTYPES] + ["--out", args.out, "--format", "csv", "--format", "md"]
     command += ["--format", "json", "--format", "html"]
+    # (the interpreter runs a kernel's programs one after another in Python: a family of thousands of rows, as
+    # mnist_logits is, takes minutes where a GPU takes microseconds; the default time limit is a GPU's)
+    command += ["--timeout", "900"]
     start = time.monotonic()
     done = subprocess.run(command, cwd=ROOT)
     print(f"softaudit run: exit {done.returncode} in {time.monotonic() - start:.0f} s", flush=True)
