@@ -13,7 +13,7 @@ import softaudit
 from softaudit import diagnosis
 from softaudit.candidates import bugs
 from softaudit.report import issues
-from tests.corpus import attention, grads, log_softmax, masked, new_kinds, softmax
+from tests.corpus import attention, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 from tests.corpus.mistakes import MISTAKES
 
 
@@ -168,6 +168,11 @@ NAMED = [
     (new_kinds.ce_unshifted, "cross_entropy", "float32", "ce_offset"),
     (new_kinds.ce_softcap_every_lane, "cross_entropy", "float32", "ce_softcap"),
     (new_kinds.ceg_softcap_every_lane, "cross_entropy_grad", "float32", "ce_softcap"),
+    (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
+    (softmax.exp_rounded_to_dtype, "softmax", "float16", "mnist_logits"),
+    (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),
+    (sinks_grad.sink_sign_flipped, "attention_sinks_grad", "float32", "sinks_extremes"),
+    (sinks_grad.sink_d_without_sink, "attention_sinks_grad", "float64", "sinks_extremes"),
 ]
 
 
@@ -180,8 +185,6 @@ def test_a_corpus_defect_gets_its_mistakes_name(fn, kind, dtype, family):
 
 #: Defects with no model of their mistake yet: unexplained, never another model's name.
 UNMODELLED = [
-    (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
-    (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),
     (new_kinds.ce_z_loss_when_off, "cross_entropy", "float32", "ce_z_loss"),
 ]
 

@@ -1,6 +1,6 @@
 """The GPU examples under examples/: each loads as a target (importing its sibling helper), names its candidates,
 and on a machine without a CUDA GPU audits to `skip` rows that say why, never to errors, but for the Triton ones,
-which run there in Triton's interpreter (docs/triton.md). They run for real on a GPU (reports/gpu/)."""
+which run there in Triton's interpreter (docs/triton.md). They run for real on a GPU (reports/gpu/, docs/gpu.md)."""
 
 import importlib.util
 from pathlib import Path
