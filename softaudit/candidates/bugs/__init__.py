@@ -46,6 +46,9 @@ class Model:
     fix: str
     variants: tuple[Variant, ...]
     events: bool = True
+    #: The row's cause where this model explains it, in place of what the worst element's magnitude suggests (a
+    #: leak onto masked lanes reads as an accumulation error there); None leaves the cause as it is.
+    cause: str | None = None
 
 
 @functools.cache
@@ -62,6 +65,12 @@ def _registry() -> dict[str, tuple[Model, ...]]:
 def models(kind: str) -> tuple[Model, ...]:
     """The bug models of a kind (none for a kind without a library yet)."""
     return _registry().get(kind, ())
+
+
+def cause_of(kind: str, name: str) -> str | None:
+    """The cause a finding of the model `name` gives its row (`Model.cause`), None where it gives none."""
+    found = [m.cause for m in models(kind) if m.name == name]
+    return found[0] if found else None
 
 
 def kinds_modelled() -> tuple[str, ...]:
