@@ -538,4 +538,4 @@ def audit_shapes(
     }
     table = pd.DataFrame([row for r in results for row in r.rows], columns=list(COLUMNS))
     worst = {key: record for r in results for key, record in r.worst.items()}
-    return AuditResult(table, worst, settings, [c for r in results for c in r.case_rows], frameworks)
+    return AuditResult(table, worst, settings, [c for r in results for c in r.case_rows], frameworks, policy)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ._report_files import FILE_FORMATS, FORMATS
+
 SUITES = ("quick", "default", "full")
 FULLY_MASKED_RULES = ("zeros", "nan", "uniform", "any")
 ISOLATIONS = ("worker", "none")
@@ -49,7 +51,7 @@ SETTINGS = {
     "cases": Setting(list, keyword="cases"),
     "families": Setting(list, keyword="families"),
     "out": Setting(str, "reports", commands=_BOTH),
-    "formats": Setting(list),  # choices and default: the report registry's (see `choices`, `default`)
+    "formats": Setting(list),  # choices and default: softaudit/_report_files.py's (see `choices`, `default`)
     "baseline": Setting(str),
     "factor": Setting(float, 2.0, bound=">"),
     "min_ulp": Setting(float, 1.0, bound=">="),
@@ -79,8 +81,6 @@ _TYPE_NAMES = {list: "a list of strings", str: "a string", float: "a number", in
 def default(key: str, command: str = "run"):
     """A setting's default for `command` ("run" or "hunt"); the formats' is every format that writes a file."""
     if key == "formats":
-        from .report import FILE_FORMATS
-
         return FILE_FORMATS
     setting = SETTINGS[key]
     return setting.hunt_default if command == "hunt" and setting.hunt_default is not _SAME else setting.default
@@ -93,10 +93,8 @@ def audit_default(key: str):
 
 
 def choices(key: str) -> tuple:
-    """The values a setting allows (() : any value of its type); the formats' are the report registry's."""
+    """The values a setting allows (() : any value of its type); the formats' are softaudit/_report_files.py's."""
     if key == "formats":
-        from .report import FORMATS
-
         return FORMATS
     return SETTINGS[key].choices
 

@@ -17,7 +17,7 @@ from .. import attention_grad as grad_parts
 from .._ops import const, dtype_sum, exp, exp2, matmul
 from ..attention import _sink_weights, modified
 from ..cross_entropy import tanh
-from . import Model, Variant
+from ._model import Model, Variant
 from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, each_work, working
 
 _SCALES = {"rsqrt": lambda d: 1 / np.sqrt(d), "none": lambda d: 1.0, "sqrt": np.sqrt}
