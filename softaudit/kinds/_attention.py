@@ -3,6 +3,10 @@
 kinds/attention.py imports these (attention_lse.py and the attention gradient kinds some of them); each imports the
 reference where it uses it, since marking a candidate loads the registry and must not load the reference
 (softaudit/adapters).
+
+(Longer than the house's 400 lines: attention's parts of the loop, the case makers of its modifiers and the
+neighbouring conventions it compares an output with share `spec` and the modifiers' tables; the makers, a third of
+it, would be the part to move out should it grow.)
 """
 
 from __future__ import annotations
