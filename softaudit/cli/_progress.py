@@ -6,8 +6,8 @@ The estimate of what is left is the time per finished unit (a candidate in a dty
 units left. The units are unequal and front-loaded: a family's exact references are computed before its kind's first
 candidate runs on it, and count in that candidate's time, while the candidates after it reuse them. A bar's usual
 estimate, the speed between its last few updates, sees only those cheap ones after each family's preparation and
-reads "10 s" where a minute is left; the average since the start counts the preparations done so far at their
-share (docs/design.md, "Progress").
+can read seconds where minutes are left; the average since the start counts the preparations done so far at their
+share (docs/design.md, "Progress", says how it errs).
 """
 
 from __future__ import annotations
