@@ -1,9 +1,10 @@
-"""The settings a run takes, each defined once: its [tool.softaudit] key, its type and rule, its default.
+"""The settings a run takes, each defined once: its [tool.softaudit] key, its type and rule, its default, its option's
+flag and help.
 
-The command line's options, their choices and defaults, the keys [tool.softaudit] accepts and softaudit.audit()'s
-keywords all come from `SETTINGS` (command line > config > these defaults); so do softaudit.Policy's defaults and
-the gate's tolerance. tests/test_settings.py checks that they agree. The module imports nothing heavy: the
-command line reads it as it starts.
+The command line's options (softaudit/cli/_options.py makes each from its setting), their choices and defaults,
+the keys [tool.softaudit] accepts and softaudit.audit()'s keywords all come from `SETTINGS` (command line > config >
+these defaults); so do softaudit.Policy's defaults and the gate's tolerance. tests/test_settings.py checks that they
+agree. The module imports nothing heavy: the command line reads it as it starts.
 """
 
 from __future__ import annotations
