@@ -1,6 +1,6 @@
 """The cache folder's size, and what reading it back costs, measured in one run (numbers, not a test).
 
-    python benchmarks/bench_cache.py [--suite quick|default] [--folder DIR]
+    python benchmarks/bench_cache.py [--suite quick|default] [--folder DIR] [--write]
 
 Target (issue 26): the main job's default suite (every built-in family of every kind in four dtypes) keeps at most
 300 MB in the cache folder. The families are prepared into an empty folder (`--folder`, else a temporary one), as
@@ -9,7 +9,8 @@ comparison. Printed: the folder's bytes, files and bytes per input element; the 
 layout before issue 26 kept them (the float64 originals, the whole reference with its error bounds and tiers, every
 array of the measures' bases, the invariants' probes), for comparison; and the seconds a new process spends
 reading each back until every measure's arrays are in hand (mapping and touching the old layout's pages; mapping
-the new one and deriving what it no longer keeps: ulps, masks, conditioning scales, probes).
+the new one and deriving what it no longer keeps: ulps, masks, conditioning scales, probes). `--write` puts the
+table in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _record
 import numpy as np
 
 import softaudit
@@ -101,6 +103,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="default", choices=["quick", "default", "full"])
     parser.add_argument("--folder", type=Path, help="an empty folder to fill (default: a temporary one)")
+    parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
     args = parser.parse_args()
     made = args.folder is None
     folder = Path(tempfile.mkdtemp(prefix="softaudit-cache-")) if made else args.folder
@@ -129,6 +132,19 @@ def main() -> None:
             f"  read back by a new process (best of 3): {new_read:.2f} s now (mapped, the rest derived), "
             f"{old_read:.2f} s old layout (mapped, every page touched)"
         )
+        if args.write:
+            header = ["suite", "files", "input elements", "prepared in", "kept", "bytes per input element"]
+            header += ["the old layout", "read back (now)", "read back (old layout)"]
+            row = [args.suite, len(files), f"{elements:,}", f"{seconds:.0f} s", f"{size / 1e6:.1f} MB"]
+            row += [f"{size / elements:.1f}", f"{before / 1e6:.1f} MB ({before / size:.1f}x)"]
+            row += [f"{new_read:.2f} s", f"{old_read:.2f} s"]
+            body = (
+                f"Every family of every kind ({len(kinds.KINDS)} kinds) in {', '.join(DTYPES)}, prepared into an empty"
+                " cache folder as `softaudit run` prepares them; the same families in the layout before the compact"
+                " forms, for comparison; the best of three new processes reading the folder back.\n\n"
+                + _record.table(header, [row])
+            )
+            _record.write("bench_cache", "The cache folder", _record.command("bench_cache.py"), body)
     finally:
         shutil.rmtree(old, ignore_errors=True)
         if made:

@@ -1,7 +1,7 @@
 """What the main job's time is made of, and so the least it could take: the built-ins' calls timed one by one (not a
 test).
 
-    python benchmarks/bench_floor.py [--warm-only]
+    python benchmarks/bench_floor.py [--warm-only] [--write]
 
 Runs the README's main job (`softaudit run`: the built-ins, the default suite, reports/baseline.json) in this
 process, with `--workers 1 --isolation none`, so that every call is made here and timed: cold in a fresh cache
@@ -28,6 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import _record
 from bench_workers import cpu_seconds  # (run as a script: benchmarks/ is on the path)
 
 from softaudit import cli, judge
@@ -106,7 +107,7 @@ def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter,
     return time.perf_counter() - wall, cpu_seconds() - used, spent, counted
 
 
-def report(name: str, wall: float, used: float, spent: collections.Counter, counted: collections.Counter) -> None:
+def report(name: str, wall: float, used: float, spent: collections.Counter, counted: collections.Counter) -> list:
     calls = sum(v for k, v in spent.items() if k != DIAGNOSIS)
     print(f"{name}: {wall:.1f} s wall, {used:.1f} s CPU")
     for group in (*GROUPS, COMPARED):
@@ -116,20 +117,35 @@ def report(name: str, wall: float, used: float, spent: collections.Counter, coun
     print(f"  {'of which diagnosis':20s} {spent[DIAGNOSIS]:6.1f} s CPU on {counted[DIAGNOSIS]} warn and fail rows")
     for cores in sorted({2, os.cpu_count() or 1}):
         print(f"  on {cores} cores, at best: the calls alone {calls / cores:.1f} s, the whole {used / cores:.1f} s")
+    rows = [[f"{name}: {group}", f"{counted[group]:,}", f"{spent[group]:.1f} s"] for group in (*GROUPS, COMPARED)]
+    rows.append([f"{name}: every call", f"{sum(counted[g] for g in (*GROUPS, COMPARED)):,}", f"{calls:.1f} s"])
+    rows.append([f"{name}: softaudit's own part", "", f"{used - calls:.1f} s"])
+    rows.append([f"{name}: of which diagnosis ({counted[DIAGNOSIS]} rows)", "", f"{spent[DIAGNOSIS]:.1f} s"])
+    rows.append([f"{name}: the process", "", f"{used:.1f} s CPU, {wall:.1f} s wall"])
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--warm-only", action="store_true", help="fill the cache untimed, then time a warm run")
-    warm_only = parser.parse_args().warm_only
-    work = Path(tempfile.mkdtemp(prefix="bench-floor-"))
+    parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
+    args = parser.parse_args()
+    work, rows = Path(tempfile.mkdtemp(prefix="bench-floor-")), []
     try:
         cold = main_job(work / "cache", work / "out")
-        if not warm_only:
-            report("cold", *cold)
-        report("warm", *main_job(work / "cache", work / "out"))
+        if not args.warm_only:
+            rows += report("cold", *cold)
+        rows += report("warm", *main_job(work / "cache", work / "out"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.write:
+        body = (
+            "The main job in one process (`--workers 1 --isolation none`), every call timed by what made it; the rest"
+            " of the process's CPU is softaudit's own (references, measures, verdicts, reports). On N cores no"
+            " schedule makes the job shorter than its calls over N.\n\n"
+            + _record.table(["what", "calls", "CPU seconds"], rows)
+        )
+        _record.write("bench_floor", "Where the main job's time goes", _record.command("bench_floor.py"), body)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """What isolation costs per call, measured in one run (ratios, not a test).
 
-    python benchmarks/bench_isolation.py [--quick]
+    python benchmarks/bench_isolation.py [--quick] [--write]
 
 Per input size, a candidate that does nothing (returns an input: the pure overhead) and a real one, called through
 InProcess and through Isolated: milliseconds per call, the difference and the ratio. Then what a worker's start
@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import time
 
+import _record
 import numpy as np
 
 import softaudit
@@ -57,7 +58,9 @@ def matmul_attention(q, k, v, mask=None):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer calls, no torch")
-    quick = parser.parse_args().quick
+    parser.add_argument("--write", action="store_true", help="put the tables in docs/benchmarks.md")
+    args = parser.parse_args()
+    quick, calls, starts = args.quick, [], []
     rng = np.random.default_rng(0)
     named = {c.name: c for c in builtins()}
     softmax_in = {"x": rng.standard_normal((16, 4096)).astype(np.float32)}
@@ -85,6 +88,8 @@ def main() -> None:
                 f"{label:28} {candidate.name:24} {a * 1e3:8.2f} ms {b * 1e3:8.2f} ms "
                 f"{(b - a) * 1e3:7.2f} ms {b / a:5.1f}x"
             )
+            calls.append([label, candidate.name, f"{a * 1e3:.2f} ms", f"{b * 1e3:.2f} ms", f"{(b - a) * 1e3:.2f} ms"])
+            calls[-1].append(f"{b / a:.1f}x")
 
         start = time.perf_counter()
         sleeper = Candidate("softmax", "sleeps", lambda x, axis=-1: time.sleep(5))
@@ -99,6 +104,11 @@ def main() -> None:
     start = first_call(named["softmax.max_shifted"], softmax_in, (16, 4096))
     print(f"\nfirst call, numpy built-in (start a worker, import, load): {start:.2f} s")
     print(f"a timeout: killing the hung worker {timed_out:.2f} s, the next call (new worker, load) {after:.2f} s")
+    starts += [
+        ["first call, numpy built-in (start a worker, import, load)", f"{start:.2f} s"],
+        ["a timeout: killing the hung worker", f"{timed_out:.2f} s"],
+        ["the call after it (a new worker, load)", f"{after:.2f} s"],
+    ]
     if not quick:
         try:
             from softaudit.frameworks import torch as torch_ops
@@ -110,7 +120,19 @@ def main() -> None:
         _forget_kept_workers()
         start = first_call(candidate, softmax_in, (16, 4096))
         print(f"first call, torch.softmax (torch imported in the worker): {start:.2f} s")
-    whole_audit(rounds=2 if quick else 3)
+        starts.append(["first call, torch.softmax (torch imported in the worker)", f"{start:.2f} s"])
+    audits = whole_audit(rounds=2 if quick else 3)
+    if args.write:
+        body = (
+            "Per call (best of 5 rounds): a candidate called in softaudit's process and in its isolated worker.\n\n"
+            + _record.table(["input", "candidate", "in process", "isolated", "overhead", "ratio"], calls)
+            + "\n\nStarting and replacing the worker:\n\n"
+            + _record.table(["what", "seconds"], starts)
+            + "\n\nA whole audit (softmax built-ins, quick suite, float32): in process, isolated on the worker the"
+            " process's last audit kept, and on a fresh worker.\n\n"
+            + _record.table(["audit", "in process", "kept worker", "ratio", "fresh worker", "ratio"], audits)
+        )
+        _record.write("bench_isolation", "Isolation", _record.command("bench_isolation.py"), body)
 
 
 def _forget_kept_workers() -> None:
@@ -121,7 +143,7 @@ def _forget_kept_workers() -> None:
     _isolated._KEPT.clear()
 
 
-def whole_audit(rounds: int) -> None:
+def whole_audit(rounds: int) -> list[list[str]]:
     """Seconds for an audit of the softmax built-ins (quick suite, float32), isolated and in process: best of
     `rounds`, the three interleaved: in process, isolated on the worker the last audit of the process kept (a test
     suite's or a notebook's next audit), and isolated on a fresh worker (a new process's first audit)."""
@@ -129,6 +151,7 @@ def whole_audit(rounds: int) -> None:
         f"\n{'a whole audit (softmax built-ins, quick, float32)':52} {'in process':>10} {'kept':>10} {'ratio':>6}"
         f" {'fresh':>10} {'ratio':>6}"
     )
+    found = []
     for label, cache in (("cold: references and comparisons computed", False), ("warm: prepared families kept", True)):
         best = {"none": float("inf"), "worker": float("inf"), "fresh": float("inf")}
         for _ in range(rounds):
@@ -148,6 +171,8 @@ def whole_audit(rounds: int) -> None:
                 best[mode] = min(best[mode], time.perf_counter() - start)
         a, b, c = best["none"], best["worker"], best["fresh"]
         print(f"{label:52} {a:8.2f} s {b:8.2f} s {b / a:5.2f}x {c:8.2f} s {c / a:5.2f}x")
+        found.append([label, f"{a:.2f} s", f"{b:.2f} s", f"{b / a:.2f}x", f"{c:.2f} s", f"{c / a:.2f}x"])
+    return found
 
 
 if __name__ == "__main__":

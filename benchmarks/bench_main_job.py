@@ -1,7 +1,7 @@
-"""The main job's cost as the README states it: `softaudit run` cold and warm, serial and on both cores, and the cache
+"""The main job's cost (docs/benchmarks.md): `softaudit run` cold and warm, serial and on both cores, and the cache
 it writes, measured in one run (issue 26's goals: 30 s cold, 10 s warm, 300 MB; not a test).
 
-    python benchmarks/bench_main_job.py [--rounds N]
+    python benchmarks/bench_main_job.py [--rounds N] [--write]
 
 Each configuration runs the README's main job (`softaudit run`: the built-ins, the default suite, gated against
 reports/baseline.json) as a new process, with its own fresh cache folder: cold is its first run there (references and
@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import _record
 
 ROOT = Path(__file__).resolve().parents[1]
 # The project's config runs the main job with `workers = "auto"` (every core); `--workers 1` is softaudit's process.
@@ -53,7 +55,9 @@ def size(folder: Path) -> tuple[int, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="warm runs per configuration (default 2)")
-    rounds = parser.parse_args().rounds
+    parser.add_argument("--write", action="store_true", help="put the table in docs/benchmarks.md")
+    args = parser.parse_args()
+    rounds, rows = args.rounds, {}
     work = Path(tempfile.mkdtemp(prefix="bench-main-job-"))
     try:
         caches = {name: work / name.replace(" ", "").replace("-", "") for name in CONFIGS}
@@ -65,12 +69,25 @@ def main() -> None:
                 f"{name:12s} cold {seconds:6.1f} s   cache {held / 1e6:.0f} MB ({held / 2**20:.0f} MiB) in {count} "
                 f"files   largest process so far {peak:.0f} MiB"
             )
+            rows[name] = [name, f"{seconds:.1f} s", [], f"{held / 1e6:.0f} MB in {count} files", f"{peak:.0f} MiB"]
         for i in range(rounds):
             for name, extra in CONFIGS.items():
                 seconds, _ = run(caches[name], work / "out", extra)
                 print(f"{name:12s} warm {seconds:6.1f} s   (round {i + 1})")
+                rows[name][2].append(f"{seconds:.1f} s")
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if args.write:
+        for row in rows.values():
+            row[2] = ", ".join(row[2])
+        body = (
+            "The README's main job (`softaudit run`: the built-ins, the default suite, gated against"
+            " reports/baseline.json), each configuration in a new process with its own fresh cache folder: cold is its"
+            ' first run there, warm the runs after. `auto` is the project\'s `workers = "auto"` (a process per core);'
+            " the peak is the largest of any one process so far.\n\n"
+            + _record.table(["workers", "cold", "warm (each round)", "cache folder", "largest process"], rows.values())
+        )
+        _record.write("bench_main_job", "The main job", _record.command("bench_main_job.py"), body)
 
 
 if __name__ == "__main__":

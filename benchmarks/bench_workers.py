@@ -1,6 +1,6 @@
 """What running units on worker processes buys, measured in one run (ratios, not a test).
 
-    python benchmarks/bench_workers.py [--suite quick|default] [--rounds N]
+    python benchmarks/bench_workers.py [--suite quick|default] [--rounds N] [--write]
 
 An audit of the built-ins (the kinds of the default run, float32 and bfloat16) with 1 (this process), 2 and 8
 worker processes (`softaudit.audit(workers=N)`), interleaved, best of `rounds`: warm (prepared families kept in a
@@ -21,6 +21,8 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+
+import _record
 
 import softaudit
 from softaudit import candidates, prepare, runner
@@ -97,7 +99,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="quick", choices=["quick", "default"])
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--write", action="store_true", help="put the tables in docs/benchmarks.md")
     args = parser.parse_args()
+    measured, simulated, grown = [], [], []
     targets = candidates.builtins()  # (every kind's built-ins are in the default run)
     folder = Path(tempfile.mkdtemp(prefix="softaudit-bench-"))
     warm = {"targets": targets, "dtypes": DTYPES, "suite": args.suite, "cache_dir": folder}
@@ -115,6 +119,9 @@ def main() -> None:
             w, c = found[workers]
             cells.append(f"{workers} workers {w:6.1f} s ({wall / w:.2f}x), cpu {c:6.1f} s ({c / cpu:.2f})")
         print(f"{label:40s} 1 worker {wall:6.1f} s, cpu {cpu:6.1f} s   " + "   ".join(cells))
+        for workers in (1, 2, 8):
+            w, c = found[workers]
+            measured.append([label, workers, f"{w:.1f} s", f"{wall / w:.2f}x", f"{c:.1f} s", f"{c / cpu:.2f}"])
     seconds, start = unit_times(warm), pool_start()
     serial = sum(seconds)
     print(
@@ -126,6 +133,8 @@ def main() -> None:
             f"  {workers:2d} workers {dealt(seconds, workers) + start:6.1f} s "
             f"({serial / (dealt(seconds, workers) + start):.2f}x)"
         )
+        simulated.append([workers, f"{dealt(seconds, workers) + start:.1f} s"])
+        simulated[-1].append(f"{serial / (dealt(seconds, workers) + start):.2f}x")
     softmaxes = [c for c in candidates.builtins() if c.kind == "softmax"][:8]
     growth = {"dtypes": ["float32"], "suite": args.suite, "cache_dir": folder}
     print("cost by units (softmax built-ins, float32, 12 families each; warm), ratio to 1 candidate:")
@@ -140,7 +149,23 @@ def main() -> None:
             f"  {count} candidate(s), {12 * count:3d} units: 1 worker {found[1]:5.2f} s ({found[1] / base[1]:4.1f}x)"
             f"   2 workers {found[2]:5.2f} s ({found[2] / base[2]:4.1f}x)"
         )
+        grown.append([count, 12 * count, f"{found[1]:.2f} s ({found[1] / base[1]:.1f}x)"])
+        grown[-1].append(f"{found[2]:.2f} s ({found[2] / base[2]:.1f}x)")
     shutil.rmtree(folder, ignore_errors=True)
+    if args.write:
+        body = (
+            f"{len(targets)} built-ins, the {args.suite} suite, {' and '.join(DTYPES)}; best of {args.rounds},"
+            " interleaved. Wall seconds (speed-up over 1 worker) and the CPU seconds of every process (ratio to 1"
+            " worker's).\n\n"
+            + _record.table(["audit", "workers", "wall", "speed-up", "CPU", "CPU ratio"], measured)
+            + f"\n\nSimulated, warm: the serial run's {len(seconds)} units ({serial:.1f} s, the largest"
+            f" {max(seconds):.2f} s) dealt to N workers in the plan's order, plus the pool's measured start"
+            f" ({start:.2f} s).\n\n"
+            + _record.table(["workers", "wall", "speed-up"], simulated)
+            + "\n\nCost by units (softmax built-ins, float32, 12 families each, warm), ratio to 1 candidate:\n\n"
+            + _record.table(["candidates", "units", "1 worker", "2 workers"], grown)
+        )
+        _record.write("bench_workers", "Worker processes", _record.command("bench_workers.py"), body)
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ compactly. err and tier are not kept (no measure reads them); each other array i
 * by input (`ByInput`): a table over (row, the bits of a 16-bit input at the same place), and the elements that
   differ from their key's entry. A 16-bit dtype has at most 65,536 values, so a row of 32,000 to 262,144 logits
   holds many equal ones, and within a row equal logits have equal softmax, log-softmax, log-sum-exp gradient and
-  cross-entropy gradient (but the target's entry, kept apart): cross-entropy's 16-bit gradients, 70 of the main
-  job's 381 MB, take 8 (deflated too). The inputs are the case's own (made again when a kept case is read, and
+  cross-entropy gradient (but the target's entry, kept apart): cross-entropy's 16-bit gradients take a small
+  fraction of their whole form (deflated too). The inputs are the case's own (made again when a kept case is read, and
   checked against their digest), so the keys cost nothing to keep.
 
 Then each of the chosen form's arrays of at least `DEFLATE_MIN` bytes is deflated (zlib, level 1: `Deflated`) where
@@ -157,8 +157,8 @@ def _whole(kept, inputs: dict, base: np.ndarray | None = None) -> np.ndarray:
 
 def _positions(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """Where each of `wanted` is in the sorted `keys` (each is there): through an index over every (row, bits)
-    where that is at most 8 entries an element (rows of at least 8,192: 0.03 s where searching took 0.9 s, over the
-    main job's files), else by binary search."""
+    where that is at most 8 entries an element (rows of at least 8,192, where it is far faster than searching),
+    else by binary search."""
     if wanted.size and (int(wanted[-1]) >> 16) + 1 <= wanted.size >> 13:
         index = np.empty(((int(wanted[-1]) >> 16) + 1) << 16, np.int32)
         index[keys] = np.arange(keys.size, dtype=np.int32)

@@ -8,9 +8,8 @@ targets and BLAS kernels (softaudit._platform.cpu). A file that cannot be read i
 Files are written atomically; `prune` (after an audit that wrote) removes the least recently used once the folder
 holds more than `MAX_BYTES`. What a file holds is its object's to say: a prepared case keeps its reference packed
 (and a built-in one the recipe that makes its inputs again), and derives the rest when read
-(softaudit.prepare.Prepared, softaudit/_packed.py): the main job's default suite, every kind in four dtypes, is 276
-MB in 840 files (381 MB before the compact forms of _packed.py, 636 MB with the inputs kept, 1.8 GB before issue
-26).
+(softaudit.prepare.Prepared, softaudit/_packed.py). What the main job's folder holds is in docs/benchmarks.md
+(benchmarks/bench_cache.py).
 
 These are pickles: keep the folder private (it is made 0700), as with any cache of pickled data.
 """

@@ -23,8 +23,10 @@ no fix. The magnitude bands of softaudit/causes.py still describe the worst elem
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
+import weakref
 
 import numpy as np
 
@@ -79,29 +81,42 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     basis = pc.output(index).basis
     y = np.asarray(outputs[index])
     mask, options = pc.problem  # (a declared convention's problem in the default's terms: the models compute it)
-    inputs = pc.inputs
+    inputs, rows = pc.inputs, None
     if _rows_apart(entry, options, y):  # (the models run on the rows that show the error, not on every row)
-        inputs, mask, basis, y = _worst_rows(inputs, mask, basis, y, fmt)
+        inputs, mask, basis, y, rows = _worst_rows(inputs, mask, basis, y, fmt)
     exact = _exact(basis)
     error = _compare(y, exact, basis, fmt).distance
     error = 0.0 if math.isnan(error) else error
     args, kwargs = entry.call_arguments(inputs, mask)
     kwargs |= dict(options)
+
+    def output(fn):  # (a model's output on these inputs: the same for every candidate diagnosed on them)
+        return _OUTPUTS.get(pc, (rows, fn, index), lambda: _call(fn, args, kwargs, index))
+
     found = []  # (distance, model, the labels of its variants that reproduce the output at that distance)
-    fixes: dict = {}  # the fixes' outputs by function: many variants share one fix
+    fixes: dict = {}  # each fix's (output, against the exact result, against y), by function: variants share fixes
     with one_thread():  # (one BLAS thread, as candidates have: a product's last bits move with the thread count)
         for model in models(kind):
             best = (math.inf, [])
             for variant in model.variants:
-                m = _call(variant.buggy, args, kwargs, index)
-                if m is None or m.size != y.size or not _near(y, m, error, basis, fmt, fail_line):
+                m = output(variant.buggy)
+                if m is None or m.size != y.size:
                     continue  # (a mean may come as () or (1,): the audit reads its size)
-                if variant.fixed not in fixes:
-                    fixes[variant.fixed] = _call(variant.fixed, args, kwargs, index)
-                f = fixes[variant.fixed]
-                if f is None or f.size != y.size:
+                with_model = _compare(y, m, basis, fmt)
+                if not _near(with_model, error, fail_line):
                     continue
-                d = _reproduces(y, m, f, exact, error, basis, fmt, fail_line, model.events)
+                if variant.fixed not in fixes:
+                    f = output(variant.fixed)
+                    usable = f is not None and f.size == y.size
+                    fixes[variant.fixed] = (
+                        (f, _compare(f, exact, basis, fmt, defined_only=True), _compare(y, f, basis, fmt))
+                        if usable
+                        else None
+                    )
+                if fixes[variant.fixed] is None:
+                    continue
+                f, fixed, with_fix = fixes[variant.fixed]
+                d = _reproduces(y, m, f, exact, error, basis, (with_model, fixed, with_fix), fail_line, model.events)
                 if d is not None and d <= best[0]:
                     best = (d, [*best[1], variant.label] if d == best[0] else [variant.label])
             if best[1]:
@@ -153,7 +168,7 @@ def _rows_apart(entry, options: dict, y: np.ndarray) -> bool:
 def _worst_rows(inputs: dict, mask, basis, y: np.ndarray, fmt: Format):
     """The case cut to its `ROWS` rows that show the error most: those with an event (NaN or infinity where the exact
     result differs, a zero where it is not 0, probability on a masked entry) first, then by their largest error
-    against the conditioning. Returns (inputs, mask, basis, y) of those rows."""
+    against the conditioning. Returns (inputs, mask, basis, y) of those rows and the rows' indices, a tuple."""
     n = 1 if y.ndim == 0 else y.shape[-1]
     reduces = y.ndim < np.ndim(inputs[next(iter(inputs))])  # (logsumexp: one output per row)
     width = 1 if reduces else n
@@ -177,7 +192,8 @@ def _worst_rows(inputs: dict, mask, basis, y: np.ndarray, fmt: Format):
     view = _Rows(fmt, part(basis.hi), part(basis.lo), part(basis.rounded), part(basis.defined))
     view = dataclasses.replace(view, finite_ref=part(basis.finite_ref), inv_scale=part(basis.inv_scale))
     out_shape = (len(rows),) if reduces else (len(rows), width)
-    return cut_inputs, _cut_rows(mask, x_shape, rows), view, np.asarray(y).reshape(lead, width)[rows].reshape(out_shape)
+    y_rows = np.asarray(y).reshape(lead, width)[rows].reshape(out_shape)
+    return cut_inputs, _cut_rows(mask, x_shape, rows), view, y_rows, tuple(rows.tolist())
 
 
 def _cut_rows(a, x_shape: tuple, rows: np.ndarray):
@@ -256,18 +272,17 @@ def _exact(basis) -> np.ndarray:
     return np.where(np.isfinite(basis.rounded), exact, basis.rounded)
 
 
-def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: float, events=True) -> float | None:
+def _reproduces(y, m, f, exact, error: float, basis, compared: tuple, fail_line: float, events=True) -> float | None:
     """The distance of the buggy model's output m from the candidate's y where the model reproduces y and its fix
-    f does not have y's error (None otherwise). The evidence is an event where y and f differ in their NaN and
+    f does not have y's error (None otherwise). compared: (y against m, f against the exact result where it is
+    defined, y against f), `_compare`'s. The evidence is an event where y and f differ in their NaN and
     infinities, or on masked entries (a leak); else an error of at least NOTICEABLE."""
-    with_model = _compare(y, m, basis, fmt)
+    with_model, fixed, with_fix = compared
     if not with_model.same_events or with_model.masked_apart:
         return None
-    fixed = _compare(f, exact, basis, fmt, defined_only=True)
     if not fixed.same_events or fixed.masked_apart:
         return None
     d = 0.0 if math.isnan(with_model.distance) else with_model.distance
-    with_fix = _compare(y, f, basis, fmt)
     if not with_fix.same_events or with_fix.masked_apart or _zeros_apart(y, m, f, exact, basis):
         # (an event: its pattern is the evidence, for a model whose mistake an event names)
         return d if events and d <= max(fail_line, REPRODUCES * error) else None
@@ -277,10 +292,9 @@ def _reproduces(y, m, f, exact, error: float, basis, fmt: Format, fail_line: flo
     return d if error >= NOTICEABLE and d <= REPRODUCES * error and off <= FIXED * error else None
 
 
-def _near(y, m, error: float, basis, fmt: Format, fail_line: float) -> bool:
-    """Whether the model's output m can reproduce y at all (its events, its leak, and the loosest distance
-    `_reproduces` accepts): the fix is computed only for those."""
-    c = _compare(y, m, basis, fmt)
+def _near(c: _Compared, error: float, fail_line: float) -> bool:
+    """Whether a model's output, `c` against the candidate's, can reproduce it at all (its events, its leak, and
+    the loosest distance `_reproduces` accepts): the fix is computed only for those."""
     d = 0.0 if math.isnan(c.distance) else c.distance
     return c.same_events and not c.masked_apart and d <= max(fail_line, REPRODUCES * error)
 
@@ -297,6 +311,40 @@ def _zeros_apart(y, m, f, exact, basis) -> bool:
     compared = np.asarray(basis.finite_ref).reshape(-1) & (np.asarray(exact).reshape(-1) != 0)
     zeros = [(np.asarray(a, np.float64).reshape(-1) == 0) & compared for a in (y, m, f)]
     return bool(zeros[0].any() and (zeros[0] == zeros[1]).all() and not (zeros[2] & zeros[0]).any())
+
+
+class _Kept:
+    """Model outputs kept between the rows diagnosed, least recently used first out past `limit` bytes: the
+    candidates of a kind that warn on one case are diagnosed on the same inputs (the same rows of it), and a model's
+    output depends on those alone. An output is kept by its case's id with a weak reference to the case: it does not
+    keep the case alive, and a case that comes to have a dead one's id does not find its outputs."""
+
+    def __init__(self, limit: int):
+        self.limit, self.size, self.kept = limit, 0, collections.OrderedDict()
+
+    def get(self, pc, key: tuple, compute):
+        key = (id(pc), *key)
+        if key in self.kept and self.kept[key][0]() is pc:
+            self.kept.move_to_end(key)
+            return self.kept[key][1]
+        value = compute()
+        self._drop(key)
+        self.kept[key] = (weakref.ref(pc), value)
+        self.size += _nbytes(value)
+        while self.size > self.limit and len(self.kept) > 1:
+            self._drop(next(iter(self.kept)))
+        return value
+
+    def _drop(self, key) -> None:
+        if key in self.kept:
+            self.size -= _nbytes(self.kept.pop(key)[1])
+
+
+def _nbytes(value) -> int:
+    return 0 if value is None else value.nbytes
+
+
+_OUTPUTS = _Kept(64 << 20)
 
 
 def _call(fn, args, kwargs, index: int) -> np.ndarray | None:

@@ -413,7 +413,7 @@ def _finite_row_sums(y, finite_y) -> np.ndarray:
 
 #: Elements per step of `_accuracy`: float64 temporaries just under 128 KiB stay in cache and in malloc's heap. Arrays
 #: at or above its mmap threshold (128 KiB until a large free raises it) are mapped afresh and page-faulted on every
-#: use, which costs more than the arithmetic: 2**14 elements, exactly 128 KiB, measured 2.4x slower there.
+#: use, which costs more than the arithmetic (2**14 elements, exactly 128 KiB, is already past it).
 CHUNK = (1 << 14) - 512
 
 

@@ -8,9 +8,9 @@ is kept between audits: in this process (`CACHE_BYTES`) and in a folder for late
 processes (softaudit/_store.py); the families are deterministic, so the same kind, dtype, suite and seed reuse it.
 In the folder a case keeps what the measures cannot derive cheaply, its reference packed (softaudit/_packed.py:
 every bit, in the smallest of a few forms); a built-in case keeps its recipe and a digest of its rounded inputs, and
-its family makes them again when the file is read (about 2 s for the whole default suite, whose inputs were 277 of
-its 636 MB); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes): about
-4 bytes per input element of the main job, where the layout before issue 26 took 44.6 (benchmarks/bench_cache.py).
+its family makes them again when the file is read (cheap against storing them: the inputs were most of a kept
+family); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes). What the
+folder holds per input element is measured by benchmarks/bench_cache.py (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Prepared:
         """Take what `computed` (the same case, computed in this process) has derived already, so that a case read
         back from the file just written is not derived again. Its bases read hi and lo from this case's references
         (unpacked from the file, the same bits): the computed references, error bounds and tiers are let go (they
-        held the cold main job at 1.79 GB, not 1.62)."""
+        raised the cold main job's peak memory)."""
         for name in ("probes", "leak_probe"):
             if name in computed.__dict__:
                 self.__dict__[name] = computed.__dict__[name]
@@ -169,7 +169,7 @@ class Prepared:
     def _keeps_extras(self) -> bool:
         """Whether a kept case holds its conditioning (scales, undefined rows) rather than computing it again: where
         its outputs are fewer than a quarter of its inputs (attention, log-sum-exp), the scale costs a pass over
-        every input for few outputs (attention's was 1.6 s of CPU per read of the default suite, for 2.8 MB)."""
+        every input for few outputs (for attention, far more CPU per read than the few bytes kept cost)."""
         outputs = sum(math.prod(shape) for shape in self.output_shapes)
         return 4 * outputs < sum(a.size for a in self.inputs.values())
 
@@ -350,8 +350,8 @@ class PreparedFamily:
     undecided: list = dataclasses.field(default_factory=list)
 
     def __setstate__(self, state: dict) -> None:
-        """A kept family as read: its built-in cases' inputs made again, once per recipe (about 2 s for every
-        family of the default suite, where storing them took 277 of the main job's 636 MB)."""
+        """A kept family as read: its built-in cases' inputs made again, once per recipe (cheap against storing
+        them, which took most of the main job's folder)."""
         self.__dict__.update(state)
         remake = collections.defaultdict(list)
         for pc in self.prepared:
@@ -377,7 +377,7 @@ class PreparedFamily:
     @functools.cached_property
     def nbytes(self) -> int:
         """About what the family holds (`Prepared.nbytes`), counted once: the process cache adds it up on every
-        family it keeps (over every case, that was 0.3 s of a warm main job)."""
+        family it keeps (over every case, that would show in a warm main job's time)."""
         return sum(pc.nbytes for pc in self.prepared)
 
     def best_ulp(self, output: int) -> float | None:

@@ -30,8 +30,8 @@ from .invariants import _differ, round_to
 #: Cases whose inputs hold more elements than this are not rerun (each rerun is another call, the embedding batch
 #: twice the case): rows of 4,096 and the attention families' sizes already show a batch heuristic.
 MAX_ELEMENTS = 1 << 16
-#: The first this many cases of a family are rerun: each costs three or four more calls, which doubled the main
-#: job's time when every case was rerun (54 s -> 120 s warm), and a batch heuristic shows on any case.
+#: The first this many cases of a family are rerun: each costs three or four more calls, which would double the
+#: main job's time if every case were rerun, and a batch heuristic shows on any case.
 CASES = 2
 
 #: What `--require` can ask for (softaudit.settings.REQUIREMENTS), and the rule each turns a difference into.

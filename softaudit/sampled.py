@@ -78,7 +78,7 @@ class Shape:
 
     @classmethod
     def parse(cls, text: str) -> Shape:
-        """ "kind:AxBxC[,kv_heads=N][,lq=N][,causal][,scale=S]"; ValueError in one line otherwise."""
+        """A shape from `kind:AxBxC[,kv_heads=N][,lq=N][,causal][,scale=S]`; ValueError in one line otherwise."""
         kind, _, rest = str(text).partition(":")
         dims_text, *options = rest.split(",")
         try:

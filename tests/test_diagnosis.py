@@ -13,7 +13,7 @@ import softaudit
 from softaudit import diagnosis
 from softaudit.candidates import bugs
 from softaudit.report import issues
-from tests.corpus import attention, grads, log_softmax, masked, new_kinds, softmax
+from tests.corpus import attention, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 from tests.corpus.mistakes import MISTAKES
 
 
@@ -166,6 +166,11 @@ NAMED = [
     (grads.sg_sum_g_not_dot, "softmax_grad", "float16", "g_wide"),
     (grads.lsg_softmax_formula, "log_softmax_grad", "float64", "gaussian"),
     (new_kinds.ce_unshifted, "cross_entropy", "float32", "ce_offset"),
+    (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
+    (softmax.exp_rounded_to_dtype, "softmax", "float16", "mnist_logits"),
+    (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),
+    (sinks_grad.sink_sign_flipped, "attention_sinks_grad", "float32", "sinks_extremes"),
+    (sinks_grad.sink_d_without_sink, "attention_sinks_grad", "float64", "sinks_extremes"),
 ]
 
 
@@ -178,8 +183,6 @@ def test_a_corpus_defect_gets_its_mistakes_name(fn, kind, dtype, family):
 
 #: Defects with no model of their mistake yet: unexplained, never another model's name.
 UNMODELLED = [
-    (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
-    (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),
     (new_kinds.ce_z_loss_when_off, "cross_entropy", "float32", "ce_z_loss"),
 ]
 

@@ -1,6 +1,6 @@
 """The GPU examples under examples/: each loads as a target (importing its sibling helper), names its candidates,
 and on a machine without a CUDA GPU audits to `skip` rows that say why, never to errors. They run for real on a
-GPU (reports/gpu/, README "GPU findings")."""
+GPU (reports/gpu/, docs/gpu.md)."""
 
 from pathlib import Path
 

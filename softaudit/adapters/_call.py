@@ -71,7 +71,7 @@ _reused = threading.local()  # per thread: one buffer per input name, for call(.
 
 
 def _copy(name: str, a: np.ndarray, reuse: bool) -> np.ndarray:
-    """A C-order copy of a (a gathered probe, x[..., perm], is not in C order and runs 3x slower); with reuse,
+    """A C-order copy of a (a gathered probe, x[..., perm], is not in C order and runs slower); with reuse,
     written into the buffer the last reusing call had for this name, where shape and dtype allow. Fresh
     copies of large inputs cost page faults, and the candidate's own temporaries then fault more too."""
     if not reuse:

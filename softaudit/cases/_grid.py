@@ -5,7 +5,7 @@ under an unguarded running max, scores so far below 0 that every exp underflows,
 tile. A list of hand-picked cases misses most meetings; the full grid (18 masks x 6 regimes x 8 lengths, 864 cases)
 costs too much for the default suite. A covering design in which every pair of levels of two factors appears at
 least once costs 144 cells (the 18 x 8 mask-length pairs, the floor for any pairwise design) and still meets every
-bug that needs only two factors to coincide. README.md ("The grid families") says the design.
+bug that needs only two factors to coincide. docs/audit.md ("The grid families") says the design.
 """
 
 from __future__ import annotations

@@ -33,8 +33,8 @@ class Called:
 
 
 #: An isolated unit's calls go to the worker in round trips holding at most about this many bytes of inputs and
-#: outputs (a case whose calls hold more goes alone): a round trip per unit, not two per case. The main job made
-#: 26,600 round trips at about 2.5 ms each (the worker's wake-up, the pipe, the arena) when warm.
+#: outputs (a case whose calls hold more goes alone): a round trip per unit, not two per case, since each round
+#: trip costs the worker's wake-up, the pipe and the arena, and the main job would make tens of thousands.
 BATCH_BYTES = 64 << 20
 
 

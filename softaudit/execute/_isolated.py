@@ -325,8 +325,8 @@ class _Ahead:
 
 
 #: context -> the one worker an executor of this process closed, kept for the next executor started in the same
-#: context (its start, an interpreter and softaudit's imports, was 0.16 s of a 0.74 s warm audit of the softmax
-#: built-ins on the quick suite, and is paid again by every audit a test suite or a notebook runs).
+#: context (its start, an interpreter and softaudit's imports, is a large share of a short warm audit, and would
+#: be paid again by every audit a test suite or a notebook runs).
 _KEPT: dict = {}
 
 

@@ -8,15 +8,15 @@ probes and reruns itself: on the main job (warm, 2 workers) the bases were made 
 Here a family is prepared on the first lane free, its process keeps it (`prepare.share`), and the family's units
 wait for that lane. A lane runs the units of the families it prepared before it prepares another (the runner
 submits every family, then every unit: a lane that prepared the next family first held every family before it ran a
-unit, and the other lane, out of work, then took 339 of the main job's 840 families, each read and measured there
-again). A lane with nothing of its own to run, and nothing in flight, takes the oldest unit waiting on another lane,
-and the rest of that unit's family (at the end of a run: that family is then read there too, once). Otherwise tasks
-start in the order they were submitted, as with one pool.
+unit, and the other lane, out of work, then took a large share of the main job's families, each read and measured
+there again). A lane with nothing of its own to run, and nothing in flight, takes the oldest unit waiting on another
+lane, and the rest of that unit's family (at the end of a run: that family is then read there too, once).
+Otherwise tasks start in the order they were submitted, as with one pool.
 
 The first lane may be this process (`here`): the caller runs its tasks (`run_here`) while it waits for results, and
 the other lanes' processes start once the work queued is worth their start (SPREAD_AFTER, SPREAD_WORK). A small plan
-is then done here as fast as in one process (two workers of their own, started at once, took 2.25 s for its 1.85 s
-on 144 small units); a large one has every core after its first half second.
+is then done here as fast as in one process (workers of their own, started at once, would make it slower); a large
+one has every core after its first half second.
 
 A task's future here is this module's own (the caller's): pending while it waits in a queue (so `cancel` takes
 back what has not started, as before), running once sent to its lane's process, done with what that task gave.
@@ -42,11 +42,10 @@ DEPTH = 2
 #: With a lane in this process, the other lanes' processes start only once that is worth their start: SPREAD_AFTER
 #: seconds after the first task came, the tasks queued would take this process more than SPREAD_WORK seconds more (at
 #: its mean time per task so far, which the families' preparations, first in the queue, make look slower). A
-#: worker's start (an interpreter, softaudit's imports, its own isolated worker, the families it reads) took about
-#: 1.2 s on 2 cores, on the cores this process and its isolated worker were using. At 2 s, 288 small softmax units
-#: (2.6 s in one process) spread, and took 6% longer than in one process; at 4 s, up to 576 (4.3 s) stay here, and
-#: every built-in over the quick suite (4,582 rows, 29 s) spreads after its first half second and takes 26% less
-#: (docs/scale.md; benchmarks/bench_small_plans.py).
+#: worker's start (an interpreter, softaudit's imports, its own isolated worker, the families it reads) takes the
+#: cores this process and its isolated worker are using. A lower SPREAD_WORK spreads small plans that then take
+#: longer than in one process; at this one, small plans stay here and every built-in over the quick suite spreads
+#: after its first half second (docs/scale.md; benchmarks/bench_small_plans.py measures both).
 SPREAD_AFTER = 0.5
 SPREAD_WORK = 4.0
 

@@ -28,8 +28,8 @@ _limit_mib: list[int] = []  # the worker's memory limit, for the message
 
 #: loky restarts a worker whose memory grew 300 MB past its size after its first task: a leak check for pools of
 #: stateless tasks. Ours keep what they loaded (JAX and its compiled kernels grow past that), so a restart
-#: would import and compile it all again: an audit of softaudit.frameworks.jax in float32 (quick suite) took 190 and
-#: 212 s with the check, 117 and 144 s without it (two runs each, docs/isolation.md).
+#: would import and compile it all again, which made an audit of softaudit.frameworks.jax far slower with the
+#: check than without it (docs/isolation.md).
 NO_LEAK_CHECK = {"LOKY_MAX_MEMORY_LEAK_SIZE": str(2**40)}
 
 #: A worker's environment: no leak check, and one BLAS / OpenMP thread (softaudit/_threads.py).
@@ -70,7 +70,7 @@ def setup(memory_mib: int | None) -> None:
     # parent stops and closes the workers; a worker never decides (killed by it, its call would read as an error).
     ignore_stops()
     # A fresh process's malloc (glibc) maps every block past 128 KiB anew and unmaps it on free: a candidate's
-    # temporaries then page-fault on every call, 2x slower than in a process that has freed one large block,
+    # temporaries then page-fault on every call, much slower than in a process that has freed one large block,
     # which raises that threshold (to 32 MiB at most). Free one now, as the parent process has long done.
     np.empty(2**25 - 2**16, np.uint8)
     if memory_mib:

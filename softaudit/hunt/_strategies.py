@@ -42,12 +42,12 @@ MAX_ROW_ELEMENTS = 8192
 MAX_SCORE_WORK = 2**19
 #: attention_grad's bounds. Its reference decides nearly every output in its fast tiers (tier B) while the scores
 #: stay within about 1e5; scores spread further send outputs to tier C (mpmath, per query), whose time grows with
-#: the keys times the outputs: with 8 queries, d = 8, in float32, q and k drawn with a scale of 100 (scores about
-#: 1e4) took 0.01-0.25 s up to 257 keys; with a scale of 1000, 13 s at 33 keys and 48 s at 65. So where the drawn
-#: scale is at most MAX_GRAD_LONG_SCALE: up to 257 keys (run's tile edges) and 2**17 multiply-adds of q k^T
-#: (attn_tile_edges has 4 x 192 x 64 = 2**15.6); beyond it, 33 keys and 2**13, the bounds from before tier B.
-#: (A 40 s hunt of attention_grad.upcast, 2 busy cores: 31, 30, 16 examples/s in float16, bfloat16, float32, the
-#: slowest example 1.2, 8.9, 7.2 s; with 33 keys and 2**13 throughout: 63, 25, 18 examples/s, 0.4, 7.4, 24 s.)
+#: the keys times the outputs: q and k drawn with a scale of 100 (scores about 1e4) stay fast up to 257 keys, a
+#: scale of 1000 is orders of magnitude slower from 33 keys. So where the drawn scale is at most
+#: MAX_GRAD_LONG_SCALE: up to 257 keys (run's tile edges) and 2**17 multiply-adds of q k^T (attn_tile_edges has
+#: 4 x 192 x 64 = 2**15.6); beyond it, 33 keys and 2**13, the bounds from before tier B. (A short hunt of
+#: attention_grad.upcast checked the trade: more examples in float16 than the tighter bounds gave, and a shorter
+#: slowest example in float32.)
 MAX_GRAD_LONG_SCALE = 100.0
 MAX_GRAD_SCORE_WORK, MAX_GRAD_KEYS = 2**17, 257
 MAX_GRAD_WIDE_WORK, MAX_GRAD_WIDE_KEYS = 2**13, 33

@@ -198,7 +198,7 @@ def _qkv(rng, heads, lq, lk, d=64, spread=1.0):
 
 def _softcap(kind, fmt, size, rng):
     # The backward's over 128 keys (see _alibi): its float64 reference is tier C's direct evaluation throughout
-    # (no double-double tanh), about 1 s per 64 keys of these cases on the development machine.
+    # (no double-double tanh), whose time grows with the keys.
     keys = 128 if _backward(kind) else 256
     arrays = _qkv(rng, 2, size.lq, keys, spread=4.0)  # scores of N(0, 16): a cap of 20 bends the largest
     keep = rng.random((size.lq, keys)) < 0.7

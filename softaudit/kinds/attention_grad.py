@@ -26,9 +26,8 @@ ATTENTION_GRAD = Kind(
     standard=("attention_grad.naive", "attention_grad.flash2_b64"),
     best="attention_grad.upcast",
     best_practice=_BEST,
-    # The reported attention families (tier B made this reference fast): each takes under 1 s per dtype on the
-    # 2-core development machine, attn_tile_edges 3.6-5.6 s in float64 (docs/gradients.md has the table). Not
-    # attn_nan_masked_key: 15-24 s in float64, where the dtype's max in its masked values keeps tier B off
+    # The reported attention families (tier B made this reference fast; docs/gradients.md has their cost). Not
+    # attn_nan_masked_key: the slowest by far in float64, where the dtype's max in its masked values keeps tier B off
     # (|v| >= 2**500) and sends every output to tier C; and its junk is not junk for a backward pass (dQ = dS K
     # meets the NaN keys, dP = dO V^T the max values: best practice gives NaN too).
     families=_families.ATTENTION

@@ -290,7 +290,7 @@ EXP_ARG_MIN = -2000.0
 
 
 def _table() -> tuple[np.ndarray, np.ndarray]:
-    """e**(j/4096) for |j| <= 1421 as double-doubles, computed once with mpmath at 200 bits (about 50 ms)."""
+    """e**(j/4096) for |j| <= 1421 as double-doubles, computed once with mpmath at 200 bits, on first use."""
     global _TABLE
     if _TABLE is None:
         pairs = [_constant(libmp.mpf_exp(libmp.from_rational(j, _STEPS, 220), 200)) for j in range(-_REACH, _REACH + 1)]

@@ -109,7 +109,7 @@ def tier_b_fast(formula, x: np.ndarray, removed: np.ndarray) -> Approx:
 
 
 #: Rows at least this long are multiplied one at a time by their row's values as Python floats: numpy
-#: broadcasting a column costs about as much as the arithmetic (measured: 2x for a (4, 4096) block).
+#: broadcasting a column costs about as much as the arithmetic.
 _ROW_BY_ROW = 512
 
 

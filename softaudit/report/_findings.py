@@ -35,7 +35,7 @@ def verdict_matrix(table) -> dict:
     verdict is the most severe family's among error, fail and warn; else pass where a family passed (a family
     skipped beside passing ones does not grey the cell), else skip."""
     # (each family's most severe verdict as its rank in ORDER, the least rank of its rows: one groupby for the
-    # whole table, where a groupby per cell took 0.25 s on the main job's 4,546 rows)
+    # whole table, since a groupby per cell is slow on the main job's thousands of rows)
     rank = table.verdict.map(ORDER.index)
     per_family = rank.groupby([table.candidate, table.dtype, table.family], sort=False).min()
     found: dict = {}  # (candidate, dtype) -> {verdict: families}, in the table's order
@@ -71,8 +71,8 @@ def issues(table, verdicts=("error", "fail", "warn")) -> list[dict]:
     largest over its rows, NaN where nothing was compared), why (the finding's sentence, one line), note (that of
     the row with the largest error, which it names first where the group has several rows) and fix.
     """
-    # grouped in Python over the rows as dicts: per-group pandas calls took 0.27 s for the main job's 320 groups,
-    # and the CLI's summary, summary.md and report.html each ask
+    # grouped in Python over the rows as dicts: per-group pandas calls are slow for the main job's hundreds of
+    # groups, and the CLI's summary, summary.md and report.html each ask
     rows = table[table.verdict.isin(verdicts)]
     found: dict = {}  # group key -> its rows, in the table's order (groupby's sort=False)
     for row in rows[[c for c in _COLUMNS if c in rows]].to_dict(orient="records"):

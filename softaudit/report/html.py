@@ -85,7 +85,7 @@ def _why(group: dict) -> str:
 def _points(rows, param) -> dict:
     """(kind, dtype) -> candidate -> [(param value, max conditioning-scaled error over the cases with finite outputs
     (NaN if none), any case with NaN or inf outputs?)] from the per-case rows of one family, in one groupby (a groupby
-    per kind x dtype took 0.3 s of the main job's report)."""
+    per kind x dtype is slow on the main job's report)."""
     if param not in rows:
         return {}
     # a case with NaN or inf outputs is its cross alone: the error of its finite elements would draw it as accurate
@@ -181,8 +181,8 @@ def _family_tables(table) -> str:
 
 def _family_cells(table) -> dict:
     """family -> {(candidate, dtype): (the cell's largest error, the most severe verdict of its rows)}, in the
-    table's order: one groupby for the whole table, where two pivot_table calls per family took 0.7 s of the main
-    job's 66 families."""
+    table's order: one groupby for the whole table, since two pivot_table calls per family are slow over the main
+    job's many families."""
     keys = [table.family, table.candidate, table.dtype]
     errors = table.max_cond_err.groupby(keys, sort=False).max()
     ranks = table.verdict.map(ORDER.index).groupby(keys, sort=False).min()

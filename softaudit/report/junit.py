@@ -19,8 +19,8 @@ def junit(result, comparison=None) -> str:
     failing = result.policy.failing - {"error"}  # (errors are <error> elements of their own)
     root = ET.Element("testsuites", name="softaudit")
     table = result.table
-    # the rows as dicts once, grouped here (to_dict of each candidate's group, twice, took 0.8 s of the main job's
-    # report); a suite's time is pandas' sum of its rows' still, the same float as before
+    # the rows as dicts once, grouped here (to_dict of each candidate's group, twice, was most of the main job's
+    # junit time); a suite's time is pandas' sum of its rows' still, the same float as before
     groups: dict = {}  # candidate -> its rows, in the table's order
     for row in table.to_dict(orient="records"):
         groups.setdefault(row["candidate"], []).append(row)

@@ -1,4 +1,4 @@
-"""What the audit finds in the real frameworks: the facts the README publishes, checked on every CI run."""
+"""What the audit finds in the real frameworks: the facts docs/frameworks.md publishes, checked on every CI run."""
 
 import pytest
 

@@ -12,15 +12,15 @@ import softaudit
 
 
 def my_softmax(x, axis=-1):
-    """README.md's softmax ("The audit"), as a user copies it."""
+    """docs/audit.md's softmax, as a user copies it."""
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
 
 @softaudit.candidate(kind="attention")
 def readme(q, k, v, mask=None):
-    """README's softmax on the scores in float32, P V in float32, rounded once to the dtype; a query with no key
-    gives 0, as the policy asks (README's softmax alone gives NaN there)."""
+    """That softmax on the scores in float32, P V in float32, rounded once to the dtype; a query with no key
+    gives 0, as the policy asks (that softmax alone gives NaN there)."""
     q32, k32, v32 = (a.astype(np.float32) for a in (q, k, v))
     s = q32 @ np.swapaxes(k32, -1, -2) / np.float32(np.sqrt(q.shape[-1]))
     if mask is not None:

@@ -283,13 +283,18 @@ def grad_standard(
     bias=None,
     alibi_slopes=None,
     softcap=None,
+    sinks=None,
+    sink_sign: int = -1,
+    sink_in_d: bool = True,
 ):
     """attention_grad's standard algorithm (q, k, v, g = dO -> dq, dk, dv): P as the forward forms it (masked keys
     excluded, zeros for a query with no key), dV = P^T dO, dP = dO V^T, D = rowsum(dP * P), dS = P (dP - D) (times
     a softcap's derivative 1 - tanh**2), dQ = c dS K, dK = c dS^T Q, each summed over the axes its input was
     broadcast along; with one switch per known mistake: drop_delta forgets D; dq_unscaled forgets dQ's c;
     grad_scale "sqrt" multiplies dQ and dK by sqrt(d); drop_cap_derivative forgets the cap's derivative; p_in_dtype
-    rounds P to the 16-bit dtype for dV."""
+    rounds P to the 16-bit dtype for dV. With `sinks` (attention_sinks_grad: one logit z per head, a key of value 0
+    in the softmax) it gives dz = -sum_i P_iz D_i too, summed as the sinks were broadcast; sink_sign=+1 flips dz's
+    sign; sink_in_d=False forms dz from D / (1 - P_iz), D of the keys' weights renormalised without the sink."""
     d = q.dtype
     w = working(d, work)
     qw, kw, vw, gw = (a.astype(w) for a in (q, k, v, g))
@@ -297,9 +302,10 @@ def grad_standard(
         c = w.type(1 / np.sqrt(w.type(q.shape[-1])))
         s = matmul(qw, np.swapaxes(kw, -1, -2), w) * c
         s, keep, sigma = grad_parts._modified(s, mask, causal, window, bias, alibi_slopes, softcap)
-        e, _, _ = _sink_weights(s, grad_parts._keep(keep, s.shape), None, w)
-        total = dtype_sum(e)
+        e, e_z, _ = _sink_weights(s, grad_parts._keep(keep, s.shape), sinks, w)
+        total = dtype_sum(e) + e_z
         p = np.where(total == 0, 0, e / np.where(total == 0, 1, total)).astype(w)
+        p_z = np.where(total == 0, 0, e_z / np.where(total == 0, 1, total)).astype(w)
         dp = matmul(gw, np.swapaxes(vw, -1, -2), w)
         delta = 0 if drop_delta else dtype_sum(dp * p)
         ds = p * (dp - delta)
@@ -312,7 +318,12 @@ def grad_standard(
             matmul(np.swapaxes(ds, -1, -2), qw, w) * cg,
             matmul(np.swapaxes(pv, -1, -2), gw, w),
         )
-        return tuple(grad_parts._unbroadcast(a, b.shape).astype(d) for a, b in zip(grads, (q, k, v)))
+        grads = tuple(grad_parts._unbroadcast(a, b.shape).astype(d) for a, b in zip(grads, (q, k, v)))
+        if sinks is None:
+            return grads
+        d_z = delta if sink_in_d else delta / (w.type(1) - p_z)
+        dz = w.type(sink_sign) * dtype_sum(np.swapaxes(p_z * d_z, -1, -2))[..., 0, 0]
+        return (*grads, grad_parts._unbroadcast(dz, np.shape(sinks)).astype(d))
 
 
 @functools.cache
@@ -325,12 +336,24 @@ def _made_grad(items: tuple):
     return backward
 
 
-def _grad_model(name: str, mistake: str, fix: str, mistakes) -> Model:
+@functools.cache
+def _made_sinks_grad(items: tuple):
+    switches = dict(items)
+
+    def backward(q, k, v, g, sinks, mask=None, **modifiers):
+        return grad_standard(q, k, v, g, mask, **switches, **modifiers, sinks=sinks)
+
+    return backward
+
+
+def _grad_model(name: str, mistake: str, fix: str, mistakes, kind: str = "attention_grad") -> Model:
+    made = _made_sinks_grad if kind == "attention_sinks_grad" else _made_grad
+
     def call(switches):
-        return _made_grad(tuple(sorted(switches.items())))
+        return made(tuple(sorted(switches.items())))
 
     variants = tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
-    return Model(name, "attention_grad", mistake, fix, variants)
+    return Model(name, kind, mistake, fix, variants)
 
 
 MODELS += [
@@ -369,5 +392,22 @@ MODELS += [
         "every step of the backward is rounded to the 16-bit dtype",
         "compute P, dP, D and dS in float32 and round each gradient once",
         [("everything in the dtype", {"work": "dtype"}, {})],
+    ),
+]
+
+MODELS += [
+    _grad_model(
+        "sink_gradient_sign",
+        "the sink's gradient has the wrong sign: dz = +sum_i P_iz D_i",
+        "dz = -sum_i P_iz D_i (the sink's score enters every query's softmax; its value is 0)",
+        each_work({"sink_sign": 1}),
+        kind="attention_sinks_grad",
+    ),
+    _grad_model(
+        "sink_left_out_of_d",
+        "the sink's gradient takes D from the keys' weights renormalised without the sink, D / (1 - P_iz)",
+        "dz = -sum_i P_iz D_i with D = rowsum(dO * O), the output's own weights, the sink's included",
+        each_work({"sink_in_d": False}),
+        kind="attention_sinks_grad",
     ),
 ]

@@ -37,6 +37,7 @@ def standard(
     dot_over_all: bool = False,
     p_wide: bool = False,
     via_lse: bool = False,
+    uniform_p: bool = False,
 ):
     """The backward on rows x (the last axis) with one switch per known mistake: drop_delta forgets the <g, p> (or
     p sum g) term; sum_g uses sum g for softmax's <g, p>; swap_formula computes softmax's gradient for log_softmax or
@@ -44,7 +45,8 @@ def standard(
     NaN outputs; shift=False forms p without the max; unnormalised forgets p's division by the sum; fill forms a
     masked p from where(mask, x, fill) with the result not masked; dot_over_all takes <g, p> with the unmasked p;
     p_wide forms p in float32 and rounds it to the working precision (as a framework's softmax hands it over);
-    via_lse forms p as exp(x - lse), lse = m + log(sum exp(x - m)) in the working precision (autograd's form)."""
+    via_lse forms p as exp(x - lse), lse = m + log(sum exp(x - m)) in the working precision (autograd's form);
+    uniform_p takes log_softmax's p sum(g) with p = 1 / n, as g - mean(g)."""
     d = x.dtype
     w = d if in_dtype else working(d, work)
     if in_dtype and working(d, "wide") == d:
@@ -64,7 +66,7 @@ def standard(
     if kind == "logsumexp_grad":
         out = p * gw[..., None]
     elif (kind == "log_softmax_grad") != swap_formula:
-        out = gw if drop_delta else gw - p * total(gw)
+        out = gw if drop_delta else gw - (total(gw) / w.type(x.shape[-1]) if uniform_p else p * total(gw))
     else:
         weights = forward("softmax", np.where(np.isfinite(xw), xw, 0)).astype(w) if dot_over_all else p
         delta = total(gw if sum_g else gw * weights)
@@ -113,6 +115,13 @@ MODELS = [
         "the term subtracted from g is missing: softmax's <g, p>, log_softmax's p sum(g)",
         "subtract the term: softmax's dx = p (g - <g, p>), log_softmax's dx = g - p sum(g)",
         each_work({"drop_delta": True}),
+    ),
+    *_model(
+        "mean_for_p_sum",
+        ("log_softmax_grad",),
+        "the term subtracted from g is mean(g): log_softmax's p sum(g) with p taken as uniform, 1 / n",
+        "subtract p sum(g), p the softmax of x: dx = g - softmax(x) sum(g)",
+        each_work({"uniform_p": True}),
     ),
     *_model(
         "sum_g_for_dot",

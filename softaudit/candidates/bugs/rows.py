@@ -69,6 +69,8 @@ def standard(
     hide_nan: str = "",
     flush: bool = False,
     after_softmax: bool = False,
+    fast_exp: int | None = None,
+    e_in_dtype: bool = False,
 ):
     """The row kinds' standard algorithm on rows x (the last axis), with one switch per known mistake:
     shift=False drops the max; sum_in_dtype sums in the audited 16-bit dtype, wide_sum in float32 (rounded back to
@@ -81,10 +83,12 @@ def standard(
     the dtype) instead of excluding them; after_softmax zeroes masked entries after a softmax over the whole row;
     log1p_form takes log s as log1p of the sum without the max's term (the fix of a log of a sum near 1); log_of_p
     gives log_softmax as log(softmax); add_max=False forgets logsumexp's m; hide_nan "input" treats a NaN entry as
-    masked, "output" zeroes NaN outputs; flush zeroes subnormal outputs."""
+    masked, "output" zeroes NaN outputs; flush zeroes subnormal outputs; fast_exp c takes exp(t) by Schraudolph's
+    bit trick in float32 with the correction c (`schraudolph`); e_in_dtype rounds each exp(t) to the 16-bit dtype
+    (a kernel that stores them) before the sum and the division."""
     d = x.dtype
     w = working(d, work)
-    if sum_in_dtype and work_dtype(d) == d:
+    if (sum_in_dtype or e_in_dtype) and work_dtype(d) == d:
         raise Inapplicable("the dtype is its own working precision")
     xw = x.astype(w)
     keep = None if mask is None else np.asarray(mask, bool)
@@ -105,8 +109,12 @@ def standard(
         e = exp2(t * w.type(log2e))
     elif ln2 is not None and ln2_in != "log":
         e = exp2(t / w.type(ln2))
+    elif fast_exp is not None:
+        e = np.where(np.isneginf(t), np.zeros((), w), schraudolph(t, fast_exp).astype(w))
     else:
         e = exp(t)
+    if e_in_dtype:
+        e = e.astype(d).astype(w)
     if block is not None:
         s = _online_sum(kept_x, block, rescale, w)
     else:
@@ -140,6 +148,15 @@ def standard(
         tiny = np.array(ml_dtypes.finfo(d).smallest_normal, d)
         out = np.where(np.abs(out) < tiny, np.zeros((), d), out)
     return out
+
+
+def schraudolph(t, c: int) -> np.ndarray:
+    """exp(t) by Schraudolph's bit trick in float32 (Neural Computation 11(4), 1999): the integer 2**23 t / ln 2 +
+    127 * 2**23 - c read as a float32's bits, t clamped at -87 (the least a float32 exponent takes here); a few
+    percent off exp(t), the error periodic in t."""
+    t = np.maximum(np.asarray(t, np.float32), np.float32(-87))
+    bits = (np.float32(2**23 / np.log(2)) * t + np.float32(127 * 2**23 - c)).astype(np.int32)
+    return bits.view(np.float32)
 
 
 def _online_sum(x, block: int, rescale: bool, w):
@@ -285,6 +302,24 @@ MODELS = [
             for c in SHORT_LN2
             for where, place in (("", ""), (" in exp", "exp"), (" in log", "log"))
         ],
+    ),
+    *_model(
+        "approximate_exp",
+        ROWS,
+        "exp is Schraudolph's bit trick (a float32 built from 2**23 t / ln 2 plus the exponent bias), a few percent "
+        "off exp",
+        "use an accurate exp (the library's expf, or exp2 of t * log2(e) with a correctly rounded exp2)",
+        # (the corrections c: none, the paper's 60801 for a double's upper 32 bits scaled to float32's 23 bits,
+        # and 486411, the constant float32 ports carry)
+        [(f"correction c = {c}", {"fast_exp": c}, {}) for c in (0, 60801 * 8, 486411)],
+    ),
+    *_model(
+        "exp_in_dtype",
+        ROWS,
+        "each exp(x - max) is rounded to the 16-bit dtype (stored) before the sum and the division, which are "
+        "in float32",
+        "keep the exponentials in float32 until the output is rounded",
+        [("exp stored in the dtype", {"e_in_dtype": True}, {})],
     ),
     *_model(
         "downcast",
