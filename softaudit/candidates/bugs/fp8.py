@@ -1,0 +1,48 @@
+"""Bug models of FP8 attention, `f(q8, k8, v8, descale_q, descale_k, descale_v, mask=None) -> o`: FlashAttention
+3's forward under a scheme (softaudit.candidates.attention_fp8's `kernel`) with one known mistake, beside the same
+kernel without it. softaudit.fp8 names a failing row's cause only where a variant reproduces the candidate's output
+and its fix does not have the error. Kept out of the bug-model registry of the registered kinds: attention_fp8 is
+audited by softaudit.fp8 (docs/fp8.md)."""
+
+from __future__ import annotations
+
+import functools
+
+from ..attention_fp8 import kernel
+from . import Model, Variant
+
+_SCHEMES = {"P in e4m3, offset 8": {"p": "float8_e4m3fn", "offset": 8.0}, "P in bfloat16": {"p": "bfloat16"}}
+
+
+def _variant(label, buggy, fixed) -> Variant:
+    return Variant(label, functools.partial(kernel, **buggy), functools.partial(kernel, **fixed))
+
+
+STALE_MAX = Model(
+    "stale_max",
+    "attention_fp8",
+    "the running max is kept stale while a block's max exceeds it by less than a threshold, and the offset of "
+    "P = 2**(s - m + offset) leaves no room for it: P passes 448 and the saturating e4m3 conversion clamps the "
+    "largest weights while the row sum adds them unclamped (FlashAttention #2716)",
+    "lower the offset by the stale threshold so 2**(offset + threshold) <= 448, or rescale whenever the max grows "
+    "(FlashAttention PR #2717)",
+    tuple(
+        _variant(f"P in e4m3, offset 8, stale below {t:g}", {"stale": t}, {})
+        for t in (4.0, 2.0, 8.0)  # (4 is FlashAttention's; each threshold is one kernel's choice)
+    ),
+)
+
+DROPPED_DESCALE = Model(
+    "dropped_descale",
+    "attention_fp8",
+    "a descale factor is dropped on the kernel's path (read as 1), so scores or outputs are off by the head's "
+    "quantization scale (vLLM PR #51363)",
+    "pass descale_q, descale_k and descale_v to every path, per (batch, KV head)",
+    tuple(
+        _variant(f"{scheme}, descale_{which} dropped", {"drop": (which,), **settings}, settings)
+        for scheme, settings in _SCHEMES.items()
+        for which in ("q", "k", "v")
+    ),
+)
+
+MODELS = (STALE_MAX, DROPPED_DESCALE)
