@@ -1,14 +1,16 @@
-"""A FlashAttention-style forward in Triton (tiles of queries and keys, an online softmax), audited on the GPU.
+"""A FlashAttention-style forward in Triton (tiles of queries and keys, an online softmax), audited anywhere.
 
     softaudit run examples/triton_attention.py --dtype float16 --dtype bfloat16 --dtype float32
+    softaudit run examples/triton_attention.py --device cuda   # on the GPU
 
 Each program takes BLOCK_M queries of one batch entry and walks the keys BLOCK_N at a time, as FlashAttention 2's
 forward does: scores S = c Q K^T by `tl.dot` with float32 accumulation, a running max m and sum l, the tile's
 P = exp(S - m) cast to the dtype of V before P V (FlashAttention's choice: the second matrix product runs on the
 tensor cores in 16 bits), and O = acc / l at the end. A query with no key it may attend gets 0 (l = 0), as
 FlashAttention 2 writes. Two precision choices of Triton show in float32: `tl.dot` on float32 inputs defaults to
-TF32 (10 explicit significand bits), and `tl.exp` is the fast approximate exponential. Without a CUDA GPU (or
-Triton) every row is a `skip`.
+TF32 (10 explicit significand bits), and `tl.exp` is the fast approximate exponential. framework="triton": with
+--device cuda it runs on the GPU; on the CPU (the default) in Triton's interpreter, made to round as a GPU does
+(docs/triton.md), where float32 `tl.dot` is full float32, not TF32. Without Triton every row is a `skip`.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import math
 
 import softaudit
 
-from _gpu import on_gpu, only
+from _gpu import only
 
 BLOCK_M, BLOCK_N = 64, 32
 
@@ -71,7 +73,7 @@ def _kernel():
     return triton, attention_kernel
 
 
-@softaudit.candidate(kind="attention", name="triton.flash_forward", framework="torch")
+@softaudit.candidate(kind="attention", name="triton.flash_forward", framework="triton")
 def flash_forward(q, k, v, mask=None):
     """FlashAttention-2-style forward in Triton: tiled, online softmax, P cast to V's dtype, 0 for empty rows."""
     import torch
@@ -81,7 +83,7 @@ def flash_forward(q, k, v, mask=None):
     lq, lk, d, dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     q, k, v = (a.expand(batch + a.shape[-2:]).reshape((-1,) + a.shape[-2:]) for a in (q, k, v))
     keep = None if mask is None else mask.expand(batch + (lq, lk)).reshape(-1, lq, lk).to(torch.int8)
-    q, k, v, *rest = on_gpu(q, k, v, *(() if keep is None else (keep,)))
+    q, k, v, *rest = (t.contiguous() for t in (q, k, v, *(() if keep is None else (keep,))))
     triton, kernel = _kernel()
     out = q.new_empty(q.shape[:-1] + (dv,))
     if out.numel() and lk:

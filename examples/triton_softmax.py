@@ -1,12 +1,15 @@
-"""A tutorial-style fused softmax in Triton (one program per row, the row held in registers), audited on the GPU.
+"""A tutorial-style fused softmax in Triton (one program per row, the row held in registers), audited anywhere.
 
     softaudit run examples/triton_softmax.py --dtype float16 --dtype bfloat16 --dtype float32
+    softaudit run examples/triton_softmax.py --device cuda   # on the GPU
 
 The kernel follows Triton's fused-softmax tutorial: load a row (masked lanes read -inf), subtract its max, exp,
 sum, divide; the arithmetic is float32 whatever the input dtype, the result is stored in the input's dtype.
 Triton's `tl.exp` in float32 compiles to the GPU's fast approximate exponential (ex2.approx), which is where this
 kernel's float32 error comes from; `softaudit run` reports it against a float32 softmax built on an accurate exp.
-Without a CUDA GPU (or without Triton) every row is a `skip`.
+framework="triton": with --device cuda the kernel runs on the GPU; on the CPU (the default) it runs in Triton's
+interpreter, which softaudit makes round as a GPU does (docs/triton.md; numpy's exp stands in for ex2.approx
+there). Without Triton every row is a `skip`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import functools
 
 import softaudit
 
-from _gpu import on_gpu, only
+from _gpu import only
 
 #: One program keeps a whole row in registers: beyond this the tutorial's design stops being sensible.
 MAX_ROW = 16384
@@ -42,11 +45,11 @@ def _kernel():
     return triton, softmax_kernel
 
 
-@softaudit.candidate(kind="softmax", name="triton.fused_softmax", framework="torch")
+@softaudit.candidate(kind="softmax", name="triton.fused_softmax", framework="triton")
 def fused_softmax(x, axis=-1):
     """Triton tutorial fused softmax: one program per row, float32 arithmetic, tl.exp."""
     only(x.dtype, ("float16", "bfloat16", "float32"), "the kernel loads 16- and 32-bit floats only")
-    (moved,) = on_gpu(x.movedim(axis, -1))  # first: without a GPU, that is the reason to give
+    moved = x.movedim(axis, -1).contiguous()
     n = moved.shape[-1]
     if n > MAX_ROW:
         raise softaudit.CandidateSkip(f"rows of {n} > {MAX_ROW}: the kernel holds a row in registers")

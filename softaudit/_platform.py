@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 #: The frameworks whose versions decide a candidate's bits beyond numpy's, recorded where they are loaded.
-FRAMEWORKS = ("torch", "jax", "jaxlib", "scipy", "triton")
+FRAMEWORKS = ("torch", "jax", "jaxlib", "scipy", "triton", "liger_kernel", "flag_gems")
 
 _versions: dict[str, str | None] = {}  # name -> its installed version, read once per process
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from . import causes, kinds
 from ._threads import one_thread
+from .candidates.bugs import cause_of as cause_of
 from .candidates.bugs import models
 from .reference import Format
 

@@ -116,8 +116,9 @@ def unit(
         if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
             finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
         if finding not in ("", diagnosis.UNEXPLAINED) and not diagnosis.ambiguous(finding):
-            # (one model says what happened: no guess beside it)
+            # (one model says what happened: no guess beside it, and its cause where it names one)
             text = _without_guesses(text, pattern, record)
+            cause = diagnosis.cause_of(candidate.kind, finding) or cause
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,

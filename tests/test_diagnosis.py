@@ -166,6 +166,8 @@ NAMED = [
     (grads.sg_sum_g_not_dot, "softmax_grad", "float16", "g_wide"),
     (grads.lsg_softmax_formula, "log_softmax_grad", "float64", "gaussian"),
     (new_kinds.ce_unshifted, "cross_entropy", "float32", "ce_offset"),
+    (new_kinds.ce_softcap_every_lane, "cross_entropy", "float32", "ce_softcap"),
+    (new_kinds.ceg_softcap_every_lane, "cross_entropy_grad", "float32", "ce_softcap"),
     (softmax.schraudolph_exp, "softmax", "float32", "gaussian"),
     (softmax.exp_rounded_to_dtype, "softmax", "float16", "mnist_logits"),
     (grads.lsg_missing_p, "log_softmax_grad", "float32", "gaussian"),
@@ -243,3 +245,16 @@ def test_the_online_models_sum_is_the_block_by_block_loops_bit_for_bit(dtype):
             for rescale in (True, False):
                 got, want = _online_sum(x, block, rescale, np.dtype(dtype)), _online_loop(x, block, rescale, dtype)
                 assert np.array_equal(got, want, equal_nan=True), (n, block, rescale)
+
+
+@pytest.mark.parametrize(
+    "fn, kind",
+    [(new_kinds.ce_softcap_every_lane, "cross_entropy"), (new_kinds.ceg_softcap_every_lane, "cross_entropy_grad")],
+)
+def test_a_softcap_that_makes_masked_lanes_finite_is_a_leak_not_an_accumulation(fn, kind):
+    """Liger-Kernel 0.8.5's softcap on -inf vocabulary lanes: the worst element's magnitude reads as a long sum's
+    error (a running sum of 1152 terms, "accumulate the sum pairwise"); the model that reproduces it says leak."""
+    rows = judged(fn, kind, ["float32"], ["ce_softcap"])
+    assert len(rows) and set(rows.cause) == {"mask_leak"}, rows[["cause", "finding", "note"]]
+    assert rows.note.str.contains("a leak: the softcap").all()
+    assert not rows.fix.str.contains("pairwise").any() and rows.fix.str.contains("kept lanes only").all()

@@ -13,6 +13,9 @@ import re
 
 import numpy as np
 
+#: What a candidate's `framework` may be: the arrays it is given (a triton candidate gets torch tensors).
+FRAMEWORKS = ("numpy", "torch", "jax", "triton")
+
 INSTALL = {
     "torch": "PyTorch is not installed: pip install 'softaudit[torch]'",
     "jax": "JAX is not installed: pip install 'softaudit[jax]'",
@@ -37,7 +40,7 @@ def check_device(framework: str, device: str | None) -> None:
     kind, index = parse_device(device)
     if kind == "cpu" or framework == "numpy":
         return
-    if framework == "torch":
+    if framework in ("torch", "triton"):
         import torch
 
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -125,8 +128,8 @@ def context(framework: str):
 
 
 def converters(framework: str):
-    if framework == "torch":
+    if framework in ("torch", "triton"):  # (a Triton kernel takes torch tensors)
         return to_torch, from_torch
     if framework == "jax":
         return to_jax, from_jax
-    raise ValueError(f"unknown framework {framework!r}; known: numpy, torch, jax")
+    raise ValueError(f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")

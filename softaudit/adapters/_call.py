@@ -123,9 +123,14 @@ def call_all(
     args, kwargs = _arguments(kind, arrays, mask, reuse)
     kwargs |= options or {}
     framework = candidate.framework
+    ran, where = "", bridge.context(framework)
+    if framework == "triton":  # (on the CPU: Triton's interpreter, corrected; on a GPU: as it is)
+        from . import _triton
+
+        ran, where = _triton.prepare(candidate.device, dtype)
     try:
         # The audit counts NaN, overflow and underflow itself; numpy's warnings about them would only be noise.
-        with _time_limit(timeout), np.errstate(all="ignore"), bridge.context(framework):
+        with _time_limit(timeout), np.errstate(all="ignore"), where:
             if framework != "numpy":
                 to, back = bridge.converters(framework)
                 args = tuple(to(a, candidate.device) for a in args)
@@ -145,7 +150,7 @@ def call_all(
         _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
         for o, shape, name in zip(outs, shapes, kind.outputs)
     ]
-    return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for _, n in checked if n))
+    return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for n in (ran, *(n for _, n in checked)) if n))
 
 
 #: Where Python's own modules and installed packages live: a frame there is a library's, not the user's code.

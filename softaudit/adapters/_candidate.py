@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Mapping
 
 from .. import kinds as _kinds
+from . import _bridge
 
 _MARK = "__softaudit_candidate__"
 
@@ -19,7 +20,7 @@ class Candidate:
     kind: str
     name: str
     call: Callable
-    framework: str = "numpy"  # numpy, torch or jax: the adapter converts arrays to its tensors and back
+    framework: str = "numpy"  # numpy, torch, jax or triton (torch tensors): the adapter converts arrays and back
     device: str | None = None  # torch, jax: "cpu", "cuda", "cuda:N" or "gpu"; None: the run's (default the CPU)
     source: str | None = None  # the target that loads it again ("pkg.mod:func", "file.py:func"); None if none does
     #: The conventions it implements where a kind has several (attention's causal and window alignment: "top_left"
@@ -74,15 +75,17 @@ def candidate(
     such as math.exp, a bound method), or when another module marked it already, a thin function that calls it,
     with its name and docstring, is returned instead: use the returned value.
     framework="torch" or "jax": the function gets that framework's tensors (same dtype, bit for bit) and returns
-    one; device= pins them to a device ("cpu", "cuda", "cuda:N"; None: the run's device, default the CPU).
+    one; "triton": torch tensors, for a function launching Triton kernels, run on the GPU as it is and on the CPU
+    in Triton's interpreter made faithful to a GPU's rounding (docs/triton.md); device= pins them to a device
+    ("cpu", "cuda", "cuda:N"; None: the run's device, default the CPU).
     conventions= declares the conventions it implements where the kind has several, as documented: attention's
     {"causal": "top_left", "window": "top_left"} (key j against query i itself, as jax.nn.dot_product_attention
     and PyTorch SDPA's is_causal) or "bottom_right" (the default, FlashAttention's); a case setting causal or a
     window is then judged against the exact result of the declared alignment (docs/policy.md).
     """
     check_kind(kind)
-    if framework not in ("numpy", "torch", "jax"):
-        raise ValueError(f"unknown framework {framework!r}; known: numpy, torch, jax")
+    if framework not in _bridge.FRAMEWORKS:
+        raise ValueError(f"unknown framework {framework!r}; known: {', '.join(_bridge.FRAMEWORKS)}")
     declared = _kinds.get(kind).declaration(conventions)
     owner = marking_module()
 

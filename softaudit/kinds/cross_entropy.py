@@ -268,6 +268,26 @@ def _softcap_padded(kind, fmt, size, rng):
     ]
 
 
+def _scaled_g(kind, fmt, size, rng):
+    """A mean and a sum with g other than 1: what gradient accumulation (2**-k), a float16 loss scale (65,536) and
+    any other scaling (0.3: not a power of two) pass back. Liger-Kernel skips its g-scaling kernel exactly when g
+    == 1, the only g the other families pass for a reduced loss."""
+    v = _vocab(size)
+    x = rng.standard_normal((4, v)) * 2
+    t = rng.integers(0, v, 4)
+    out = []
+    for g, why in ((2.0**-3, "8 accumulation steps"), (65536.0, "a loss scale of 65,536"), (0.3, "not a power of 2")):
+        if g > fmt.max_float:  # (65,536 is inf in float16: the scaler's own overflow, not the kernel's)
+            continue
+        for reduction in ("mean", "sum"):
+            arrays, mask, text, params, options = _case(
+                kind, x, t, f"g = {g:g} ({why}), {reduction}", rng, reduction=reduction
+            )
+            arrays["g"] = np.array(g)
+            out.append((arrays, mask, text, params, options))
+    return out
+
+
 _MAKERS = {
     "ce_gaussian": ("Gaussian logits over a vocabulary that is not a multiple of a block size", _gaussian),
     "ce_confident": ("confident rows: the target's probability 0.99 to 0.9999", _confident),
@@ -305,6 +325,9 @@ CROSS_ENTROPY = Kind(
     makers=_MAKERS,
 )
 
+#: The gradient's own families: an upstream g that only a gradient has.
+_GRAD_MAKERS = {"ce_scaled_g": ("reduced losses with g other than 1: 2**-3, 65,536, 0.3", _scaled_g)}
+
 CROSS_ENTROPY_GRAD = Kind(
     "cross_entropy_grad",
     "f(logits, target, g) -> dlogits, with cross_entropy's keywords",
@@ -315,7 +338,7 @@ CROSS_ENTROPY_GRAD = Kind(
     standard=("cross_entropy_grad.saved_logp",),
     best="cross_entropy_grad.f32acc",
     best_practice="p - q in {wide} with 1 - p_y as the sum of the others, round once (cross_entropy_grad.f32acc)",
-    families=tuple(_MAKERS),
+    families=(*_MAKERS, *_GRAD_MAKERS),
     reference=reference,
     conditioning=conditioning,
     element_inputs=element_inputs,
@@ -327,4 +350,5 @@ CROSS_ENTROPY_GRAD = Kind(
     causes=("subnormal",),
     scale_terms="the terms of p - q",
     integers=("target",),
+    makers=_GRAD_MAKERS,
 )

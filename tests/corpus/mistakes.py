@@ -73,6 +73,8 @@ MISTAKES = {
     new_kinds.ce_unshifted: "no_max_shift",
     new_kinds.ce_z_loss_when_off: None,
     new_kinds.ceg_p_in_dtype: None,
+    new_kinds.ce_softcap_every_lane: "masked_lanes_made_finite",
+    new_kinds.ceg_softcap_every_lane: "masked_lanes_made_finite",
     new_kinds.lse_plus_inf_for_no_key: "lse_of_no_key",
     new_kinds.merge_unguarded: "unguarded_merge",
 }

@@ -99,6 +99,37 @@ def ceg_p_in_dtype(logits, target, g, **options):
     return (p * np.asarray(g, np.float64)[:, None]).astype(logits.dtype)
 
 
+def ce_softcap_every_lane(logits, target, **options):
+    """Defect (Liger-Kernel 0.8.5's cross-entropy): the softcap applied to every lane, -inf ones becoming -c and
+    taking probability; in float64, rounded once."""
+    softcap = options.pop("softcap", None)
+    if softcap is not None:
+        logits = (softcap * np.tanh(logits.astype(np.float64) / softcap)).astype(logits.dtype)
+    return ce_float64_once(logits, target, **options)
+
+
+def ceg_softcap_every_lane(logits, target, g, *, softcap=None, **options):
+    """Defect (the same, in the backward): p over every lane capped, -inf ones at -c; the cap's derivative is 0 on
+    them (tanh is -1 there), so the leak shows as the kept lanes' p too small."""
+    if softcap is None:
+        return ceg_float64_once(logits, target, g, **options)
+    x = logits.astype(np.float64)
+    z = softcap * np.tanh(x / softcap)
+    rows = np.arange(len(x))
+    ignore_index = options.get("ignore_index", -100)
+    ignored = target == ignore_index
+    y = np.where(ignored, 0, target)
+    p = np.exp(z - z.max(axis=1, keepdims=True))
+    p = p / p.sum(axis=1, keepdims=True)
+    p[rows, y] -= 1
+    dz = p * np.where(x == -np.inf, 0.0, 1 / np.cosh(x / softcap) ** 2)
+    reduction = options.get("reduction", "none")
+    g = np.asarray(g, np.float64)
+    kept = max(int((~ignored).sum()), 1)
+    w = g if reduction == "none" else np.full(len(x), float(g) / (kept if reduction == "mean" else 1))
+    return np.where(ignored[:, None], 0.0, dz * w[:, None]).astype(logits.dtype)
+
+
 # -- attention with its lse -------------------------------------------------------------------------------------------
 
 

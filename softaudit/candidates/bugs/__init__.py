@@ -36,6 +36,12 @@ def models(kind: str) -> tuple[Model, ...]:
     return _registry().get(kind, ())
 
 
+def cause_of(kind: str, name: str) -> str | None:
+    """The cause a finding of the model `name` gives its row (`Model.cause`), None where it gives none."""
+    found = [m.cause for m in models(kind) if m.name == name]
+    return found[0] if found else None
+
+
 def kinds_modelled() -> tuple[str, ...]:
     """The kinds that have bug models."""
     return tuple(_registry())

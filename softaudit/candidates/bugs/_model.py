@@ -35,3 +35,6 @@ class Model:
     fix: str
     variants: tuple[Variant, ...]
     events: bool = True
+    #: The row's cause where this model explains it, in place of what the worst element's magnitude suggests (a
+    #: leak onto masked lanes reads as an accumulation error there); None leaves the cause as it is.
+    cause: str | None = None

@@ -1,8 +1,10 @@
-"""Bug models of cross-entropy, f(logits, target, *, ignore_index, label_smoothing, z_loss, softcap, reduction).
+"""Bug models of cross-entropy, f(logits, target, *, ignore_index, label_smoothing, z_loss, softcap, reduction),
+and of its gradient f(logits, target, g, *, the same options).
 
 The standard algorithm (`standard`): per row lse = m + log(sum exp(x - m)) in the working precision, the loss
 lse - x_y with label smoothing and z-loss as softaudit.candidates.cross_entropy forms them, ignored rows 0 and left
-out of a mean. Each model flips one switch; the fix is the same call without it.
+out of a mean; the gradient's (`standard_grad`) w (p - q) per row, times sech(x / c)**2 under a softcap. Each model
+flips one switch; the fix is the same call without it.
 """
 
 from __future__ import annotations
@@ -10,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from .._ops import dtype_sum, exp, log, row_max, work_dtype
-from ..cross_entropy import capped, from_log_softmax, reduce, targets
+from ..cross_entropy import capped, from_log_softmax, reduce, tanh, targets
+from ..cross_entropy_grad import _finish, _p_minus_q, _weights
 from ._model import Inapplicable, Model, Variant
 from .rows import NARROWER, each_work, working
 
@@ -29,23 +32,26 @@ def standard(
     sum_in_dtype: bool = False,
     mean_over_all: bool = False,
     mean_is_sum: bool = False,
+    cap_every_lane: bool = False,
+    pad_to_block: bool = False,
 ):
     """Cross-entropy with one switch per known mistake: shift=False drops the max; sum_in_dtype sums the
     exponentials in the 16-bit dtype; mean_over_all divides a mean by every row, ignored ones included;
-    mean_is_sum returns the sum for reduction="mean"."""
+    mean_is_sum returns the sum for reduction="mean"; cap_every_lane applies the softcap to -inf lanes too (and,
+    with pad_to_block, to a kernel's block padding read as -inf: `_lanes`)."""
     d = logits.dtype
     w = working(d, work)
     if sum_in_dtype and work_dtype(d) == d:
         raise Inapplicable("the dtype is its own working precision")
     ignored, y = targets(logits, target, ignore_index)
     with np.errstate(all="ignore"):
-        x = capped(logits.astype(w), softcap)
+        x = _lanes(logits.astype(w), softcap, cap_every_lane, pad_to_block)
         m = row_max(x) if shift else np.zeros((len(x), 1), w)
         m = np.where(np.isneginf(m), np.zeros((), w), m)
         e = exp(x - m)
         s = dtype_sum(e.astype(d) if sum_in_dtype else e).astype(w)
         lse = m + log(s)
-        loss = from_log_softmax(x - lse, lse[:, 0], y, label_smoothing, z_loss)
+        loss = from_log_softmax(x[:, : logits.shape[1]] - lse, lse[:, 0], y, label_smoothing, z_loss)
         if reduction == "mean" and mean_is_sum:
             reduction = "sum"
         out = reduce(loss, ignored, reduction)
@@ -54,15 +60,84 @@ def standard(
         return np.asarray(out).astype(d)
 
 
-def _model(name: str, mistake: str, fix: str, mistakes, events: bool = True) -> Model:
+def _lanes(x, softcap, cap_every_lane: bool, pad_to_block: bool):
+    """The row's lanes as the exponentials see them: capped on the finite logits (the standard), or on every lane,
+    -inf ones becoming -c (cap_every_lane), after padding the row with -inf to the next power of two (pad_to_block:
+    a kernel's one block per row, loaded with other=-inf)."""
+    if not cap_every_lane:
+        return capped(x, softcap)
+    if softcap is None:
+        raise Inapplicable("no softcap")
+    if pad_to_block:
+        width = 1 << max(int(x.shape[1]) - 1, 0).bit_length()
+        x = np.concatenate([x, np.full((len(x), width - x.shape[1]), -np.inf, x.dtype)], axis=1)
+    if not np.isneginf(x).any():
+        raise Inapplicable("no -inf lane for the softcap to make finite")
+    c = np.array(softcap, x.dtype)
+    return c * tanh(x / c)
+
+
+def standard_grad(
+    logits,
+    target,
+    g,
+    *,
+    ignore_index=-100,
+    label_smoothing=0.0,
+    z_loss=0.0,
+    softcap=None,
+    reduction="none",
+    work: str = "wide",
+    cap_every_lane: bool = False,
+    pad_to_block: bool = False,
+):
+    """The gradient w (p - q), p over the lanes as `_lanes` makes them (the switches as in `standard`), times
+    sech(x / c)**2 of the logits themselves (0 on a -inf lane), rounded to the dtype."""
+    d = logits.dtype
+    w = working(d, work)
+    ignored, y = targets(logits, target, ignore_index)
+    v = logits.shape[1]
+    with np.errstate(all="ignore"):
+        x = _lanes(logits.astype(w), softcap, cap_every_lane, pad_to_block)
+        m = row_max(x)
+        m = np.where(np.isneginf(m), np.zeros((), w), m)
+        e = exp(x - m)
+        s = dtype_sum(e)
+        p = (e / s)[:, :v]
+        a = _p_minus_q(p, y, v, label_smoothing, z_loss, (m + log(s))[:, 0])
+        out = _finish(a, logits, _weights(g, ignored, reduction, w), softcap, d)
+        return np.where(ignored[:, None], np.zeros((), d), out)
+
+
+def _model(
+    name: str, mistake: str, fix: str, mistakes, events: bool = True, kind: str = "cross_entropy", cause=None
+) -> Model:
+    run = standard if kind == "cross_entropy" else standard_grad
+
     def call(switches):
-        def loss(logits, target, **options):
-            return standard(logits, target, **options, **switches)
+        def loss(logits, target, *rest, **options):
+            return run(logits, target, *rest, **options, **switches)
 
         return loss
 
     variants = tuple(Variant(label, call(bad), call(good)) for label, bad, good in mistakes)
-    return Model(name, "cross_entropy", mistake, fix, variants, events)
+    return Model(name, kind, mistake, fix, variants, events, cause)
+
+
+#: A transform applied to every lane, the masked ones too: Liger-Kernel's softcap on vocabulary padding.
+_LEAK = (
+    "a leak: the softcap c tanh(x / c) is applied to the masked (-inf) lanes too, which become -c and take "
+    "probability from the kept ones"
+)
+_LEAK_FIX = "apply the softcap to the kept lanes only, leaving -inf lanes at -inf: where(x == -inf, x, c tanh(x / c))"
+_LEAK_VARIANTS = [
+    ("the row's -inf lanes capped", {"cap_every_lane": True}, {}),
+    (
+        "the row's -inf lanes and a power-of-2 block's padding capped",
+        {"cap_every_lane": True, "pad_to_block": True},
+        {},
+    ),
+]
 
 
 MODELS = [
@@ -97,4 +172,6 @@ MODELS = [
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
         events=False,
     ),
+    _model("masked_lanes_made_finite", _LEAK, _LEAK_FIX, _LEAK_VARIANTS, cause="mask_leak"),
+    _model("masked_lanes_made_finite", _LEAK, _LEAK_FIX, _LEAK_VARIANTS, kind="cross_entropy_grad", cause="mask_leak"),
 ]

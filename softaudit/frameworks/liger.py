@@ -1,0 +1,116 @@
+"""Liger-Kernel's Triton ops of softaudit's kinds, forward and backward: its cross-entropy (every option the kind
+has: ignore_index, label_smoothing, z-loss as lse_square_scale, softcap, the three reductions) and its softmax.
+
+    softaudit run softaudit.frameworks.liger --dtype float32 --dtype bfloat16            # any machine
+    softaudit run softaudit.frameworks.liger --device cuda                               # on the GPU
+
+The candidates are framework="triton": on a GPU the kernels run as they are; on the CPU in Triton's interpreter,
+corrected to a GPU's rounding (docs/triton.md). They call Liger's autograd Functions (what liger_kernel.
+transformers.functional calls, without its import of Hugging Face transformers in older releases), keywords bound to
+each release's own signature, so every release from 0.5 on loads; an op or option a release lacks is a `skip` row
+naming the release. The published audit and its bug reports: docs/kernels.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+from ..adapters import CandidateSkip, candidate
+from ._need import need
+
+need("torch", "torch")
+need("liger_kernel", "liger")
+
+
+def version() -> str:
+    from importlib import metadata
+
+    return metadata.version("liger_kernel")
+
+
+@functools.cache
+def _function(name: str):
+    """Liger's autograd Function `name` from liger_kernel.ops (whose modules import neither Hugging Face
+    transformers nor what a release's model patches need), or None where the release has none."""
+    try:
+        if name == "LigerCrossEntropyFunction":
+            from liger_kernel.ops.cross_entropy import LigerCrossEntropyFunction as found
+        else:
+            from liger_kernel.ops.softmax import LigerSoftmaxFunction as found
+    except ImportError as exc:
+        if not (getattr(exc, "name", "") or "").startswith("liger_kernel.ops"):
+            raise
+        return None
+    return found
+
+
+def _apply(name: str, *args, **keywords):
+    """Function.apply with the keywords bound to the release's own forward signature (0.5's has no `weight`,
+    later ones put it after the target); CandidateSkip naming the release where the op or a keyword is missing."""
+    fn = _function(name)
+    if fn is None:
+        raise CandidateSkip(f"liger-kernel {version()} has no {name}")
+    parameters = inspect.signature(fn.forward).parameters
+    missing = [k for k in keywords if k not in parameters]
+    if missing:
+        raise CandidateSkip(f"liger-kernel {version()}'s {name} takes no {', '.join(missing)}")
+    if "weight" in parameters:  # (class weights, required positionally since 0.6: none here, as the kinds have)
+        keywords = {"weight": None} | keywords
+    bound = inspect.signature(fn.forward).bind(None, *args, **keywords)
+    bound.apply_defaults()
+    return fn.apply(*list(bound.arguments.values())[1:])
+
+
+def _cross_entropy(logits, target, ignore_index, label_smoothing, z_loss, softcap, reduction):
+    keywords = {"ignore_index": ignore_index, "reduction": reduction}
+    if label_smoothing:
+        keywords["label_smoothing"] = float(label_smoothing)
+    if z_loss:
+        keywords["lse_square_scale"] = float(z_loss)
+    if softcap is not None:
+        keywords["softcap"] = float(softcap)
+    out = _apply("LigerCrossEntropyFunction", logits, target, **keywords)
+    return out[0] if isinstance(out, tuple) else out  # (the loss first: z_loss and later outputs follow)
+
+
+@candidate(kind="cross_entropy", name="liger.cross_entropy", framework="triton")
+def cross_entropy(
+    logits, target, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """LigerCrossEntropyFunction (liger_cross_entropy) with ignore_index=, label_smoothing=,
+    lse_square_scale=z_loss, softcap=, reduction=: one Triton program per row, the loss and the gradient in one
+    pass (the gradient overwrites the logits: here a copy)."""
+    x = logits.clone().requires_grad_(True)  # (its kernel writes the gradient where the logits were)
+    return _cross_entropy(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction).detach()
+
+
+@candidate(kind="cross_entropy_grad", name="liger.cross_entropy_grad", framework="triton")
+def cross_entropy_grad(
+    logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"
+):
+    """The backward of `liger.cross_entropy` by autograd: the forward's gradient, scaled by g in Liger's backward
+    (its element_mul kernel for a mean or sum, skipped when g is exactly 1)."""
+    x = logits.clone().requires_grad_(True)
+    loss = _cross_entropy(x, target, ignore_index, label_smoothing, z_loss, softcap, reduction)
+    loss.backward(g.reshape(loss.shape).to(loss.dtype))
+    return x.grad
+
+
+def _last(x, axis):
+    return x.movedim(axis, -1).contiguous()
+
+
+@candidate(kind="softmax", name="liger.softmax", framework="triton")
+def softmax(x, axis=-1):
+    """LigerSoftmaxFunction (liger_softmax) along the last axis (the audited axis moved there): one block per row
+    where it fits, a loop over blocks otherwise."""
+    return _apply("LigerSoftmaxFunction", _last(x, axis)).movedim(-1, axis)
+
+
+@candidate(kind="softmax_grad", name="liger.softmax_grad", framework="triton")
+def softmax_grad(x, g, axis=-1):
+    """The backward of `liger.softmax` by autograd: Liger's backward kernel, y (g - sum(g y))."""
+    leaf = _last(x, axis).requires_grad_(True)
+    _apply("LigerSoftmaxFunction", leaf).backward(_last(g, axis))
+    return leaf.grad.movedim(-1, axis)
