@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import kinds
-
 #: Attention's sensitivity to its scores needs a (queries, keys, dv) array: made this many elements at a time.
 CHUNK = 1 << 22
 
@@ -79,15 +77,15 @@ def _row_setting(x, mask):
     return x, kept, np.where(kept, np.abs(x), 0.0), _probabilities(x, kept)
 
 
-def rows(kind: str, x, mask, r) -> np.ndarray:
+def rows(kind, x, mask, r) -> np.ndarray:
     """scale for softmax, log_softmax, logsumexp and masked_softmax along the last axis (0 where not kept).
 
-    x: the inputs (in the audited dtype or float64), mask: boolean or None, r: the exact results (float64).
-    With p the softmax of the kept entries and A = sum_k p_k |x_k|, sum_k |delta_ik - p_k| |x_k| is
-    (1 - p_i) |x_i| + (A - p_i |x_i|) (`_spread`).
+    kind: the row kind (a `softaudit.kinds.Kind`: its `reduces` and `logarithmic` say which formula; passed in, as
+    the kinds import this module and not the other way round). x: the inputs (in the audited dtype or float64),
+    mask: boolean or None, r: the exact results (float64). With p the softmax of the kept entries and
+    A = sum_k p_k |x_k|, sum_k |delta_ik - p_k| |x_k| is (1 - p_i) |x_i| + (A - p_i |x_i|) (`_spread`).
 
     """
-    kind = kinds.get(kind)
     with np.errstate(all="ignore"):
         x, kept, ax, (p, e, s, top) = _row_setting(x, mask)
         inner = _spread(p, e, s, top, ax)
@@ -99,14 +97,14 @@ def rows(kind: str, x, mask, r) -> np.ndarray:
         return np.where(kept, p * (1 + inner), 0.0)
 
 
-def sum_rounding(kind: str, scale: np.ndarray) -> np.ndarray:
+def sum_rounding(kind, scale: np.ndarray) -> np.ndarray:
     """The log kinds' scale plus 1 where it is not 0 (kept entries): what rounding the intermediate sum s of the
     shifted exponentials once costs, as log s moves by up to u. It is no part of the inputs' conditioning (`rows`),
     but every algorithm that takes log s pays it, and where x_i - m - log s cancels (log s near 0, next to a
     dominant entry) the inputs' part alone is far smaller: x - m - log s in float32 read 13.3 and 27.7x the
     conditioning on mask_planes with the portable exp and log and with numpy's, so one ulp of s decided a verdict
     (issue 24). Softmax needs no term: rounding s costs p_i u, which p_i (1 + ...) holds."""
-    if not kinds.get(kind).logarithmic:
+    if not kind.logarithmic:
         return scale
     return np.where(scale > 0, scale + 1.0, scale)
 

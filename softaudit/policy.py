@@ -18,6 +18,7 @@ from . import kinds
 from .metrics import Tally
 from .reference import Format
 from .reproducibility import RULES, Moved
+from .results import failing_verdicts
 from .settings import FULLY_MASKED_RULES, REQUIREMENTS, default
 
 
@@ -225,7 +226,7 @@ class Policy:
     @property
     def failing(self) -> frozenset:
         """The verdicts that fail a run (exit 1): fail and error, and with strict warn."""
-        return frozenset({"fail", "error", "warn"} if self.strict else {"fail", "error"})
+        return failing_verdicts(self.strict)
 
     def failed(self, verdicts) -> bool:
         """Whether rows with these verdicts fail a run."""

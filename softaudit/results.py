@@ -115,6 +115,12 @@ VERDICTS = ("pass", "warn", "fail", "error", "skip")
 SEVERITY = {"pass": 0, "skip": 1, "warn": 1, "fail": 2, "error": 3}
 
 
+def failing_verdicts(strict: bool) -> frozenset:
+    """The verdicts that fail a run (exit 1): fail and error, and with a strict policy warn too. The rule lives here,
+    below the policy (softaudit.Policy.failing reads it), so that a result says whether it passed without it."""
+    return frozenset({"fail", "error", "warn"} if strict else {"fail", "error"})
+
+
 def verdict_counts(table) -> dict[str, int]:
     """How many rows have each verdict (every verdict named, 0 included), in the order of VERDICTS."""
     counts = table.verdict.value_counts()
@@ -245,7 +251,7 @@ def _exact(a) -> dict:
     """An array as JSON: its shape and its values (hex floats; booleans as they are)."""
     import numpy as np
 
-    from .cases import hex_rows
+    from ._hex import hex_rows
 
     a = np.asarray(a)
     values = a.reshape(-1).tolist() if a.dtype == np.bool_ else hex_rows(a.reshape(1, -1))[0]
@@ -276,6 +282,9 @@ class AuditResult:
     # What the candidates' processes had loaded, wherever they ran: the frameworks' versions (torch, jax, jaxlib,
     # scipy, triton) and the GPU they used (gpu, cuda, cudnn, jax_devices). Part of the platform key.
     frameworks: dict = dataclasses.field(default_factory=dict)
+    # The softaudit.Policy the rows were judged by (the audit passes it in: the results contract is read by the
+    # policy, not the other way round); settings["policy"] holds its fields.
+    policy: object = None
 
     @functools.cached_property
     def cases(self):
@@ -290,21 +299,14 @@ class AuditResult:
         return list(self.worst.values())
 
     @property
-    def policy(self):
-        """The Policy the rows were judged by."""
-        from .policy import Policy
-
-        return Policy(**self.settings["policy"])
-
-    @property
     def failing(self):
         """The rows that fail the run (fail and error; with a strict policy warn too), as a table."""
-        return self.table[self.table.verdict.isin(self.policy.failing)]
+        return self.table[self.table.verdict.isin(failing_verdicts(self.settings["policy"]["strict"]))]
 
     @property
     def passed(self) -> bool:
         """No row failed or errored (and, with a strict policy, none warned); a `skip` is not a failure."""
-        return not self.policy.failed(self.table["verdict"])
+        return self.failing.empty
 
     @property
     def interrupted(self) -> bool:

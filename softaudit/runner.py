@@ -133,7 +133,7 @@ def audit(
         "memory_limit_mib": memory_limit_mib,
         "interrupted": stopped.hit,
     }
-    return AuditResult(table, worst, settings, case_rows, frameworks)
+    return AuditResult(table, worst, settings, case_rows, frameworks, policy)
 
 
 #: Seconds a waiting audit sleeps between looks at its stop event and (Local) its own lane's queue, which a family

@@ -20,6 +20,9 @@ alone (every one of them computes each row from that row's inputs only). The ran
 n random rows past a line, Clopper-Pearson's one-sided 95% upper bound p on the share of the unsampled rows with an
 output past it, the share of all outputs past it is at most (rows known past it + p x rows not sampled) / rows
 (`ub_*` columns); a row counts as past a line where any one of its outputs is.
+
+(Longer than the house's 400 lines: a shape, its sample, the bounds and the audit of a shape are one feature read
+top to bottom, and no other module imports a part of it.)
 """
 
 from __future__ import annotations
@@ -538,4 +541,4 @@ def audit_shapes(
     }
     table = pd.DataFrame([row for r in results for row in r.rows], columns=list(COLUMNS))
     worst = {key: record for r in results for key, record in r.worst.items()}
-    return AuditResult(table, worst, settings, [c for r in results for c in r.case_rows], frameworks)
+    return AuditResult(table, worst, settings, [c for r in results for c in r.case_rows], frameworks, policy)

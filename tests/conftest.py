@@ -57,3 +57,13 @@ def quick_audit():
         warnings.simplefilter("always", RuntimeWarning)
         table = softaudit.audit(suite="quick").table
     return table, [w for w in caught if issubclass(w.category, RuntimeWarning)]
+
+
+@pytest.fixture(autouse=True)
+def _no_progress_lines(monkeypatch):
+    """Off a terminal a run writes a progress line every PACE seconds (softaudit/cli/_progress.py): a test's run
+    that takes that long on a busy machine would find them in the output it reads. The tests of the lines set
+    their own pace (tests/test_cli_progress.py)."""
+    from softaudit.cli import _progress
+
+    monkeypatch.setattr(_progress, "PACE", 1e6)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from softaudit import conditioning
+from softaudit.kinds import KINDS
 
 DPS, STEP = 120, mpmath.mpf("1e-25")
 
@@ -67,7 +68,7 @@ def test_row_kinds_match_finite_differences_of_the_exact_function(kind, name):
     row = ROWS[name]
     expected, r = _scale_by_differences(kind, row)
     r_array = np.array([r[0]]) if kind == "logsumexp" else np.array([r])
-    got = conditioning.rows(kind, np.array([row]), None, r_array).reshape(-1)
+    got = conditioning.rows(KINDS[kind], np.array([row]), None, r_array).reshape(-1)
     np.testing.assert_allclose(got, expected, rtol=1e-9, atol=0)
 
 
@@ -76,7 +77,7 @@ def test_the_top_entry_of_a_dominant_row_keeps_its_tiny_scale():
     about 101 |r|. Computing (1 - p) |x| + A - p |x| naively would give about 1e-14 here, hiding any error."""
     row = [100.0, 0.0, 0.0]
     expected, r = _scale_by_differences("log_softmax", row)
-    got = conditioning.rows("log_softmax", np.array([row]), None, np.array([r]))[0]
+    got = conditioning.rows(KINDS["log_softmax"], np.array([row]), None, np.array([r]))[0]
     assert got[0] == pytest.approx(expected[0], rel=1e-9) and got[0] < 1e-40
 
 
@@ -85,7 +86,7 @@ def test_masked_and_removed_entries_count_for_nothing():
     mask = np.array([[True, False, True, True]])  # the 3.0 is masked, the -inf removed
     expected, r = _scale_by_differences("softmax", [0.5, 1.0])
     ref = np.array([[r[0], 0.0, 0.0, r[1]]])
-    got = conditioning.rows("softmax", x, mask, ref)[0]
+    got = conditioning.rows(KINDS["softmax"], x, mask, ref)[0]
     np.testing.assert_allclose(got[[0, 3]], expected, rtol=1e-9)
     assert got[1] == 0 and got[2] == 0
 
@@ -386,9 +387,9 @@ def test_the_log_kinds_scales_hold_one_rounding_of_the_sum():
     """x - m - log s rounds s once, which moves log s by up to u whatever the inputs: the log kinds' scale adds 1 on
     kept entries (0 stays 0: masked or undefined); softmax's p_i (1 + ...) already holds p_i u."""
     scale = np.array([[2.0**-60, 0.0, 3.0]])
-    assert conditioning.sum_rounding("log_softmax", scale).tolist() == [[1.0 + 2.0**-60, 0.0, 4.0]]
-    assert conditioning.sum_rounding("logsumexp", scale[0]).tolist() == [1.0 + 2.0**-60, 0.0, 4.0]
-    assert conditioning.sum_rounding("softmax", scale) is scale
+    assert conditioning.sum_rounding(KINDS["log_softmax"], scale).tolist() == [[1.0 + 2.0**-60, 0.0, 4.0]]
+    assert conditioning.sum_rounding(KINDS["logsumexp"], scale[0]).tolist() == [1.0 + 2.0**-60, 0.0, 4.0]
+    assert conditioning.sum_rounding(KINDS["softmax"], scale) is scale
 
 
 def _capped_attention_vjp(q, k, v, g, bias, z, keep, cap, c):

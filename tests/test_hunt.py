@@ -151,3 +151,58 @@ def test_a_hunt_called_from_python_gives_hypothesis_its_folder_back(broken, tmp_
     before = vars(hypothesis.configuration).get("__hypothesis_home_directory")
     hunt(f"{broken}:fill_minus_30", dtypes=["float16"], budget=1, corpus=None)
     assert vars(hypothesis.configuration).get("__hypothesis_home_directory") == before
+
+
+def _finding(max_cond_err, failed=False):
+    from softaudit.hunt import Finding
+
+    return Finding("c", "softmax", "float32", 10, failed, "", max_cond_err, 1.0, None)
+
+
+def test_the_hunt_table_says_what_a_search_measured_or_a_dash():
+    """The terminal's table: a measured error to 3 digits, "-" for none measured (never 0.000000); hunt.md says "-"
+    too, and hunt.csv leaves the cell empty."""
+    import io
+
+    import pandas as pd
+
+    from softaudit.cli.hunt import table_text
+    from softaudit.report import HUNT_WRITERS
+
+    findings = [_finding(1234.5678, failed=True), _finding(0.4321), _finding(float("nan"))]
+    rows = table_text(findings).splitlines()[1:]
+    assert [row.split()[5] for row in rows] == ["1.23e+03", "0.432", "-"], rows
+    md = HUNT_WRITERS["md"]["hunt.md"](findings).splitlines()
+    assert md[-1].split(" | ")[4] == "-" and md[-2].split(" | ")[4] == "0.4321", md
+    csv = pd.read_csv(io.StringIO(HUNT_WRITERS["csv"]["hunt.csv"](findings)))
+    assert csv.max_cond_err.iloc[:2].tolist() == [1234.5678, 0.4321] and pd.isna(csv.max_cond_err.iloc[2])
+
+
+def test_a_search_that_finds_nothing_has_the_table_show_the_largest_error_it_measured(tmp_path):
+    """A softmax one part in 2**23 high (within the fail line: 2 u p, where the line allows 2 u (scale + T) with
+    scale >= p) fails nowhere, and every output it gives is off by one or two float32 ulps: the largest
+    conditioning-scaled error the search measured is a positive number, not 0."""
+
+    def high(x, axis=-1):
+        w = x.astype(np.float64)
+        e = np.exp(w - w.max(axis, keepdims=True))
+        return (e / e.sum(axis, keepdims=True) * (1 + 2.0**-23)).astype(x.dtype)
+
+    candidate = softaudit.Candidate("softmax", "high", high)
+    (finding,) = hunt(candidate, dtypes=["float32"], budget=3, corpus=None, isolation="none")
+    assert not finding.failed and finding.examples > 0, finding.reason
+    assert 0 < finding.max_cond_err < float("inf"), finding.max_cond_err
+
+
+def test_a_search_whose_every_draw_is_skipped_has_a_dash_in_the_table(tmp_path):
+    """A candidate that skips every input measured nothing: NaN in the finding, "-" in the table."""
+    import math
+
+    from softaudit.cli.hunt import table_text
+
+    def skips(x, axis=-1):
+        raise softaudit.CandidateSkip("not this input")
+
+    (finding,) = hunt(softaudit.Candidate("softmax", "skips", skips), budget=1, corpus=None, isolation="none")
+    assert not finding.failed and math.isnan(finding.max_cond_err)
+    assert table_text([finding]).splitlines()[1].split()[5] == "-"

@@ -256,3 +256,10 @@ def test_a_kind_without_a_budget_still_gets_a_cause(monkeypatch):
     (row,) = audited.table.itertuples()
     assert row.verdict == "fail" and row.cause in ("precision", "wrong_terms"), row
     assert row.note.split("worst element: ")[1], row.note
+
+
+def test_the_kinds_taking_an_upstream_g_are_those_named_for_a_forward_with_grad():
+    """The attention families size a gradient kind's cases by its name (kinds/_attention.py: the registry imports
+    the family makers, so they cannot ask it): the name must say what the kind's upstream g says."""
+    for name, kind in KINDS.items():
+        assert (kind.upstream is not None) == name.endswith("_grad"), name

@@ -1,7 +1,9 @@
 """The packages' boundaries, read from the source: no package imports another package's private module or name,
-and what presents results (reports, the gate) imports none of what makes them."""
+what presents results (reports, the gate) imports none of what makes them, and no module imports itself around a
+circle. `python tests/test_layers.py` prints the layers of softaudit/ as docs/design.md draws them."""
 
 import ast
+import itertools
 import re
 from pathlib import Path
 
@@ -92,7 +94,7 @@ def test_what_presents_results_imports_nothing_that_makes_them(presenter):
         for line, name in _imported(package, ast.parse(path.read_text(encoding="utf-8"))):
             if name[0] == "softaudit" and len(name) > 1 and name[1] in upstream:
                 reached.append(f"{path.name}:{line}: {'.'.join(name)}")
-    allowed = {"results.py": {"cases", "reference"}}  # (WorstInput's JSON: hex rows, the dtype's rounding; lazily)
+    allowed = {"results.py": {"reference"}}  # (WorstInput's JSON: the dtype's rounding; lazily)
     reached = [r for r in reached if r.split(": ")[1].split(".")[1] not in allowed.get(presenter, set())]
     assert not reached, "\n".join(reached)
 
@@ -107,10 +109,11 @@ def test_adapters_public_names_all_load():
 
 def test_the_hunt_is_downstream_only_the_command_line_imports_it():
     """The hunt uses plan, prepare, execute and judge; nothing of the audit imports the hunt back (the corpus it
-    writes is a source of cases, read by softaudit.cases), so there is no circle: only cli.py and the hunt itself."""
+    writes is a source of cases, read by softaudit.cases), so there is no circle: only the command line (cli/) and
+    the hunt itself."""
     reached = []
     for package, path in _modules():
-        if package[:2] == ("softaudit", "hunt") or path.name == "cli.py":
+        if package[:2] in (("softaudit", "hunt"), ("softaudit", "cli")):
             continue
         for line, name in _imported(package, ast.parse(path.read_text(encoding="utf-8"))):
             if name[:2] == ("softaudit", "hunt"):
@@ -222,3 +225,212 @@ def test_a_candidates_worker_process_loads_neither_the_reference_nor_mpmath():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, dict[str, int]]:
+    """softaudit's import graph: each module (a package by its dotted name, its __init__.py) -> {a softaudit module it
+    imports: the line of the first such import}. Every import counts, at module level or inside a function (a lazy
+    import is a dependency all the same, one Python resolves later), and so does a lazy package's TYPE_CHECKING block,
+    which names the modules its names load on first use. `from package import name` is an import of the submodule
+    `name` where there is one, else of the package."""
+    files = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = (package.name, *path.relative_to(package).with_suffix("").parts)
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def known(name: str) -> str | None:
+        parts = name.split(".")
+        while parts and ".".join(parts) not in files:
+            parts.pop()
+        return ".".join(parts) or None
+
+    graph = {}
+    for module, path in files.items():
+        here = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                source = ".".join(base + (node.module.split(".") if node.module else []))
+                names = [f"{source}.{a.name}" if f"{source}.{a.name}" in files else source for a in node.names]
+            else:
+                continue
+            for name in names:
+                target = known(name)
+                if target is not None and target != module:
+                    edges.setdefault(target, node.lineno)
+        graph[module] = edges
+    return graph
+
+
+def cycles(graph: dict[str, dict]) -> list[list[str]]:
+    """One circle through each set of modules that reach each other (a strongly connected component of more than
+    one module), as the modules in import order, the first again at the end; none for a graph without a circle."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(start: str) -> None:  # Tarjan's algorithm, iterative (a deep package would exhaust the recursion)
+        work = [(start, iter(graph.get(start, ())))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = len(index)
+                    stack.append(nxt)
+                    work.append((nxt, iter(graph.get(nxt, ()))))
+                    break
+                if nxt in stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while not component or component[-1] != node:
+                        component.append(stack.pop())
+                    if len(component) > 1:
+                        found.append(_circle(graph, set(component)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _circle(graph: dict[str, dict], component: set[str]) -> list[str]:
+    """A shortest way from the component's first module back to itself, through the component (breadth first)."""
+    start = min(component)
+    came = {start: None}
+    queue = [start]
+    for node in queue:
+        for nxt in sorted(graph[node]):
+            if nxt == start:
+                way = [node]
+                while came[way[-1]] is not None:
+                    way.append(came[way[-1]])
+                return [*reversed(way), start]
+            if nxt in component and nxt not in came:
+                came[nxt] = node
+                queue.append(nxt)
+    raise AssertionError(f"no way back to {start} in {sorted(component)}")
+
+
+def _said(graph: dict[str, dict], circle: list[str]) -> str:
+    """A circle as a line per import: "softaudit.a:12 imports softaudit.b"."""
+    return "\n".join(f"  {a}:{graph[a][b]} imports {b}" for a, b in itertools.pairwise(circle))
+
+
+def test_no_module_imports_itself_around_a_circle():
+    """Each module of softaudit depends on the others in one direction: a circle (settings -> report -> results ->
+    policy -> settings, once) makes the import order matter and every module on it a change to all the others."""
+    graph = import_graph()
+    found = cycles(graph)
+    assert not found, f"{len(found)} import circle(s):\n" + "\n\n".join(_said(graph, c) for c in found)
+
+
+def test_the_circle_finder_finds_circles_and_says_each():
+    """The control: circles in a graph written for the purpose, one per component, and none in a graph without."""
+    graph = {"a": {"b": 1}, "b": {"c": 2}, "c": {"a": 3, "d": 4}, "d": {}, "e": {"f": 5}, "f": {"e": 6}}
+    assert sorted(cycles(graph)) == [["a", "b", "c", "a"], ["e", "f", "e"]]
+    assert _said(graph, ["e", "f", "e"]) == "  e:5 imports f\n  f:6 imports e"
+    assert cycles({"a": {"b": 1}, "b": {"c": 2}, "c": {}, "d": {"a": 1, "c": 2}}) == []
+    assert cycles({f"m{i}": {f"m{i + 1}": 1} for i in range(5000)} | {"m5000": {"m0": 1}})[0][0] == "m0"
+
+
+def test_the_graph_reads_imports_inside_functions_and_relative_ones(tmp_path):
+    """The control for the graph: a function-level import and `from . import module` are arrows too."""
+    root = tmp_path / "pkg"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "a.py").write_text("def f():\n    from .sub import b\n")
+    (root / "sub" / "__init__.py").write_text("from .. import a as a\n")
+    (root / "sub" / "b.py").write_text("import os\nfrom ..a import f\nfrom . import c\n")
+    (root / "sub" / "c.py").write_text("from pkg.sub import thing\n")
+    graph = import_graph(root)
+    assert graph == {
+        "pkg": {},
+        "pkg.a": {"pkg.sub.b": 2},
+        "pkg.sub": {"pkg.a": 1},
+        "pkg.sub.b": {"pkg.a": 2, "pkg.sub.c": 3},
+        "pkg.sub.c": {"pkg.sub": 1},
+    }
+    assert cycles(graph) == [["pkg.a", "pkg.sub.b", "pkg.a"]]
+
+
+def layers(graph: dict[str, dict]) -> list[list[str]]:
+    """softaudit's top-level modules and packages in layers, the lowest first: each imports only from layers below
+    it (a layer's height is one more than the highest it imports from; a package counts as one, whatever its
+    modules import among themselves)."""
+    tops: dict[str, set] = {}
+    for module, edges in graph.items():
+        mine = _top(module)
+        tops.setdefault(mine, set()).update(_top(t) for t in edges if _top(t) != mine)
+    height: dict[str, int] = {}
+
+    def measure(name: str, seen: tuple = ()) -> int:
+        if name not in height:
+            assert name not in seen, f"the packages import each other: {' -> '.join((*seen, name))}"
+            height[name] = 1 + max((measure(t, (*seen, name)) for t in tops[name]), default=-1)
+        return height[name]
+
+    for name in tops:
+        measure(name)
+    return [sorted(n for n in tops if height[n] == h) for h in range(max(height.values()) + 1)]
+
+
+def _top(module: str) -> str:
+    """The top-level module or package of softaudit a module belongs to: softaudit.report.html -> report/."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "__init__.py"
+    return f"{parts[1]}/" if PACKAGE.joinpath(parts[1]).is_dir() else f"{parts[1]}.py"
+
+
+def picture(graph: dict[str, dict], width: int = 116) -> str:
+    """The layers as docs/design.md draws them, the highest first: one line per layer (wrapped), private modules
+    (_name.py, shared by the packages) among the rest."""
+    lines = []
+    for height, names in reversed(list(enumerate(layers(graph)))):
+        line = f"{height:2d}  "
+        for name in names:
+            if len(line) + len(name) > width and line.strip() != str(height):
+                lines.append(line.rstrip())
+                line = " " * 4
+            line += name + "  "
+        lines.append(line.rstrip())
+    return "\n".join(lines)
+
+
+DESIGN = PACKAGE.parent / "docs" / "design.md"
+
+
+def _drawn() -> str:
+    """The picture in docs/design.md: the code block after the line "## The layers, as the imports draw them"."""
+    text = DESIGN.read_text(encoding="utf-8")
+    return text.split("## The layers, as the imports draw them", 1)[1].split("```\n", 2)[1].rstrip("\n")
+
+
+def test_the_design_docs_layers_are_the_import_graphs():
+    """docs/design.md's picture of the layers is the one this file prints (`python tests/test_layers.py`), so the
+    map and the code cannot disagree: a new import between packages that moves one is redrawn there."""
+    assert _drawn() == picture(import_graph()), "docs/design.md's layers are not the code's; redraw them with:\n" + (
+        "python tests/test_layers.py"
+    )
+
+
+def test_the_layers_put_each_package_above_what_it_imports():
+    """The control for the picture: a made-up graph's layers."""
+    graph = {"softaudit.cli.run": {"softaudit.report": 1}, "softaudit.report": {"softaudit.results": 1}}
+    graph |= {"softaudit.results": {}, "softaudit.report.html": {"softaudit.report": 1}, "softaudit._hex": {}}
+    assert layers(graph) == [["_hex.py", "results.py"], ["report/"], ["cli/"]]
+
+
+if __name__ == "__main__":
+    print(picture(import_graph()))

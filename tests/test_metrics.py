@@ -13,7 +13,7 @@ def _measure(kind, x, y, dtype, mask=None):
     fmt = R.format_of(dtype)
     ref = R.evaluate(kind, x, mask, dtype=dtype)
     undefined = R.undefined_rows(x, mask)
-    scale = conditioning.rows(kind, np.asarray(x, np.float64), mask, ref.hi + ref.lo)
+    scale = conditioning.rows(softaudit.KINDS[kind], np.asarray(x, np.float64), mask, ref.hi + ref.lo)
     extra = {}
     if mask is not None:
         extra = {"masked": ~mask, "nothing_kept": (~mask).all(axis=-1)}

@@ -112,3 +112,28 @@ def test_every_setting_is_a_config_key_checked_by_its_rule(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[tool.softaudit]\nformats = ['csv', 'pdf']\n")
     with pytest.raises(click.ClickException, match="formats must be a list of strings among csv, html, md"):
         read_config(tmp_path)
+
+
+@pytest.mark.parametrize("command", ["run", "hunt"])
+def test_each_options_flag_and_help_are_its_settings(command):
+    """An option's flag and help are written once, in its setting: the command line makes the option from them,
+    the default in the help read from the setting's default for that command."""
+    for param in main.commands[command].params:
+        if param.name in NOT_SETTINGS or not isinstance(param, click.Option):
+            continue
+        assert param.opts == [settings.flag(param.name)], param.name
+        assert param.help == settings.help_text(param.name, command), param.name
+        setting = settings.SETTINGS[param.name]
+        assert param.multiple == (setting.type is list or param.name == "kind"), param.name
+    assert settings.help_text("timeout", "hunt") == "seconds per candidate call (default 10)"
+    assert settings.help_text("dtypes", "hunt") == "dtype to hunt in (repeatable; default float32)"
+    assert settings.flag("min_ulp") == "--min-ulp" and settings.flag("families") == "--family"
+
+
+def test_a_bounded_number_is_checked_before_the_audit(tmp_path, monkeypatch):
+    """--samples 0 is one line naming the rule, as --timeout -1 is, said before anything runs."""
+    monkeypatch.chdir(tmp_path)
+    mistakes = (("--samples", "0", "must be an integer > 0"), ("--timeout", "-1", "must be a number > 0"))
+    for option, value, rule in mistakes:
+        result = CliRunner().invoke(main, ["run", option, value])
+        assert result.exit_code == 2 and f"{rule}, got {value}" in result.output, result.output

@@ -22,6 +22,7 @@ _PUBLIC = {
     "CandidateError": "._call",
     "call": "._call",
     "call_all": "._call",
+    "raised_at": "._call",
     "taken": "._call",
     "time_limits": "._call",
     "TargetError": "._targets",
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from ._call import CandidateError as CandidateError
     from ._call import call as call
     from ._call import call_all as call_all
+    from ._call import raised_at as raised_at
     from ._call import taken as taken
     from ._call import time_limits as time_limits
     from ._candidate import Candidate as Candidate

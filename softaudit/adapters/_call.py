@@ -9,8 +9,11 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import os
 import signal
+import sysconfig
 import threading
+import traceback
 
 import numpy as np
 
@@ -142,12 +145,36 @@ def call_all(
     except (CandidateError, bridge.CandidateSkip):
         raise
     except Exception as exc:
-        raise CandidateError(f"raised {type(exc).__name__}: {exc}") from exc
+        raise CandidateError(f"raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
     checked = [
         _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
         for o, shape, name in zip(outs, shapes, kind.outputs)
     ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for n in (ran, *(n for _, n in checked)) if n))
+
+
+#: Where Python's own modules and installed packages live: a frame there is a library's, not the user's code.
+_LIBRARIES = tuple({os.path.join(sysconfig.get_paths()[k], "") for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+_ADAPTERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "")
+
+
+def raised_at(exc: BaseException) -> str:
+    """Where a candidate's exception was raised, as its error row says it: " (at kernels.py:12, in fused)", the
+    innermost frame in the user's code (a numpy or torch call that raised is told by the user's line that made it;
+    a path inside the working folder relative to it). Where every frame is a library's (a candidate installed as a
+    package), the candidate's own, the outermost; "" where there is none (softaudit's own conversions raised)."""
+    frames = [
+        (os.path.abspath(frame.f_code.co_filename), line, frame.f_code.co_name)
+        for frame, line in traceback.walk_tb(exc.__traceback__)
+        if not frame.f_code.co_filename.startswith("<")
+    ]
+    theirs = [f for f in frames if not f[0].startswith(_ADAPTERS)]
+    own = [f for f in theirs if not f[0].startswith(_LIBRARIES)]
+    if not theirs:
+        return ""
+    path, line, function = own[-1] if own else theirs[0]
+    here = os.path.join(os.getcwd(), "")
+    return f" (at {path.removeprefix(here) if path.startswith(here) else path}:{line}, in {function})"
 
 
 def taken(call, names) -> list[str]:

@@ -4,6 +4,7 @@ Suites quick (seconds), default (minutes) and full hold the same families at gro
 (`load_case_file`) becomes a family of its own, and so does the hunt's corpus (`load_corpus`, family `corpus`).
 """
 
+from .._hex import hex_rows as hex_rows
 from ..settings import SUITES as SUITES
 from . import _attention, _case, _grad, _grid, _reported, _rows  # noqa: F401  (they register their families)
 from ._case import FAMILIES as FAMILIES
@@ -11,7 +12,6 @@ from ._case import SIZES as SIZES
 from ._case import Case as Case
 from ._case import Family as Family
 from ._case import families_for as families_for
-from ._case import hex_rows as hex_rows
 from ._corpus import corpus_file as corpus_file
 from ._corpus import load as load_corpus
 from ._corpus import save as save_corpus

@@ -93,12 +93,6 @@ def family(name: str, description: str):
     return register
 
 
-def hex_rows(values) -> list[list[str]]:
-    """An array as rows of hex floats (float.hex): exact, so an input written this way replays bit for bit."""
-    a = np.asarray(values)
-    return [[float(v).hex() for v in row] for row in a.astype(np.float64).reshape(len(a), -1)]
-
-
 def families_for(kind: str) -> list[Family]:
     """The families the kind runs, in registration order."""
     names = _kinds.get(kind).families

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from .._atomic import write_atomic
-from ._case import Case, hex_rows
+from .._hex import hex_rows
+from ._case import Case
 
 
 def corpus_file(corpus: Path, candidate: str) -> Path:

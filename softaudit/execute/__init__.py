@@ -36,12 +36,12 @@ _PUBLIC = {
     "InProcess": "._executor",
     "TimedOut": "._executor",
     "Isolated": "._isolated",
-    "ISOLATION": "._pool",
-    "executor": "._pool",
-    "located": "._pool",
-    "needs_gpu": "._pool",
+    "ISOLATION": "._serial",
+    "executor": "._serial",
+    "located": "._serial",
+    "needs_gpu": "._serial",
     "pool": "._pool",
-    "sendable": "._pool",
+    "sendable": "._serial",
 }
 
 if TYPE_CHECKING:
@@ -52,12 +52,12 @@ if TYPE_CHECKING:
     from ._executor import InProcess as InProcess
     from ._executor import TimedOut as TimedOut
     from ._isolated import Isolated as Isolated
-    from ._pool import ISOLATION as ISOLATION
-    from ._pool import executor as executor
-    from ._pool import located as located
-    from ._pool import needs_gpu as needs_gpu
     from ._pool import pool as pool
-    from ._pool import sendable as sendable
+    from ._serial import ISOLATION as ISOLATION
+    from ._serial import executor as executor
+    from ._serial import located as located
+    from ._serial import needs_gpu as needs_gpu
+    from ._serial import sendable as sendable
 
 
 __getattr__ = _lazy.first_use(__name__, _PUBLIC)

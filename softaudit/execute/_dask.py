@@ -1,7 +1,7 @@
 """Units on a Dask distributed cluster (`softaudit run --scheduler tcp://HOST:PORT`): Dask's futures carry each
 prepared family from the worker that made it to those that audit its units (computed once per kind x dtype x
 family, moved only where needed), its resources route GPU candidates to workers that declare `GPU`, and its nannies
-restart a worker that dies. Candidate calls go through each worker's own executor (softaudit.execute._pool.task),
+restart a worker that dies. Candidate calls go through each worker's own executor (softaudit.execute._serial.task),
 so with isolation "worker" a candidate crash is an error row naming its cause, as in a serial run, on a cluster
 started as Dask's docs show (daemonic workers under nannies: softaudit/execute/_isolated.py lets them start
 the isolation process).
@@ -10,7 +10,7 @@ the isolation process).
 from __future__ import annotations
 
 from ..adapters import check_device
-from ._pool import Serial, _whole, needs_gpu, task
+from ._serial import Serial, _whole, needs_gpu, task
 
 INSTALL = "--scheduler needs Dask: pip install 'softaudit[dask]'"
 GPU_WORKERS = "dask worker tcp://HOST:PORT --resources GPU=1"

@@ -99,7 +99,7 @@ class Isolated(Executor):
     def send_many(self, candidate, calls, dtype, timeout):
         """The calls sent to the worker now (the candidate loaded first), their answers taken when asked or before
         anything else uses the worker: the audit judges the unit before while the worker makes them
-        (softaudit/execute/_pool.py, Serial.submit_staged). One not sent to a worker is called when asked."""
+        (softaudit/execute/_serial.py, Serial.submit_staged). One not sent to a worker is called when asked."""
         self._settle()  # (the calls sent before may have run past the time limit: this candidate's then are not made)
         key, pickled, unsendable = self._ticket(candidate)
         if unsendable or self.past_limit(candidate, dtype):

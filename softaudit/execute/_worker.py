@@ -19,7 +19,7 @@ import numpy as np
 
 from .. import _platform
 from .._threads import ONE_THREAD
-from ..adapters import CandidateError, CandidateSkip, call_all, load_target
+from ..adapters import CandidateError, CandidateSkip, call_all, load_target, raised_at
 from ._arena import progress, view, worker_views
 
 _loaded: dict = {}  # key -> the candidate's callable, loaded once per worker
@@ -144,7 +144,7 @@ def _call(key: str, ticket, names: list, arena: tuple, options: dict | None) -> 
     except SystemExit as exc:  # never the worker's exit, let alone the run's
         return ("error", f"called sys.exit({exc.code!r})")
     except BaseException as exc:  # KeyboardInterrupt, GeneratorExit, a user's BaseException
-        return ("error", f"raised {type(exc).__name__}: {exc}")
+        return ("error", f"raised {type(exc).__name__}: {exc}{raised_at(exc)}")
     return ("ok", note, seconds)
 
 

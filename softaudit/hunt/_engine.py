@@ -50,6 +50,7 @@ class Finding:
     examples: int
     failed: bool
     reason: str
+    #: The failure's conditioning-scaled error; for a search that found nothing, the largest it measured (NaN: none)
     max_cond_err: float
     seconds: float
     corpus_file: str | None
@@ -140,7 +141,9 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     # the keywords the candidate takes among those the hunt draws (a candidate without softcap gets no cap)
     takes = frozenset(taken(candidate.call, _strategies.keywords(kinds.get(kind))))
     strategy = _strategy(kind)(kind, fmt, takes)
-    state = {"examples": 0, "last": None, "error": None}
+    # largest: the largest conditioning-scaled error measured on any input judged (NaN: none measured), what a search
+    # that found nothing reports
+    state = {"examples": 0, "last": None, "error": None, "largest": math.nan}
     judge = _recording(state)  # (probe calls it by this name: a derandomised search is seeded from probe's source)
     start = time.monotonic()
 
@@ -163,6 +166,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
         if verdict == "skip":
             return
+        state["largest"] = float(np.fmax(state["largest"], error))
         target(min(error, 1e300) if math.isfinite(error) else 1e300, label="conditioning-scaled error")
         target(float(events), label="events")
         if policy.failed([verdict]):
@@ -198,7 +202,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         )
     if state["last"] is None:
         seconds = time.monotonic() - start
-        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", 0.0, seconds, None)
+        return Finding(candidate.name, kind, fmt.name, state["examples"], False, "", state["largest"], seconds, None)
     inputs, mask, options, reasons, error = state["last"]
     if inputs is not None:  # moved to the failure's boundary within half a share more (docs/hunt.md)
 

@@ -3,6 +3,10 @@
 kinds/attention.py imports these (attention_lse.py and the attention gradient kinds some of them); each imports the
 reference where it uses it, since marking a candidate loads the registry and must not load the reference
 (softaudit/adapters).
+
+(Longer than the house's 400 lines: attention's parts of the loop, the case makers of its modifiers and the
+neighbouring conventions it compares an output with share `spec` and the modifiers' tables; the makers, a third of
+it, would be the part to move out should it grow.)
 """
 
 from __future__ import annotations
@@ -212,10 +216,10 @@ def _softcap(kind, fmt, size, rng):
 
 
 def _backward(kind: str) -> bool:
-    """Whether the family is made for a gradient kind (attention_grad, attention_sinks_grad)."""
-    from ._registry import get
-
-    return get(kind).upstream is not None
+    """Whether the family is made for a gradient kind (attention_grad, attention_sinks_grad): read from its name, a
+    forward's followed by _grad (tests/test_kinds.py checks that the names say which kinds take an upstream g), as
+    the registry imports this module and not the other way round."""
+    return kind.endswith("_grad")
 
 
 def _alibi(kind, fmt, size, rng):

@@ -28,7 +28,7 @@ def conditioning(kind, inputs: dict, mask, references) -> tuple[dict]:
     # The policy's undefined rows for every row kind (log-sum-exp included): a NaN or +inf logit, nothing kept.
     undefined = undefined_rows(x, mask)
     kept_nan = (np.isnan(x) & (True if mask is None else mask)).any(axis=-1)
-    scale = _conditioning.sum_rounding(kind.name, _conditioning.rows(kind.name, x, mask, exact))
+    scale = _conditioning.sum_rounding(kind, _conditioning.rows(kind, x, mask, exact))
     if kind.masked:
         masked = ~np.broadcast_to(mask, x.shape)
         return (

@@ -6,6 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._atomic import write_atomic
+from .._report_files import FILE_FORMATS as FILE_FORMATS
+from .._report_files import FILES, HUNT_FILES
+from .._report_files import FORMATS as FORMATS
 from ._files import machine as machine
 from ._files import platform_key as platform_key
 from ._files import versions as versions
@@ -21,19 +24,22 @@ from .markdown import summary as summary
 from .results_json import results_json
 from .tables import results_csv, worst_csv
 
-#: An audit's report formats: format -> {file name: render(result, comparison) -> the file's text}.
-WRITERS = {
-    "csv": {"results.csv": results_csv, "worst.csv": worst_csv},
-    "html": {"report.html": report_html},
-    "md": {"summary.md": summary},
-    "json": {"results.json": results_json},
-    "junit": {"junit.xml": junit},
+#: Each file's renderer: render(result, comparison) -> the file's text (a hunt's: render(findings, None)).
+RENDERERS = {
+    "results.csv": results_csv,
+    "worst.csv": worst_csv,
+    "report.html": report_html,
+    "summary.md": summary,
+    "results.json": results_json,
+    "junit.xml": junit,
+    "hunt.csv": hunt_csv,
+    "hunt.md": hunt_md,
 }
+#: An audit's report formats: format -> {file name: render(result, comparison) -> the file's text}; the formats and
+#: their files are named in softaudit/_report_files.py, which the settings read.
+WRITERS = {fmt: {name: RENDERERS[name] for name in names} for fmt, names in FILES.items()}
 #: A hunt's report formats: format -> {file name: render(findings, None) -> the file's text}.
-HUNT_WRITERS = {"csv": {"hunt.csv": hunt_csv}, "md": {"hunt.md": hunt_md}}
-#: The formats that write files, and every format ("github" prints annotations instead: see `annotations`).
-FILE_FORMATS = tuple(WRITERS)
-FORMATS = (*FILE_FORMATS, "github")
+HUNT_WRITERS = {fmt: {name: RENDERERS[name] for name in names} for fmt, names in HUNT_FILES.items()}
 
 
 def write_reports(result, out, formats=FILE_FORMATS, comparison=None, writers: dict = WRITERS) -> list[Path]:

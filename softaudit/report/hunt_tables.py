@@ -38,8 +38,11 @@ def hunt_md(findings, comparison=None) -> str:
     """The table in Markdown (a hunt has no baseline: comparison is always None)."""
     table = hunt_table(findings)
     header = "| " + " | ".join(table.columns) + " |\n|" + "---|" * len(table.columns) + "\n"
-    body = "".join(
-        "| " + " | ".join(str(v).replace("|", "\\|") for v in row) + " |\n" for row in table.itertuples(index=False)
-    )
+    body = "".join("| " + " | ".join(_cell(v) for v in row) + " |\n" for row in table.itertuples(index=False))
     stopped = "**Interrupted: the searches below finished before Ctrl-C or SIGTERM; the rest did not run.**\n\n"
     return "# softaudit hunt\n\n" + (stopped if getattr(findings, "interrupted", False) else "") + header + body
+
+
+def _cell(value) -> str:
+    """A Markdown cell: "-" for a value not measured (NaN), a pipe escaped."""
+    return "-" if isinstance(value, float) and value != value else str(value).replace("|", "\\|")

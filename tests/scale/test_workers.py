@@ -19,7 +19,7 @@ import softaudit
 from softaudit import Candidate
 from softaudit.cli import main
 from softaudit.execute import NOT_AGAIN, _pool
-from softaudit.execute._pool import task
+from softaudit.execute._serial import task
 from softaudit.hunt import hunt
 
 from ..execute.test_wiring import REPORTS, rows, start_run, stop_twice, wait_for

@@ -5,6 +5,9 @@ The standard algorithm (`standard`): scores s = q k^T / sqrt(d) with the modifie
 kept scores (0 where none is), P = exp(s - m) / l with l its sum (and a sink's term), zeros for a query that attends
 no key, then P V; or the same online over key blocks (FlashAttention's form). Each model flips one switch; the fix is
 the same call without it.
+
+(Longer than the house's 400 lines: every attention model, the backward's too, is a switch of the standard algorithms
+here, which share the forward's P; the library of them grows in this module, as bugs/__init__.py says.)
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from .. import attention_grad as grad_parts
 from .._ops import const, dtype_sum, exp, exp2, matmul
 from ..attention import _sink_weights, modified
 from ..cross_entropy import tanh
-from . import Model, Variant
+from ._model import Model, Variant
 from .rows import BLOCKS, FILLS, LOG2E, NARROWER, SHORT_LOG2E, WORK, each_work, working
 
 _SCALES = {"rsqrt": lambda d: 1 / np.sqrt(d), "none": lambda d: 1.0, "sqrt": np.sqrt}

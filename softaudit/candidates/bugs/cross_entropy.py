@@ -14,7 +14,7 @@ import numpy as np
 from .._ops import dtype_sum, exp, log, row_max, work_dtype
 from ..cross_entropy import capped, from_log_softmax, reduce, tanh, targets
 from ..cross_entropy_grad import _finish, _p_minus_q, _weights
-from . import Inapplicable, Model, Variant
+from ._model import Inapplicable, Model, Variant
 from .rows import NARROWER, each_work, working
 
 

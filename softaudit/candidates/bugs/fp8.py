@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 
 from ..attention_fp8 import kernel
-from . import Model, Variant
+from ._model import Model, Variant
 
 _SCHEMES = {"P in e4m3, offset 8": {"p": "float8_e4m3fn", "offset": 8.0}, "P in bfloat16": {"p": "bfloat16"}}
 

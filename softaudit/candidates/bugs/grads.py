@@ -13,7 +13,7 @@ import functools
 import numpy as np
 
 from .._ops import const, dtype_sum, exp, log, running_sum
-from . import Inapplicable, Model, Variant
+from ._model import Inapplicable, Model, Variant
 from .rows import FILLS, each_work, working
 from .rows import standard as forward
 

@@ -15,7 +15,7 @@ import numpy as np
 from .._ops import work_dtype
 from ..attention import upcast_with_lse
 from ..merge_attention import _merge
-from . import Model, Variant
+from ._model import Model, Variant
 from .rows import LOG2E, working
 
 #: What an lse for a query with no key comes out as where a kernel does not give it -inf.

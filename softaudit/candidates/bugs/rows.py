@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 from .._ops import const, dtype_sum, exp, exp2, log, log1p, rowwise, running_sum, work_dtype
-from . import Inapplicable, Model, Variant
+from ._model import Inapplicable, Model, Variant
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
