@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import linear_cross_entropy as forward
 from .. import linear_cross_entropy_grad as backward
 from .._ops import work_dtype
-from . import Inapplicable, Model, Variant
+from ._model import Inapplicable, Model, Variant
 
 
 def _narrow(fn):
