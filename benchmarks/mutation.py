@@ -64,28 +64,78 @@ def audited(candidate, dtypes):
 
 def run_kills(original, mutant) -> dict:
     """Per dtype, the first row that kills the mutant ("family: why"), or None."""
+    found = {}
+    for r, why in killing_rows(original, mutant):
+        found.setdefault(r["dtype"], why)
+    return found
+
+
+def killing_rows(original, mutant) -> list[tuple[dict, str]]:
+    """The mutant's rows that kill it, each with why ("family: why"): a fail or error where the original's row has
+    neither, or an event the original's failing row does not have."""
     key = ["dtype", "family", "output"]
     base = original.set_index(key)
-    found = {}
+    found = []
     for row in mutant.itertuples(index=False):
         r = row._asdict()
         at = (r["dtype"], r["family"], r["output"])
-        if found.get(r["dtype"]):
-            continue
-        found.setdefault(r["dtype"], None)
         if r["verdict"] not in KILLING:
             continue
         if at not in base.index:
-            found[r["dtype"]] = f"{r['family']}: new row"
+            found.append((r, f"{r['family']}: new row"))
             continue
         was = base.loc[at]
         if was["verdict"] not in KILLING:
-            found[r["dtype"]] = f"{r['family']} ({r['verdict']}): {str(r['note'])[:120]}"
+            found.append((r, f"{r['family']} ({r['verdict']}): {str(r['note'])[:120]}"))
             continue
         new = [e for e in EVENTS if _count(r.get(e)) > _count(was.get(e))]
         if new:
-            found[r["dtype"]] = f"{r['family']}: new {', '.join(new)}"
+            found.append((r, f"{r['family']}: new {', '.join(new)}"))
     return found
+
+
+def findings(original, mutant, dtype: str) -> str:
+    """The findings of the rows of `dtype` that kill the mutant, each once ("a; b"; an error row has none)."""
+    found = [r.get("finding") for r, _ in killing_rows(original, mutant) if r["dtype"] == dtype]
+    names = [f for f in found if isinstance(f, str)]  # (an error row's finding is empty: NaN in the table)
+    return "; ".join(dict.fromkeys(n for n in names if n))
+
+
+#: What diagnosis said of a killed mutant x dtype (`named`): every killing row's finding a model's (ties
+#: included), some of them, or none (unexplained, or an error row).
+NAMED = ("every row named", "some rows named", "unexplained")
+
+
+def named(finding: str) -> str:
+    names = [n for n in finding.split("; ") if n]
+    models = [n for n in names if n != "unexplained"]
+    if not models:
+        return NAMED[2]
+    return NAMED[0] if len(models) == len(names) else NAMED[1]
+
+
+def diagnosis_table(rows: list[dict]) -> list[list]:
+    """Per operator class: the mutants x dtypes run kills, how many diagnosis names on every killing row, on some,
+    on none, and the models it names most."""
+    per = collections.OrderedDict()
+    for r in rows:
+        if r["outcome"] != "run" or r["detail"].startswith("does not import"):
+            continue
+        c = per.setdefault(r["mistake"], [collections.Counter(), collections.Counter()])
+        c[0][named(r.get("finding", ""))] += 1
+        for n in r.get("finding", "").split("; "):
+            if n and n != "unexplained":
+                c[1][n] += 1
+    lines, totals = [], collections.Counter()
+    for mistake, (c, names) in sorted(per.items()):
+        totals += c
+        top = ", ".join(f"{n} ({k})" for n, k in names.most_common(3))
+        lines.append([mistake, sum(c.values()), *(c[k] for k in NAMED), top])
+    lines.append(["all", sum(totals.values()), *(totals[k] for k in NAMED), ""])
+    return lines
+
+
+DIAGNOSIS_HEADER = ["operator class", "killed by run", *NAMED, "models named most"]
 
 
 def worse(original, mutant, dtype: str) -> str:
@@ -223,8 +273,8 @@ HEADER = [
 ]
 
 
-def markdown(lines: list[list]) -> str:
-    text = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+def markdown(lines: list[list], header=HEADER) -> str:
+    text = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     text += ["| " + " | ".join(str(v) for v in line) + " |" for line in lines]
     return "\n".join(text)
 
@@ -251,10 +301,10 @@ def main() -> None:
     if args.from_csv:
         with open(args.from_csv, newline="") as f:
             rows = list(csv.DictReader(f))
-        print(markdown(table(rows)))
+        print(both(rows))
         if args.write:
             count = len({r["mutant"] for r in rows})
-            _write(markdown(table(rows)), args, count, sum(1 for _ in every_mutant(builtins())), None)
+            _write(both(rows), args, count, sum(1 for _ in every_mutant(builtins())), None)
         return
     try:
         mutants = chosen(args)
@@ -291,16 +341,16 @@ def main() -> None:
             elif outcome is None:
                 detail = worse(originals[m.builtin], mine, d)
                 outcome = "worse" if detail else "same"
+            finding = findings(originals[m.builtin], mine, d) if outcome == "run" and candidate else ""
             rows.append(
                 {"mutant": m.name, "builtin": m.builtin, "kind": m.kind, "dtype": d, "mistake": m.mistake}
-                | {"label": m.label, "outcome": outcome, "detail": detail}
+                | {"label": m.label, "outcome": outcome, "detail": detail, "finding": finding}
             )
         spent.append(time.perf_counter() - start)
         marks = "".join(r["outcome"][0] for r in rows[-len(dtypes) :])
         print(f"[{i + 1}/{len(mutants)}] {spent[-1]:5.1f} s {marks} {m.name}: {m.label}", flush=True)
-    lines = table(rows)
     print()
-    print(markdown(lines))
+    print(both(rows))
     survivors = [r for r in rows if r["outcome"] in ("hunt", "worse", "same")]
     if survivors:
         print("\nsurvivors of run:")
@@ -317,7 +367,17 @@ def main() -> None:
             w.writeheader()
             w.writerows(rows)
     if args.write:
-        _write(markdown(lines), args, len(mutants), total, mean)
+        _write(both(rows), args, len(mutants), total, mean)
+
+
+def both(rows: list[dict]) -> str:
+    """The detection table, then what diagnosis said of the mutants run killed."""
+    diagnosed = diagnosis_table(rows)
+    return (
+        markdown(table(rows))
+        + "\n\nWhat diagnosis said of the mutants x dtypes run killed (their killing rows' findings):\n\n"
+        + markdown(diagnosed, DIAGNOSIS_HEADER)
+    )
 
 
 def _why(m, dtype: str) -> str:
@@ -336,7 +396,8 @@ def _write(text: str, args, count: int, total: int, mean: float | None) -> None:
     _, _, tail = rest.partition(end)
     what = (
         f"`python benchmarks/mutation.py{' --kinds ' + args.kinds if args.kinds else ''} --dtypes {args.dtypes}"
-        f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''} --budget {args.budget:g}`"
+        f"{f' --sample {args.sample} --seed {args.seed}' if args.sample else ''}"
+        f"{' --no-hunt' if args.no_hunt else f' --budget {args.budget:g}'}`"
     )
     if args.from_csv:
         what = "`python benchmarks/mutation.py --from-csv` of a run's CSV"
