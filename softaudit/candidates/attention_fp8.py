@@ -19,7 +19,7 @@ import numpy as np
 
 from ..reference import fp8 as _fp8
 from ..reference import round_to as _round_to
-from . import _ops
+from ._ops import dtype_sum, exp2, matmul
 
 _LOG2E = np.float32(math.log2(math.e))
 KEY_BLOCK = 128
@@ -75,7 +75,7 @@ def kernel(
     k = np.repeat(k8.astype(np.float32), group, axis=1)
     v = np.repeat(v8.astype(np.float32), group, axis=1)
     c = (dq * dk * np.float32(1 / math.sqrt(d)) * _LOG2E).astype(np.float32)
-    s = _ops.matmul(q, np.swapaxes(k, -1, -2), np.float32) * c
+    s = matmul(q, np.swapaxes(k, -1, -2), np.float32) * c
     if mask is not None:
         s = np.where(np.broadcast_to(mask, s.shape), s, np.float32(-np.inf))
     off = np.float32(offset)
@@ -83,10 +83,10 @@ def kernel(
         if two_pass:
             m = s.max(axis=-1, keepdims=True)
             m = np.where(np.isfinite(m), m, np.float32(0))
-            pr = _ops.exp2((s - m + off).astype(np.float32))
+            pr = exp2((s - m + off).astype(np.float32))
             pc = _convert(pr, p)
-            l_sum = _ops.dtype_sum(pr if rowsum == "unconverted" else pc)
-            pv = _ops.matmul(pc, v, np.float32)
+            l_sum = dtype_sum(pr if rowsum == "unconverted" else pc)
+            pv = matmul(pc, v, np.float32)
             o = pv / l_sum * dv
         else:
             m = np.full((b, hq, lq, 1), -np.inf, np.float32)
@@ -98,11 +98,11 @@ def kernel(
                 grow = top > m + np.float32(stale) if stale else top > m
                 new = np.where(grow | ~np.isfinite(m), np.maximum(m, top), m)
                 safe = np.where(np.isfinite(new), new, np.float32(0))
-                alpha = np.where(np.isfinite(m), _ops.exp2((m - safe).astype(np.float32)), np.float32(0))
-                pr = _ops.exp2((sj - safe + off).astype(np.float32))
+                alpha = np.where(np.isfinite(m), exp2((m - safe).astype(np.float32)), np.float32(0))
+                pr = exp2((sj - safe + off).astype(np.float32))
                 pc = _convert(pr, p)
-                l_sum = l_sum * alpha + _ops.dtype_sum(pr if rowsum == "unconverted" else pc)
-                acc = acc * alpha + _ops.matmul(pc, v[..., j0 : j0 + KEY_BLOCK, :], np.float32)
+                l_sum = l_sum * alpha + dtype_sum(pr if rowsum == "unconverted" else pc)
+                acc = acc * alpha + matmul(pc, v[..., j0 : j0 + KEY_BLOCK, :], np.float32)
                 m = new
             o = acc / l_sum * dv
     o = np.where(l_sum > 0, o, np.float32(0))  # (a query with nothing kept: 0, FlashAttention's convention)

@@ -589,6 +589,7 @@ g_attn = rng.standard_normal((2, 3, 7, 8))
 labels = np.array([5, -100, 17, 2, 250, 9])
 splits = _partials(rng, (3, 0, 40, 7), lq=5, dv=8, center=30.0)
 sinks, bias = rng.standard_normal(3) * 2, rng.standard_normal((7, 50))
+xh, wv, bv = rng.standard_normal((6, 64)), rng.standard_normal((300, 64)) * 0.3, rng.standard_normal(300)
 
 hashes = {}
 dtypes = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
@@ -619,6 +620,12 @@ for name, dtype in dtypes.items():
             out = [*c.call(*cast(q, k, v), mask=attend), *c.call(*cast(q2, k2, v2), softcap=5.0, window=(20, 3))]
         elif c.kind == "merge_attention":
             out = [*c.call(*cast(splits["outputs"], splits["lses"]))]
+        elif c.kind == "linear_cross_entropy":
+            out = [c.call(*cast(xh, wv), labels)]
+            out += [c.call(*cast(xh, wv), labels, bias=cast(bv)[0], label_smoothing=0.1, reduction="mean")]
+        elif c.kind == "linear_cross_entropy_grad":
+            out = [*c.call(*cast(xh, wv), labels, *cast(g_rows[:, 0]))]
+            out += [*c.call(*cast(xh, wv), labels, *cast(g_rows[0, 0]), bias=cast(bv)[0], reduction="mean")]
         elif c.kind == "logsumexp_grad":
             out = [c.call(x, g) for x, g in zip(cast(rows, long), cast(g_rows[:, 0], g_long[:, 0]))]
         elif c.kind.endswith("_grad"):
