@@ -46,9 +46,9 @@ def test_assert_accurate_fails_a_defect_with_its_cause_and_fix():
         softaudit.assert_accurate(fast_exp_softmax, kind="softmax", dtypes=["float32"], families=["gaussian"])
     message = str(info.value)
     assert "did not pass for softmax candidate" in message
-    # (no bug model makes Schraudolph's exp: the finding says it is unexplained, with the fail line's numbers)
+    # (Schraudolph's exp without the correction, c = 0: the approximate_exp model's variant reproduces it)
     assert re.search("fail +float32 +gaussian", message) and "x u (scale + T)" in message
-    assert "unexplained (no bug model reproduces the output)" in message
+    assert "approximate_exp" in message and "fix: use an accurate exp" in message
 
 
 def test_the_plugin_fixture_is_the_same_function(assert_accurate):

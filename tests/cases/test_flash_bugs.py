@@ -40,9 +40,10 @@ def test_the_default_suite_does_not_fail_the_sound_kernel(verdicts):
 
 
 def test_the_hunt_finds_every_bug_kernel_and_not_the_sound_one(tmp_path, monkeypatch):
-    """What the run finds, the hunt finds too (about 30 s for the 14 kernels, 40 s budget, 2 shared cores)."""
+    """What the run finds, the hunt finds too (about 45 s for the 14 kernels on 2 cores). The budget is 70 s: at 40 s
+    the derandomised search, whose seed moves with the hunt's source, left one kernel or another unfound."""
     monkeypatch.setenv("CI", "1")  # derandomized, as in CI
-    findings = hunt(str(BUGS), dtypes=["float32"], budget=40, corpus=tmp_path / "corpus")
+    findings = hunt(str(BUGS), dtypes=["float32"], budget=70, corpus=tmp_path / "corpus")
     failed = {f.candidate.split(":")[-1]: f.failed for f in findings}
     assert sorted(failed) == sorted([*flash_bugs.BUGGY, "flash_sound"])
     assert not failed.pop("flash_sound")
