@@ -307,6 +307,15 @@ def cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
     logits = _logits(draw, rng, fmt, (count, v))
     with np.errstate(invalid="ignore"):
         finite = np.where(np.isnan(logits.astype(np.float64)), -np.inf, logits.astype(np.float64))
+    inputs = {"logits": logits, "target": _targets_and_options(draw, rng, finite, takes, options)}
+    return _with_g(draw, rng, kind, fmt, inputs, count, options), None, options
+
+
+def _targets_and_options(draw, rng, finite: np.ndarray, takes: frozenset, options: dict) -> np.ndarray:
+    """int64 targets for rows of float64 logits `finite` (NaN as -inf): at random, at each row's largest or smallest
+    logit, a drawn share of the rows ignored; and into `options` cross_entropy's options the candidate takes (the
+    ignore_index, label smoothing, z-loss, a reduction)."""
+    count, v = finite.shape
     style = draw(st.sampled_from(["random", "largest", "smallest"]))
     target = {
         "random": rng.integers(0, v, count),
@@ -323,12 +332,16 @@ def cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozenset()):
         options["z_loss"] = draw(st.sampled_from([1e-4, 0.0]) | st.floats(1e-6, 1e-3))
     if "reduction" in takes and draw(st.booleans()):
         options["reduction"] = draw(st.sampled_from(["mean", "sum"]))
-    inputs = {"logits": logits, "target": target}
+    return target
+
+
+def _with_g(draw, rng, kind: str, fmt: Format, inputs: dict, count: int, options: dict) -> dict:
+    """The inputs with an upstream g for a gradient kind: one per row, or 1 for a mean or a sum."""
     if kinds.get(kind).upstream is not None:
         per_row = options.get("reduction", "none") == "none"
         g = rng.standard_normal(count) if per_row else np.array(1.0)
         inputs["g"] = _upstream(draw, rng, g, fmt)
-    return inputs, None, options
+    return inputs
 
 
 #: The most products a drawn linear_cross_entropy input has (N x V x H): the exact reference sums each logit's.
@@ -359,28 +372,8 @@ def linear_cross_entropy(draw, kind: str, fmt: Format, takes: frozenset = frozen
     with np.errstate(all="ignore"):
         z = x.astype(np.float64) @ weight.astype(np.float64).T
         finite = np.where(np.isfinite(z), z, -np.inf)
-    style = draw(st.sampled_from(["random", "largest", "smallest"]))
-    target = {
-        "random": rng.integers(0, v, count),
-        "largest": finite.argmax(axis=1),
-        "smallest": np.where(np.isfinite(finite), finite, np.inf).argmin(axis=1),
-    }[style]
-    ignore = -100
-    if "ignore_index" in takes and draw(st.booleans()):
-        ignore = options["ignore_index"] = draw(st.sampled_from([-1, 0]))
-    target = np.where(rng.random(count) < draw(st.sampled_from([0.0, 0.5, 1.0])), ignore, target).astype(np.int64)
-    if "label_smoothing" in takes and draw(st.booleans()):
-        options["label_smoothing"] = draw(st.sampled_from([0.1, 1.0]) | st.floats(1e-3, 1))
-    if "z_loss" in takes and draw(st.booleans()):
-        options["z_loss"] = draw(st.sampled_from([1e-4, 0.0]) | st.floats(1e-6, 1e-3))
-    if "reduction" in takes and draw(st.booleans()):
-        options["reduction"] = draw(st.sampled_from(["mean", "sum"]))
-    inputs["target"] = target
-    if kinds.get(kind).upstream is not None:
-        per_row = options.get("reduction", "none") == "none"
-        g = rng.standard_normal(count) if per_row else np.array(1.0)
-        inputs["g"] = _upstream(draw, rng, g, fmt)
-    return inputs, None, options
+    inputs["target"] = _targets_and_options(draw, rng, finite, takes, options)
+    return _with_g(draw, rng, kind, fmt, inputs, count, options), None, options
 
 
 #: The most elements a drawn merge's outputs have (splits x batch x Lq x dv).
