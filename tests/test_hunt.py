@@ -206,3 +206,19 @@ def test_a_search_whose_every_draw_is_skipped_has_a_dash_in_the_table(tmp_path):
     (finding,) = hunt(softaudit.Candidate("softmax", "skips", skips), budget=1, corpus=None, isolation="none")
     assert not finding.failed and math.isnan(finding.max_cond_err)
     assert table_text([finding]).splitlines()[1].split()[5] == "-"
+
+
+def test_a_candidate_that_raises_on_some_inputs_is_a_failure_the_hunt_finds():
+    """The hunt judges an input on which the candidate raised as `run` does: an error row, which fails. (It judged
+    such an input a second time with the calls it had kept, none, and read it as one with nothing compared: a
+    skip, or a pass where the input had rows undefined in the dtype.)"""
+
+    def short_rows_only(x, axis=-1):
+        if x.shape[-1] > 4:
+            raise ValueError("rows of at most 4 logits")
+        e = np.exp(x.astype(np.float64) - x.astype(np.float64).max(axis, keepdims=True))
+        return (e / e.sum(axis, keepdims=True)).astype(x.dtype)
+
+    candidate = softaudit.Candidate("softmax", "short_rows_only", short_rows_only)
+    (finding,) = hunt(candidate, dtypes=["float32"], budget=5, corpus=None, isolation="none")
+    assert finding.failed and "rows of at most 4 logits" in finding.reason, finding

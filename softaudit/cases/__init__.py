@@ -19,6 +19,7 @@ from ._files import CaseFileError as CaseFileError
 from ._files import check_case_file as check_case_file
 from ._files import load_case_file as load_case_file
 from ._files import load_case_files as load_case_files
+from ._grid import GRIDS as GRIDS
 from ._reported import REPORTED as REPORTED
 
 _case.register_kinds_families()

@@ -170,6 +170,10 @@ def _describe(cells, axis: str) -> str:
     return f"{listed} ({axis}={cells[0][3]})"
 
 
+#: The covering designs: the hunt seeds from them as from the reported bugs (softaudit/hunt/_strategies.py).
+GRIDS = ("attn_grid", "mask_grid")
+
+
 @family(
     "attn_grid",
     "Mask pattern (18) x score regime (6) x key length at tile edges (8), as a pairwise covering design of 144 "

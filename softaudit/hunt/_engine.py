@@ -17,7 +17,7 @@ import time
 
 import hypothesis.configuration
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings, target
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings, target
 from hypothesis.errors import Flaky
 
 from .. import kinds
@@ -84,8 +84,11 @@ def judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex: Exec
     called = _kept(calls(candidate, fam.prepared, timeout, ex, reuse=False), seen)
     # (the search needs the verdict only: the bug models run when `softaudit run` audits the corpus it saves)
     result = unit(candidate, fmt, "hunt", fam, called, policy, HUNT_RECIPE, diagnose=False)
-    if any(row["verdict"] != "pass" for row in result.rows) or any(
-        t.elements and t.max_ulp > policy.min_ulp for t in result.tallies
+    # (no tallies: the calls stopped at a skip or an error, and the rows say so; judged again on the calls kept,
+    # none, the unit would read as an input with nothing compared, or pass)
+    if result.tallies and (
+        any(row["verdict"] != "pass" for row in result.rows)
+        or any(t.elements and t.max_ulp > policy.min_ulp for t in result.tallies)
     ):
         compare(fam, kind, timeout, ex)
         result = unit(candidate, fmt, "hunt", fam, seen, policy, HUNT_RECIPE, diagnose=False)
@@ -153,7 +156,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
         database=None,
         derandomize=bool(os.environ.get("CI")),
         suppress_health_check=list(HealthCheck),
-        phases=[Phase.generate, Phase.target, Phase.shrink],
+        phases=[Phase.explicit, Phase.generate, Phase.target, Phase.shrink],
         report_multiple_bugs=False,
         verbosity=Verbosity.quiet,  # (its "add @seed(...) to this test" is for test authors, not a hunt's user)
     )
@@ -173,6 +176,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             state["last"] = (inputs, mask, options, reasons, error)
             raise AssertionError("; ".join(reasons))
 
+    for seed in reversed(_strategies.whole_seeds(kind, fmt, takes)):  # (example() prepends: reversed, run in order)
+        probe = example(seed)(probe)
     try:
         with _hypothesis_home():
             probe()

@@ -30,7 +30,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from .. import kinds
-from ..cases import REPORTED, families_for
+from ..cases import GRIDS, REPORTED, families_for
 from ..reference import Format, round_to
 from . import _bits
 
@@ -441,14 +441,14 @@ def keywords(kind) -> tuple[str, ...]:
 
 @functools.cache
 def _seeds(kind: str, fmt: Format, takes: frozenset) -> tuple:
-    """The kind's cases of its reported-bug families and its own families (quick suite, up to MAX_SEED_ELEMENTS
-    elements each), rounded to the dtype, those with a keyword the candidate does not take left out:
+    """The kind's cases of its reported-bug families, its covering grid and its own families (quick suite, up to
+    MAX_SEED_ELEMENTS elements each), rounded to the dtype, those with a keyword the candidate does not take left out:
     (inputs, mask, options) triples."""
     found = []
     entry = kinds.get(kind)
     own = {name for each in kinds.KINDS.values() for name in each.makers}
     for family in families_for(kind):
-        if family.name not in REPORTED and family.name not in own:
+        if family.name not in REPORTED and family.name not in GRIDS and family.name not in own:
             continue
         for case in family.cases(kind, fmt, "quick"):
             extra = [n for n in case.arrays if n not in entry.arguments]
@@ -462,6 +462,13 @@ def _seeds(kind: str, fmt: Format, takes: frozenset) -> tuple:
                     }
                 found.append((arrays, case.mask, dict(case.options)))
     return tuple(found)
+
+
+def whole_seeds(kind: str, fmt: Format, takes: frozenset) -> tuple:
+    """The seeds (`_seeds`) that hold every input of the kind (a gradient kind's seed without its g is left to the
+    draws, which add one): each is judged whole before any draw, so the hunt finds at least what the quick suite's
+    seeding cases show."""
+    return tuple(seed for seed in _seeds(kind, fmt, takes) if all(n in seed[0] for n in kinds.get(kind).inputs))
 
 
 #: The axis along which a seed is cut to a run of its rows or queries, by input name (a mask: the same as the
