@@ -77,8 +77,12 @@ def groups(found: list[Candidate], formats: list[Format], from_files: dict, only
     findings (each case in its own dtype), or None."""
     planned = []
     for kind in (k for k in KINDS if any(c.kind == k for c in found)):
+        own = KINDS[kind].dtypes
+        if own is not None and not any(f.name in own for f in formats):
+            named = ", ".join(f.name for f in formats)
+            raise ValueError(f"{kind} is audited in {' or '.join(own)} (the output's dtype); --dtype named {named}")
         mine = tuple(c for c in found if c.kind == kind)
-        for fmt in formats:
+        for fmt in (f for f in formats if KINDS[kind].dtypes is None or f.name in KINDS[kind].dtypes):
             extra = list(from_files[kind]) + (load_corpus(corpus, kind, fmt.name) if corpus else [])
             planned.append(Group(kind, fmt, sources(kind, [c for c in extra if wanted(c.family, only)], only), mine))
     return planned

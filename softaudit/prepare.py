@@ -86,7 +86,8 @@ class Prepared:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         if "case" in state:  # (one without a recipe: its inputs were kept; a built-in one's, `remade`)
-            self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs))
+            kept = kinds.get(self.case.kind).kept
+            self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs, kept))
 
     def remade(self, case: Case) -> None:
         """Take a kept built-in case's inputs from its family made again (`case`, the same recipe's): ValueError
@@ -254,10 +255,17 @@ DERIVED = ("references", "bases", "probes", "leak_probe")
 
 
 def _rounded_inputs(case: Case, fmt: Format) -> dict:
-    """The case's arrays rounded to the audited dtype (this IS the input); integer inputs (class labels) as int64."""
-    integers = kinds.get(case.kind).integers
+    """The case's arrays rounded to the audited dtype (this IS the input); integer inputs (class labels) as int64,
+    and those the kind keeps in their own dtype (`Kind.kept`: FP8 inputs and their descales) as the case gives
+    them."""
+    kind = kinds.get(case.kind)
     return {
-        name: np.asarray(a, np.int64) if name in integers else round_to(a, fmt.dtype) for name, a in case.arrays.items()
+        name: np.asarray(a, np.int64)
+        if name in kind.integers
+        else np.asarray(a)
+        if name in kind.kept
+        else round_to(a, fmt.dtype)
+        for name, a in case.arrays.items()
     }
 
 
@@ -273,13 +281,13 @@ def _digest(inputs: dict, mask) -> bytes:
 
 class _AsFloat64(collections.abc.Mapping):
     """A kept case's arrays: its rounded inputs as float64 (exact values, which round to the same inputs), where a
-    computed case holds the float64 originals."""
+    computed case holds the float64 originals; those the kind keeps in their own dtype (`Kind.kept`) as they are."""
 
-    def __init__(self, inputs: dict):
-        self._inputs = inputs
+    def __init__(self, inputs: dict, kept: tuple = ()):
+        self._inputs, self._kept = inputs, kept
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._inputs[name].astype(np.float64)
+        return self._inputs[name] if name in self._kept else self._inputs[name].astype(np.float64)
 
     def __iter__(self):
         return iter(self._inputs)

@@ -152,6 +152,8 @@ class Reruns:
         self.lead = first.shape[:-1] if self.kind.row_wise else first.shape[:-2]
         self.items = int(np.prod(self.lead))
         self.reruns: list[_Rerun] = []
+        if not self.kind.batched:  # (no batch items to rerun apart: merge_attention's splits, attention_fp8)
+            return
         items = self._items()
         # A loss reduced over its rows (reduction="mean" or "sum") has no output per batch item to compare.
         reduced = (options or {}).get("reduction", "none") != "none"

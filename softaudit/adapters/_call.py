@@ -147,7 +147,7 @@ def call_all(
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
     checked = [
-        _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
+        _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ", kind.own_dtype)
         for o, shape, name in zip(outs, shapes, kind.outputs)
     ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for n in (ran, *(n for _, n in checked)) if n))
@@ -206,8 +206,10 @@ def _several(out, names: tuple) -> tuple:
     return tuple(out)
 
 
-def _checked(out, shape: tuple, dtype, label: str):
-    """(out as an array of dtype, note): CandidateError where it is not an array of `shape` in a floating type."""
+def _checked(out, shape: tuple, dtype, label: str, own: bool = False):
+    """(out as an array of dtype, note): CandidateError where it is not an array of `shape` in a floating type.
+    own: the output's dtype is the candidate's choice (`Kind.own_dtype`): a less precise one is a skip in this dtype
+    (an FP8 kernel's bfloat16 o is not judged in float32's units)."""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise CandidateError(f"{label}returned {type(out).__name__}, not an array")
     out = np.asarray(out)
@@ -221,9 +223,14 @@ def _checked(out, shape: tuple, dtype, label: str):
         from ..reference import format_of  # (here: a worker process that never needs it does not import mpmath)
 
         try:
-            format_of(out.dtype)
+            found = format_of(out.dtype)
         except ValueError:
             raise CandidateError(f"{label}returned dtype {out.dtype}, not a floating-point type") from None
+        if own and found.precision < format_of(dtype).precision:
+            raise bridge.CandidateSkip(
+                f"{label}returns {out.dtype}, less precise than {np.dtype(dtype).name}: audited with "
+                f"--dtype {out.dtype}"
+            )
         note = f"{label}returned {out.dtype}, cast to {np.dtype(dtype).name}"
         with np.errstate(all="ignore"):
             out = out.astype(dtype)

@@ -97,6 +97,21 @@ class Kind:
     #: (inputs, mask, options, conventions) -> (mask, options): a case's exact problem under declared conventions
     #: that depart from the defaults, in the defaults' terms, exactly (attention: a top-left causal limit as a mask).
     declared: Callable | None = None
+    #: Declarable conventions every case is judged under, whatever its options (attention_fp8's FP8 scheme): the
+    #: others apply only to the cases whose options set them (a causal limit, a window).
+    standing: tuple[str, ...] = ()
+    #: Inputs kept in the dtype the case gives them, never rounded to the audited one (attention_fp8's FP8 q8, k8,
+    #: v8 and their float32 descales): the audited dtype is then the output's.
+    kept: tuple[str, ...] = ()
+    #: The dtypes the kind is audited in (None: any); the others a run names are left out for it (attention_fp8:
+    #: o's dtypes, bfloat16, float16 and float32).
+    dtypes: tuple[str, ...] | None = None
+    #: The output's dtype is the candidate's choice (an FP8 kernel's o): an output less precise than the audited
+    #: dtype is a skip in that dtype, rather than cast to it and judged there.
+    own_dtype: bool = False
+    #: The fail line is the measured one (`Policy.fail_above`) in every dtype, float32's included: the standard
+    #: algorithms have no proven rounding budget to draw it from (attention_fp8: P in FP8).
+    measured: bool = False
 
     def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
         """A candidate's declared conventions (a mapping name -> value, or its pairs; None for none) checked against
@@ -123,7 +138,7 @@ class Kind:
     def applied(self, conventions, options) -> tuple[tuple[str, str], ...]:
         """The declared conventions a case with these options sets (its causal limit, its window): those it is
         judged against."""
-        used = {n for n, v in options.items() if v is not None and v is not False}
+        used = {n for n, v in options.items() if v is not None and v is not False} | set(self.standing)
         return tuple((n, v) for n, v in self.declaration(conventions) if n in used)
 
     def departures(self, conventions, options) -> tuple[tuple[str, str], ...]:
@@ -142,8 +157,19 @@ class Kind:
         """The note of a row whose cases (their options) set a convention the candidate declared: "judged against
         its declared top-left causal alignment" ("" where none does)."""
         applied = dict.fromkeys(pair for o in options for pair in self.applied(conventions, o))
-        words = [f"{value.replace('_', '-')} {self.declarable[name][0]}" for name, value in applied]
-        return f"judged against its declared {' and '.join(words)}" if words else ""
+        words = [f"{self._words(name, value)} {self.declarable[name][0]}" for name, value in applied]
+        said = f"judged against its declared {' and '.join(words)}" if words else ""
+        declared = dict(self.declaration(conventions))
+        for name in (n for n in self.standing if n not in declared and options):
+            default = self._words(name, self.declarable[name][1][0])
+            said = "; ".join(filter(None, [f"no {self.declarable[name][0]} declared: judged against {default}", said]))
+        return said
+
+    def _words(self, name: str, value: str) -> str:
+        """A declared convention's value in words: its values' own words where they have them (an FP8 scheme's
+        "P in e4m3 with offset 8"), else the value itself ("top-left")."""
+        values = self.declarable[name][1]
+        return values.words(value) if hasattr(values, "words") else value.replace("_", "-")
 
     @property
     def inputs(self) -> tuple[str, ...]:

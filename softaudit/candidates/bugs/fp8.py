@@ -1,12 +1,13 @@
 """Bug models of FP8 attention, `f(q8, k8, v8, descale_q, descale_k, descale_v, mask=None) -> o`: FlashAttention
 3's forward under a scheme (softaudit.candidates.attention_fp8's `kernel`) with one known mistake, beside the same
-kernel without it. softaudit.fp8 names a failing row's cause only where a variant reproduces the candidate's output
-and its fix does not have the error. Kept out of the bug-model registry of the registered kinds: attention_fp8 is
-audited by softaudit.fp8 (docs/fp8.md)."""
+kernel without it. The audit loop (softaudit/diagnosis.py) and softaudit.fp8 name a failing row's cause only where a
+variant reproduces the candidate's output and its fix does not have the error. A variant takes the loop's keyword
+`scheme` (the candidate's declared scheme, which the model's own settings replace) and `out`, o's dtype (float32,
+which the loop reads against the audited dtype, where none is given)."""
 
 from __future__ import annotations
 
-import functools
+import numpy as np
 
 from ..attention_fp8 import kernel
 from ._model import Model, Variant
@@ -15,7 +16,14 @@ _SCHEMES = {"P in e4m3, offset 8": {"p": "float8_e4m3fn", "offset": 8.0}, "P in 
 
 
 def _variant(label, buggy, fixed) -> Variant:
-    return Variant(label, functools.partial(kernel, **buggy), functools.partial(kernel, **fixed))
+    return Variant(label, _model(buggy), _model(fixed))
+
+
+def _model(settings: dict):
+    def f(q8, k8, v8, descale_q, descale_k, descale_v, mask=None, *, scheme=None, out=np.float32):
+        return kernel(q8, k8, v8, descale_q, descale_k, descale_v, mask, out=out, **settings)
+
+    return f
 
 
 STALE_MAX = Model(
