@@ -95,9 +95,12 @@ def _cond_err(ex: _Exact, y) -> tuple[float, int]:
     return float(err.max(initial=0.0)), bad
 
 
+#: attention_fp8's positional arguments, in order.
+ATTENTION_ARGUMENTS = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v")
+
+
 def _call(f, arrays, mask):
-    names = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v")
-    return f(*(arrays[n] for n in names), mask)
+    return f(*(arrays[n] for n in ATTENTION_ARGUMENTS), mask)
 
 
 def _out_dtype(y) -> np.dtype:

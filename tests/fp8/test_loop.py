@@ -1,0 +1,141 @@
+"""attention_fp8 as a kind of the audit loop (`softaudit.audit`, `softaudit run`): the same verdicts and findings
+as the standalone softaudit.fp8.audit_attention_fp8 on every built-in and family, the scheme declared on the
+marking, o's dtype the audited one, and the reports and the gate on its rows."""
+
+import json
+import textwrap
+
+import pytest
+
+import softaudit
+from softaudit import fp8, gate
+from softaudit.candidates import attention_fp8 as kernels
+from softaudit.report import write_reports
+
+FAMILIES = list(fp8.ATTENTION_FAMILIES)
+
+
+def _audit(target, **kw):
+    kw = {"dtypes": ["bfloat16"], "suite": "quick", "cache": False, "isolation": "none", "workers": 1} | kw
+    return softaudit.audit(target, **kw)
+
+
+@pytest.fixture(scope="module")
+def looped():
+    return _audit("softaudit.candidates.attention_fp8").table
+
+
+@pytest.mark.parametrize("name", list(kernels.BUILTINS))
+def test_the_loop_gives_the_standalone_verdicts_and_causes(looped, name):
+    f, scheme, _ = kernels.BUILTINS[name]
+    alone = fp8.audit_attention_fp8(f, scheme=scheme, name=name).set_index("family")
+    rows = looped[looped.candidate == name].set_index("family")
+    assert list(rows.index) == FAMILIES
+    for family in FAMILIES:
+        assert rows.loc[family, "verdict"] == alone.loc[family, "verdict"], family
+        if alone.loc[family, "cause"]:
+            assert rows.loc[family, "finding"] == alone.loc[family, "cause"], family
+
+
+@pytest.mark.parametrize("family", ["fp8_heads", "fp8_masks"])
+def test_the_loop_measures_what_the_standalone_audit_does(family):
+    """The same case, the same output: the loop's max_cond_err (its reference, conditioning scale and basis) is the
+    standalone's |o - exact| / (u (|o| + sum p|v|))."""
+    import ml_dtypes
+
+    from softaudit.cases import FAMILIES as CASE_FAMILIES
+    from softaudit.metrics import measure
+    from softaudit.prepare import Prepared
+    from softaudit.reference import format_of
+
+    fmt = format_of("bfloat16")
+    for i, case in enumerate(CASE_FAMILIES[family].cases("attention_fp8", fmt, "quick")):
+        pc = Prepared(case, fmt, i)
+        assert all(pc.inputs[n] is not None and pc.inputs[n].dtype == a.dtype for n, a in case.arrays.items())
+        y = kernels.stale_max(*(case.arrays[n] for n in fp8.ATTENTION_ARGUMENTS), case.mask)
+        alone, _ = fp8._cond_err(fp8._exact(dict(case.arrays), case.mask, ml_dtypes.bfloat16), y)
+        assert measure(pc.basis, y, case_index=i).max_cond_err == pytest.approx(alone, rel=1e-12, abs=1e-300)
+
+
+def test_sound_kernels_pass_and_the_defects_fail_with_their_findings(looped):
+    for name, (_, _, sound) in kernels.BUILTINS.items():
+        verdicts = set(looped[looped.candidate == name].verdict)
+        assert verdicts == {"pass"} if sound else "fail" in verdicts, name
+    dropped = looped[looped.candidate == "attention_fp8.dropped_descale"]
+    assert set(dropped.verdict) == {"fail"} and set(dropped.finding) == {"dropped_descale"}
+    stale = looped[(looped.candidate == "attention_fp8.stale_max") & (looped.family == "fp8_stale_max")]
+    assert stale.verdict.item() == "fail" and stale.finding.item() == "stale_max"
+
+
+def test_the_note_says_which_scheme_judged_the_row(looped):
+    fa3 = looped[looped.candidate == "attention_fp8.fa3"].note.iloc[0]
+    assert "judged against its declared P in e4m3 with offset 8 FP8 scheme" in fa3
+    undeclared = looped[looped.candidate == "attention_fp8.scheme_best"].note.iloc[0]
+    assert "no FP8 scheme declared: judged against P in float32" in undeclared
+
+
+def test_a_users_module_declares_its_scheme_on_the_marking(tmp_path, monkeypatch):
+    """FlashAttention 3's P-in-e4m3 kernel passes declared as what it is and fails declared as P in bfloat16 (on
+    the families where the standalone audit fails it), whether declared by scheme= or by fp8.declare."""
+    (tmp_path / "mine.py").write_text(
+        textwrap.dedent(
+            """
+            import softaudit
+            from softaudit import fp8
+            from softaudit.candidates.attention_fp8 import kernel
+
+            @softaudit.candidate(kind="attention_fp8", scheme="p_bf16")
+            def claims_bf16(*args, mask=None):
+                return kernel(*args, mask)
+
+            @softaudit.candidate(kind="attention_fp8")
+            @fp8.declare("fa3")
+            def declared_fa3(*args, mask=None):
+                return kernel(*args, mask)
+            """
+        )
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = _audit("mine", families=["fp8_gqa", "fp8_stale_max"]).table.set_index(["candidate", "family"])
+    assert table.loc[("mine:claims_bf16", "fp8_gqa"), "verdict"] == "fail"
+    assert table.loc[("mine:claims_bf16", "fp8_stale_max"), "verdict"] == "pass"  # (the standalone's too)
+    assert set(table.loc["mine:declared_fa3"].verdict) == {"pass"}
+
+
+def test_scheme_is_checked_in_one_line():
+    with pytest.raises(ValueError, match=r"^scheme offset 9 puts P past float8_e4m3fn's largest value$"):
+        softaudit.candidate(len, kind="attention_fp8", scheme={"p": "float8_e4m3fn", "offset": 9})
+    with pytest.raises(ValueError, match=r"^softmax has no FP8 scheme to declare \(scheme= is for attention_fp8\)$"):
+        softaudit.candidate(len, kind="softmax", scheme="fa3")
+    with pytest.raises(ValueError, match=r"^unknown scheme 'fa4'"):
+        softaudit.candidate(len, kind="attention_fp8", scheme="fa4")
+
+
+def test_dtype_is_os_dtype():
+    """A bfloat16 o is a skip in float32 (not judged in float32's units); float64 is no dtype of o."""
+    table = _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float32"], families=["fp8_gqa"]).table
+    assert table.verdict.item() == "skip"
+    assert "returns bfloat16, less precise than float32: audited with --dtype bfloat16" in table.note.item()
+    with pytest.raises(ValueError, match=r"^attention_fp8 is audited in bfloat16 or float16 or float32"):
+        _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float64"])
+
+
+def test_reports_and_the_gate_read_fp8_rows(tmp_path):
+    result = _audit(
+        ["softaudit.candidates.attention_fp8:fa3", "softaudit.candidates.attention_fp8:stale_max"],
+        families=["fp8_stale_max"],
+    )
+    written = write_reports(result, tmp_path, formats=("md", "json", "junit", "csv"))
+    assert {p.suffix for p in written} >= {".md", ".json", ".xml", ".csv"}
+    md = next(p for p in written if p.suffix == ".md").read_text()
+    assert "attention_fp8.stale_max" in md and "stale_max" in md
+    rows = json.loads(next(p for p in written if p.suffix == ".json").read_text())
+    assert rows  # (the json report holds the rows)
+    baseline = gate.baseline_of(result)
+    path = gate.write_baseline(result, tmp_path / "baseline.json")
+    assert not gate.compare(gate.read_baseline(path), baseline).failed
+    # a kernel that passed and now fails is a regression
+    worse = json.loads(json.dumps(baseline))
+    key = next(k for k in worse["rows"] if "attention_fp8.fa3" in k)
+    baseline["rows"][key]["verdict"] = "fail"
+    assert gate.compare(worse, baseline).failed
