@@ -14,7 +14,6 @@ from ..adapters import Candidate, load_target
 from ..kinds import KINDS
 from . import (
     attention,
-    attention_fp8,
     attention_grad,
     attention_lse,
     attention_sinks_grad,
@@ -79,12 +78,14 @@ def builtins() -> list[Candidate]:
 
 #: Built-in modules left out of `builtins()` (the main job), whose comparisons `_named` finds too: FP8 attention's
 #: (docs/fp8.md: audited as `softaudit run softaudit.candidates.attention_fp8`).
-APART = (attention_fp8,)
+#: Loaded on first use: its kernels import the reference, which a worker process calling another kind's candidate
+#: does without.
+APART = (f"{__name__}.attention_fp8",)
 
 
 def apart() -> list[Candidate]:
     """The built-in candidates of the modules left out of `builtins()` (APART), module by module."""
-    return [c for module in APART for c in load_target(module.__name__)]
+    return [c for module in APART for c in load_target(module)]
 
 
 def _named(name: str) -> Candidate:
