@@ -2,10 +2,11 @@
 scheme the candidate declares (docs/fp8.md).
 
 `f(q8, k8, v8, descale_q, descale_k, descale_v, mask=None) -> o`: q8 (B, Hq, Lq, d), k8 and v8 (B, Hkv, Lk, d) in
-float8_e4m3fn or float8_e5m2, the descales float32 scalars or (B, Hkv) (FlashAttention 3's convention: query head h
-takes KV head h // (Hq / Hkv)'s descale_q too). The exact result is the attention of the dequantized inputs as given
-(q8 x descale_q exactly ...), rounded once to o's dtype, the audited one; the inputs are kept in their own formats
-(`Kind.kept`), and o narrower than the audited dtype is a skip there (`Kind.own_dtype`).
+float8_e4m3fn or float8_e5m2 (q8 in bfloat16 with descale_q 1 for an FP8 KV cache: the family `fp8_kv_cache`), the
+descales float32 scalars or (B, Hkv) (FlashAttention 3's convention: query head h takes KV head h // (Hq / Hkv)'s
+descale_q too). The exact result is the attention of the dequantized inputs as given (q8 x descale_q exactly ...),
+rounded once to o's dtype, the audited one; the inputs are kept in their own formats (`Kind.kept`), and o narrower
+than the audited dtype is a skip there (`Kind.own_dtype`).
 
 The scheme, what a kernel keeps in low precision (`Scheme`), is a convention every case is judged under
 (`Kind.standing`): declared with `scheme=` on softaudit.candidate (or softaudit.fp8.declare), it is the keyword the
@@ -252,6 +253,21 @@ def _masks(rng, size):
     ]
 
 
+def _kv_cache(rng, size):
+    """An FP8 KV cache (vLLM's, SGLang's, FlashInfer's decode): q in bfloat16 with descale_q 1, k8 and v8 in e4m3
+    with per-tensor scales (vLLM's k_scale, v_scale) or per (batch, KV head), decoding one query and a few."""
+    import ml_dtypes
+
+    out = []
+    for lq, gran in ((1, "tensor"), (1, "head"), (4, "head")):
+        q = (rng.standard_normal((2, 8, lq, 64)) * 2).astype(ml_dtypes.bfloat16)
+        arrays = _case(rng, "float8_e4m3fn", gran, b=2, hq=8, hk=2, lq=lq, lk=size["lk"], heads=(0.5, 6.0))
+        arrays["q8"], arrays["descale_q"] = q, np.float32(1.0).reshape(())
+        queries = "one query (decoding)" if lq == 1 else f"{lq} queries"
+        out.append((arrays, None, f"q in bfloat16, an e4m3 KV cache scaled per {gran}, {queries}, GQA 4:1"))
+    return out
+
+
 #: The attention_fp8 families: name -> (description, make(rng, size) -> [(arrays, mask, description)]).
 ATTENTION_FAMILIES = {
     "fp8_heads": ("per-(batch, head) descales unequal across heads, per head and per tensor, e4m3 and e5m2", _heads),
@@ -261,6 +277,7 @@ ATTENTION_FAMILIES = {
     "fp8_repeated": ("keys repeating a few vectors: P's rounding errors share a sign", _repeated),
     "fp8_gqa": ("16 query heads per KV head", _gqa),
     "fp8_masks": ("causal and sliding-window masks", _masks),
+    "fp8_kv_cache": ("q in bfloat16 over an FP8 KV cache, decoding (descale_q 1)", _kv_cache),
 }
 
 
