@@ -80,7 +80,8 @@ def groups(found: list[Candidate], formats: list[Format], from_files: dict, only
         own = KINDS[kind].dtypes
         if own is not None and not any(f.name in own for f in formats):
             named = ", ".join(f.name for f in formats)
-            raise ValueError(f"{kind} is audited in {' or '.join(own)} (the output's dtype); --dtype named {named}")
+            which = f"{', '.join(own[:-1])} or {own[-1]}" if len(own) > 1 else own[0]
+            raise ValueError(f"{kind} is audited in {which} (the output's dtype); --dtype named {named}")
         mine = tuple(c for c in found if c.kind == kind)
         for fmt in (f for f in formats if KINDS[kind].dtypes is None or f.name in KINDS[kind].dtypes):
             extra = list(from_files[kind]) + (load_corpus(corpus, kind, fmt.name) if corpus else [])
