@@ -116,7 +116,8 @@ def test_dtype_is_os_dtype():
     table = _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float32"], families=["fp8_gqa"]).table
     assert table.verdict.item() == "skip"
     assert "returns bfloat16, less precise than float32: audited with --dtype bfloat16" in table.note.item()
-    with pytest.raises(ValueError, match=r"^attention_fp8 is audited in bfloat16, float16 or float32 \(the output's dtype\); --dtype named float64$"):
+    said = r"^attention_fp8 is audited in bfloat16, float16 or float32 \(the output's dtype\); --dtype named float64$"
+    with pytest.raises(ValueError, match=said):
         _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float64"])
 
 
