@@ -499,11 +499,12 @@ def merge_attention(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, *
 
 #: Each kind's budget, by name: a budget is a formula of the kind's standard algorithm, not of its shape. A kind
 #: missing here has none, and the causes read its errors against the conditioning scale alone (causes.classify).
-def attention_fp8(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray]:
-    """No proven budget: P converted to FP8 has no bound sharp enough to judge by (a P in e4m3 costs up to 2**-4 of
-    each weight), so T is unbounded and the line is the one measured on the declared scheme's best kernel
-    (`Kind.measured`: policy.fail_above, in every dtype)."""
-    return (np.full(np.shape(exact[0]), np.inf),)
+def unbounded(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0, **options) -> tuple[np.ndarray, ...]:
+    """No proven budget, T unbounded for every output, so the line is the one measured on the comparisons
+    (`Kind.measured`: policy.fail_above, in every dtype): attention_fp8's P converted to FP8 has no bound sharp
+    enough to judge by (a P in e4m3 costs up to 2**-4 of each weight), and quantize_fp8's measure is in steps of
+    each output's format, against the standard step's."""
+    return tuple(np.full(np.shape(e), np.inf) for e in exact)
 
 
 BUDGETS = {
@@ -525,5 +526,6 @@ BUDGETS = {
     "linear_cross_entropy_grad": linear_cross_entropy_grad,
     "attention_lse": attention_lse,
     "merge_attention": merge_attention,
-    "attention_fp8": attention_fp8,
+    "attention_fp8": unbounded,
+    "quantize_fp8": unbounded,
 }

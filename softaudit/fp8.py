@@ -199,7 +199,7 @@ def _diagnose(f, arrays, mask, y, dtype, scheme: Scheme, line: float) -> tuple[s
 
     ex = _exact(arrays, mask, dtype)
     y = np.asarray(y).astype(np.float64)
-    for model in models.MODELS:
+    for model in models.ATTENTION_MODELS:
         for variant in model.variants:
             buggy = np.asarray(variant.buggy(*_args(arrays), mask, out=dtype)).astype(np.float64)
             with np.errstate(invalid="ignore"):

@@ -80,7 +80,9 @@ def unit(
     hunt's search, which needs the verdict only; its corpus, audited by `run`, gets the findings)."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
-        lines = [policy.line(fmt, row["plain_cond_err"], candidate.kind) for row in heads]
+        lines = [
+            policy.line(_format(fam, i, fmt), row["plain_cond_err"], candidate.kind) for i, row in enumerate(heads)
+        ]
         seconds, note, measured = measure_calls(candidate.kind, called, lines)
     except CandidateError as exc:
         timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
@@ -94,14 +96,18 @@ def unit(
     result = UnitResult([], tallies=[m.tally for m in measured], heads=heads)
     failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
     declared = kinds.get(candidate.kind).judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
+    audited = fmt
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
+        fmt = _format(fam, index, audited)  # (an output measured in a format of its own: Kind.formats)
         tally, output = m.tally, row["output"]
         if m.all_nan is not None:
             result.all_nan.append(m.all_nan)
-        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family}
+        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": audited.name, "family": family}
         result.case_rows += [which | {"output": output} | c for c in m.per_case]
-        record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
+        record = (
+            None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output, audited)
+        )
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
@@ -141,6 +147,11 @@ def unit(
             for r in result.rows
         ]
     return result
+
+
+def _format(fam, index: int, fmt: Format) -> Format:
+    """The format output `index` of the family's cases is measured in (`Prepared.output_format`)."""
+    return fam.prepared[0].output_format(index) if fam.prepared else fmt
 
 
 def _without_guesses(text: str, pattern: str, record) -> str:
@@ -209,7 +220,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "plain_cond_err": plain,
                 "best_ulp": best,
                 # (the measured line; once measured, the line at the worst element: `unit`)
-                "fail_above": policy.fail_above(fmt, plain, candidate.kind),
+                "fail_above": policy.fail_above(_format(fam, index, fmt), plain, candidate.kind),
                 "warn_above": policy.warn_above(best),
             }
         )
@@ -425,7 +436,7 @@ def _fa_ratio(parts: list[Tally], plain) -> float:
 
 
 def _worst_record(
-    candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
+    candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str, audited=None
 ) -> WorstInput:
     cond, case, flat, value, common = tally.worst
     pc = _case(pcs, case)
@@ -472,7 +483,7 @@ def _worst_record(
         candidate.name,
         candidate.source,
         candidate.kind,
-        fmt.name,
+        (audited or fmt).name,  # (the row's dtype: an output of a format of its own is keyed by the audited one)
         family,
         pc.case.description,
         pc.case_in_family,

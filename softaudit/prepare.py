@@ -37,7 +37,7 @@ from .cases import FAMILIES, Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
-from .reference import Format, PrecisionExhausted, round_to
+from .reference import Format, PrecisionExhausted, format_of, round_to
 
 
 class Prepared:
@@ -147,9 +147,14 @@ class Prepared:
             if self._keeps_extras:
                 self.extras, self.lines = extras, lines
             return tuple(
-                basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
-                for ref, extra, (t, dt) in zip(self.references, extras, lines)
+                basis(self.case.kind, self.output_format(i), ref, budget=t, reorder=dt, **extra)
+                for i, (ref, extra, (t, dt)) in enumerate(zip(self.references, extras, lines))
             )
+
+    def output_format(self, index: int) -> Format:
+        """The format output `index` is measured in: the audited one, or the kind's own for it (`Kind.formats`)."""
+        own = self.kind.output_dtype(index, None)
+        return self.fmt if own is None else format_of(own)
 
     def _lines(self) -> tuple:
         """Each output's (T, dT) for the fail line (softaudit/budget.py, `line`): the standard algorithms' rounding
@@ -304,7 +309,7 @@ class OutputView:
         self.pc, self.index = pc, index
         self.case, self.fmt, self.case_in_family, self.inputs, self.mask, self.overflowed = (
             pc.case,
-            pc.fmt,
+            pc.output_format(index),
             pc.case_in_family,
             pc.inputs,
             pc.mask,

@@ -147,8 +147,8 @@ def call_all(
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
     checked = [
-        _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ", kind.own_dtype)
-        for o, shape, name in zip(outs, shapes, kind.outputs)
+        _checked(o, shape, _dtype(kind, i, dtype), "" if len(shapes) == 1 else f"{name}: ", kind.own_dtype)
+        for i, (o, shape, name) in enumerate(zip(outs, shapes, kind.outputs))
     ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for n in (ran, *(n for _, n in checked)) if n))
 
@@ -204,6 +204,16 @@ def _several(out, names: tuple) -> tuple:
     if len(out) != len(names):
         raise CandidateError(f"returned {len(out)} arrays, expected {len(names)} ({', '.join(names)})")
     return tuple(out)
+
+
+def _dtype(kind, index: int, dtype):
+    """The dtype an output is cast to: its own format where the kind gives one (`Kind.formats`)."""
+    own = kind.output_dtype(index, None)
+    if own is None:
+        return dtype
+    from ..reference import format_of  # (here: a worker process that never needs it does not import mpmath)
+
+    return format_of(own).dtype
 
 
 def _checked(out, shape: tuple, dtype, label: str, own: bool = False):

@@ -80,7 +80,7 @@ def builtins() -> list[Candidate]:
 #: (docs/fp8.md: audited as `softaudit run softaudit.candidates.attention_fp8`).
 #: Loaded on first use: its kernels import the reference, which a worker process calling another kind's candidate
 #: does without.
-APART = (f"{__name__}.attention_fp8",)
+APART = (f"{__name__}.attention_fp8", f"{__name__}.quantize_fp8")
 
 
 def apart() -> list[Candidate]:

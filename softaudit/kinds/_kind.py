@@ -112,6 +112,10 @@ class Kind:
     #: The fail line is the measured one (`Policy.fail_above`) in every dtype, float32's included: the standard
     #: algorithms have no proven rounding budget to draw it from (attention_fp8: P in FP8).
     measured: bool = False
+    #: Outputs measured in a format of their own rather than the audited dtype, name -> dtype name (quantize_fp8's
+    #: descale, float32 beside x8 in the audited FP8 format): the candidate's output is cast to it, its reference
+    #: rounded to it, and its row judged in it (its `dtype` column stays the audited one).
+    formats: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
 
     def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
         """A candidate's declared conventions (a mapping name -> value, or its pairs; None for none) checked against
@@ -170,6 +174,11 @@ class Kind:
         "P in e4m3 with offset 8"), else the value itself ("top-left")."""
         values = self.declarable[name][1]
         return values.words(value) if hasattr(values, "words") else value.replace("_", "-")
+
+    def output_dtype(self, index: int, dtype):
+        """The dtype output `index` is measured in: its own format (`formats`), else the audited `dtype`."""
+        own = self.formats.get(self.outputs[index])
+        return dtype if own is None else own
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from .logsumexp_grad import LOGSUMEXP_GRAD
 from .masked_softmax import MASKED_SOFTMAX
 from .masked_softmax_grad import MASKED_SOFTMAX_GRAD
 from .merge_attention import MERGE_ATTENTION
+from .quantize_fp8 import QUANTIZE_FP8
 from .softmax import SOFTMAX
 from .softmax_grad import SOFTMAX_GRAD
 
@@ -37,6 +38,7 @@ KINDS: dict[str, Kind] = {
         LINEAR_CROSS_ENTROPY,
         MERGE_ATTENTION,
         ATTENTION_FP8,
+        QUANTIZE_FP8,
         SOFTMAX_GRAD,
         LOG_SOFTMAX_GRAD,
         LOGSUMEXP_GRAD,
