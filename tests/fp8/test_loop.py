@@ -140,3 +140,48 @@ def test_reports_and_the_gate_read_fp8_rows(tmp_path):
     key = next(k for k in worse["rows"] if "attention_fp8.fa3" in k)
     baseline["rows"][key]["verdict"] = "fail"
     assert gate.compare(worse, baseline).failed
+
+
+# ------------------------------------------------------------------------------------------------- quantize_fp8
+
+QUANTIZE_CAUSES = {
+    "amax_too_small": "amax_too_small",
+    "zero_amax": "unguarded_scale",
+    "scale_overflow": "unguarded_scale",
+}
+
+
+@pytest.fixture(scope="module")
+def quantized():
+    return _audit("softaudit.candidates.quantize_fp8", dtypes=["float8_e4m3fn", "float8_e5m2"]).table
+
+
+@pytest.mark.parametrize(
+    "name", ["quantize_fp8.textbook", "quantize_fp8.power_of_two", "quantize_fp8.wrong_axis", "quantize_fp8.unguarded"]
+)
+def test_the_loop_gives_the_standalone_quantize_verdicts_and_causes(quantized, name):
+    """A loop row is a (format, granularity) over the five cases, x8 and descale apart; the standalone's rows are
+    per case: the worst of each side agrees, and a failing row's finding is the model of the standalone's cause."""
+    from softaudit.candidates import quantize_fp8 as steps
+    from softaudit.results import SEVERITY
+
+    f, two, _ = steps.BUILTINS[name]
+    alone = fp8.audit_quantize_fp8(f, power_of_two=two)
+    rows = quantized[quantized.candidate == name]
+    assert len(rows) == 2 * 3 * 2  # (formats x granularities x outputs)
+    for (fmt, granularity), cases in alone.groupby(["dtype", "granularity"]):
+        mine = rows[(rows.dtype == fmt) & (rows.family == f"quantize_{granularity}")]
+        assert max(mine.verdict, key=SEVERITY.get) == max(cases.verdict, key=SEVERITY.get), (fmt, granularity)
+        causes = {QUANTIZE_CAUSES[c.split(":")[0]] for c in cases.cause if c}
+        assert set(mine.finding[mine.verdict == "fail"]) <= causes and (not causes or set(mine.finding) & causes)
+
+
+def test_quantize_outputs_are_measured_in_their_own_formats(quantized):
+    """x8 in the FP8 format's steps, the descale in float32's: the exact step reads at most half a step, and the
+    rows are keyed by the audited FP8 format."""
+    exact = quantized[quantized.candidate == "quantize_fp8.scaled_exact"]
+    assert set(exact.output) == {"x8", "descale"} and set(exact.dtype) == {"float8_e4m3fn", "float8_e5m2"}
+    assert (exact.max_ulp <= 0.5).all() and set(exact.verdict) == {"pass"}
+    two = quantized[quantized.candidate == "quantize_fp8.power_of_two"]
+    assert (two[two.output == "descale"].max_ulp == 0).all()  # (a power of two's inverse is exact)
+    assert "judged against its declared power-of-two scale" in two.note.iloc[0]
