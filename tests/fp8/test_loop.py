@@ -116,9 +116,13 @@ def test_dtype_is_os_dtype():
     table = _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float32"], families=["fp8_gqa"]).table
     assert table.verdict.item() == "skip"
     assert "returns bfloat16, less precise than float32: audited with --dtype bfloat16" in table.note.item()
-    said = r"^attention_fp8 is audited in bfloat16, float16 or float32 \(the output's dtype\); --dtype named float64$"
+    said = r"^attention_fp8 is audited in bfloat16, float16 or float32 \(its output's dtype\); --dtype named float64$"
     with pytest.raises(ValueError, match=said):
         _audit("softaudit.candidates.attention_fp8:fa3", dtypes=["float64"])
+    # (beside another kind's candidates, a kind with none of its dtypes named is left out)
+    both = ["softaudit.candidates.attention_fp8:fa3", "softaudit.candidates.merge_attention:textbook"]
+    table = _audit(both, dtypes=["float64"], families=["fp8_gqa", "merge_many"]).table
+    assert set(table.kind) == {"merge_attention"}
 
 
 def test_reports_and_the_gate_read_fp8_rows(tmp_path):
