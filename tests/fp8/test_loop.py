@@ -189,3 +189,31 @@ def test_quantize_outputs_are_measured_in_their_own_formats(quantized):
     two = quantized[quantized.candidate == "quantize_fp8.power_of_two"]
     assert (two[two.output == "descale"].max_ulp == 0).all()  # (a power of two's inverse is exact)
     assert "judged against its declared power-of-two scale" in two.note.iloc[0]
+
+
+def test_the_command_line_runs_fp8_kernels_and_the_hunt_says_it_has_no_strategy(tmp_path):
+    """`softaudit run` on FP8 kernels exits 0 for a sound one and 1 for a defect, with its reports; `softaudit hunt`
+    says in one line that it cannot draw FP8 inputs (exit 2)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = os.environ | {"PYTHONPATH": str(root), "CI": "1"}
+
+    def softaudit_(*args):
+        command = [sys.executable, "-m", "softaudit", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+    common = ["--suite", "quick", "--family", "fp8_stale_max", "--dtype", "bfloat16", "--cache-dir", "off", "-q"]
+    sound = softaudit_("run", "softaudit.candidates.attention_fp8:fa3", "--out", "sound", *common)
+    assert sound.returncode == 0, sound.stderr
+    assert (tmp_path / "sound" / "results.csv").exists()
+    defect = softaudit_("run", "softaudit.candidates.attention_fp8:stale_max", "--out", "defect", *common)
+    assert defect.returncode == 1 and "stale_max" in defect.stdout
+    hunt = softaudit_("hunt", "softaudit.candidates.attention_fp8:fa3")
+    assert hunt.returncode == 2
+    assert hunt.stderr.strip().splitlines()[-1] == (
+        "Error: the hunt has no strategy for attention_fp8: its inputs are not ones it draws"
+    )
