@@ -95,7 +95,8 @@ def unit(
         return UnitResult([row | {"verdict": "skip", "cause": "skip", "note": str(exc)} for row in heads], heads=heads)
     result = UnitResult([], tallies=[m.tally for m in measured], heads=heads)
     failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
-    declared = kinds.get(candidate.kind).judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
+    entry = kinds.get(candidate.kind)
+    declared = entry.judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
     audited = fmt
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
@@ -133,7 +134,21 @@ def unit(
             "finding": finding,
             "fix": fix,
             "note": "; ".join(
-                filter(None, [why, note, *failed, declared, text, m.convention, m.moved.note(policy.require)])
+                filter(
+                    None,
+                    [
+                        why,
+                        note,
+                        *failed,
+                        declared,
+                        entry.explains(candidate.conventions, row["plain_cond_err"], tally.max_cond_err)
+                        if tally.elements
+                        else "",
+                        text,
+                        m.convention,
+                        m.moved.note(policy.require),
+                    ],
+                )
             ),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,

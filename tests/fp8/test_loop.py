@@ -70,6 +70,9 @@ def test_sound_kernels_pass_and_the_defects_fail_with_their_findings(looped):
 def test_the_note_says_which_scheme_judged_the_row(looped):
     fa3 = looped[looped.candidate == "attention_fp8.fa3"].note.iloc[0]
     assert "judged against its declared P in e4m3 with offset 8 FP8 scheme" in fa3
+    stale = looped[(looped.candidate == "attention_fp8.stale_max") & (looped.family == "fp8_stale_max")].iloc[0]
+    said = f"P in e4m3 with offset 8 explains {stale.plain_cond_err:.3g} of {stale.max_cond_err:.3g} x the conditioning"
+    assert said in stale.note
     undeclared = looped[looped.candidate == "attention_fp8.scheme_best"].note.iloc[0]
     assert "no FP8 scheme declared: judged against P in float32" in undeclared
 
