@@ -116,6 +116,9 @@ def call_all(
     output that is the input, written in place, is then valid only until that call.
     """
     kind = kinds.get(candidate.kind)
+    if kind.optional:  # (an FP8 KV cache: passed to a candidate that names it; the others read k and v)
+        named = _named(candidate.call)
+        arrays = {n: a for n, a in arrays.items() if n not in kind.optional or n in named}
     extra = [name for name in arrays if name not in kind.arguments]  # (attention's bias, alibi_slopes, sinks)
     missing = _not_taken(candidate.call, [*(options or {}), *extra])
     if missing:
@@ -181,6 +184,17 @@ def taken(call, names) -> list[str]:
     """Those of `names` the callable takes as keywords (all of them where it takes **kwargs or has no signature)."""
     missing = _not_taken(call, list(names))
     return [name for name in names if name not in missing]
+
+
+def _named(call) -> set[str]:
+    """The parameters a callable names (not those a **kwargs would take: attention's built-ins pass theirs on to
+    the score modifiers); none where it has no signature."""
+    fn = call.func if isinstance(call, functools.partial) else call
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return set()
+    return {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
 
 
 def _not_taken(call, names: list[str]) -> list[str]:

@@ -116,6 +116,10 @@ class Kind:
     #: descale, float32 beside x8 in the audited FP8 format): the candidate's output is cast to it, its reference
     #: rounded to it, and its row judged in it (its `dtype` column stays the audited one).
     formats: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    #: Arrays a case may pass that a candidate receives only where it takes them by name, rather than being skipped:
+    #: attention's FP8 KV cache (k8, v8 and their descales) beside k and v, its exact dequantized values, which the
+    #: candidates that do not read the cache (and the comparisons, and the bug models) compute from.
+    optional: tuple[str, ...] = ()
 
     def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
         """A candidate's declared conventions (a mapping name -> value, or its pairs; None for none) checked against

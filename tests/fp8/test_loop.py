@@ -5,6 +5,7 @@ marking, o's dtype the audited one, and the reports and the gate on its rows."""
 import json
 import textwrap
 
+import numpy as np
 import pytest
 
 import softaudit
@@ -220,3 +221,67 @@ def test_the_command_line_runs_fp8_kernels_and_the_hunt_says_it_has_no_strategy(
     assert hunt.stderr.strip().splitlines()[-1] == (
         "Error: the hunt has no strategy for attention_fp8: its inputs are not ones it draws"
     )
+
+
+# ------------------------------------------------------------------------------------- an FP8 KV cache in attention
+
+CACHE_READER = """
+import numpy as np
+import softaudit
+from softaudit.reference import round_to
+
+
+def _attend(q, k, v, mask):
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)) @ v
+
+
+def _cache(k8, descale):
+    return k8.astype(np.float64) * np.asarray(descale, np.float64)[..., None, None]
+
+
+@softaudit.candidate(kind="attention")
+def reads_cache(q, k, v, mask=None, k8=None, v8=None, descale_k=None, descale_v=None):
+    if k8 is not None:
+        k, v = _cache(k8, descale_k), _cache(v8, descale_v)
+    return round_to(_attend(q, k, v, mask), q.dtype)
+
+
+@softaudit.candidate(kind="attention")
+def drops_v_descale(q, k, v, mask=None, k8=None, v8=None, descale_k=None, descale_v=None):
+    if k8 is not None:
+        k, v = _cache(k8, descale_k), v8.astype(np.float64)
+    return round_to(_attend(q, k, v, mask), q.dtype)
+"""
+
+
+def test_an_fp8_kv_cache_reaches_the_attention_candidates_that_name_it(tmp_path, monkeypatch):
+    """attn_fp8_kv_cache passes k8, v8 and their power-of-two descales beside k and v, their exact values in every
+    dtype: a kernel that reads the cache passes where one that drops descale_v fails, and the built-ins, which do
+    not name the cache, read k and v and pass."""
+    from softaudit.cases import FAMILIES as CASE_FAMILIES
+    from softaudit.prepare import Prepared
+    from softaudit.reference import format_of
+    from softaudit.reference import fp8 as _fp8
+
+    for dtype in ("float16", "bfloat16", "float32", "float64"):
+        for i, case in enumerate(CASE_FAMILIES["attn_fp8_kv_cache"].cases("attention", format_of(dtype), "quick")):
+            pc = Prepared(case, format_of(dtype), i)
+            assert pc.inputs["k8"].dtype.name == "float8_e4m3fn" and pc.inputs["descale_v"].dtype == np.float32
+            for name in ("k", "v"):
+                exact = _fp8.dequantize(pc.inputs[f"{name}8"], pc.inputs[f"descale_{name}"])
+                assert np.array_equal(pc.inputs[name].astype(np.float64), exact), (dtype, name)
+    (tmp_path / "cachek.py").write_text(CACHE_READER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    table = _audit(
+        ["cachek", "softaudit.candidates.attention:naive", "softaudit.candidates.attention:upcast"],
+        dtypes=["bfloat16", "float32"],
+        families=["attn_fp8_kv_cache"],
+    ).table.set_index(["candidate", "dtype"])
+    assert set(table.loc["cachek:reads_cache"].verdict) == {"pass"}
+    assert set(table.loc["cachek:drops_v_descale"].verdict) == {"fail"}
+    assert set(table.loc["attention.naive"].verdict) == set(table.loc["attention.upcast"].verdict) == {"pass"}
