@@ -105,13 +105,13 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
-        verdict, cause, text, fix, pattern = _verdict(
+        verdict, cause, text, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
         finding, fix, why = (
             _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
             if diagnose
-            else ("", fix, "")
+            else ("", "", "")
         )
         if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
             finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
@@ -303,10 +303,10 @@ def _far(part) -> bool:
 
 def _verdict(
     kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved
-) -> tuple[str, str, str, str, str]:
-    """(verdict, cause, note, fix, why) of one row: the rules it broke, in plain words, with the known fix, and the
-    input pattern the note gives for a NaN or inf ("" for none). best: best practice's Comparison on the family
-    (None: none ran)."""
+) -> tuple[str, str, str, str]:
+    """(verdict, cause, note, pattern) of one row: the rules it broke, in plain words, and the input pattern the
+    note gives for a NaN or inf ("" for none). No fix: a fix is a bug model's, named once the model reproduces the
+    output (`_finding`). best: best practice's Comparison on the family (None: none ran)."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -322,9 +322,9 @@ def _verdict(
             moved=moved,
         )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
-        return "error", "nothing_compared", _nothing_compared(pcs, fmt), "", ""
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
-        return "pass", "", "", "", ""
+        return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best", "sum") and record is not None else first.rule
     if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -334,7 +334,7 @@ def _verdict(
     absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
     if absorbed:
         cause = "absorbed"
-    why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
+    why = _event_why(kind, fmt, pcs, tally)[0] if first.rule in ("nan", "overflow") else ""
     texts = list(dict.fromkeys(_explain(r, tally, record, why) for r in reasons))
     worst = f"; worst element: {record.explanation}" if record is not None else ""
     texts = [t.replace(worst, "") if worst and worst in t and i else t for i, t in enumerate(texts)]
@@ -344,7 +344,7 @@ def _verdict(
             f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
             "set the ULP error: a log of a sum that rounds to 1"
         )
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt), why
+    return policy.verdict(reasons), cause, "; ".join(texts), why
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
