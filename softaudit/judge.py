@@ -119,6 +119,8 @@ def unit(
             # (one model says what happened: no guess beside it, and its cause where it names one)
             text = _without_guesses(text, pattern, record)
             cause = diagnosis.cause_of(candidate.kind, finding) or cause
+            if verdict == "warn" and cause == "mask_leak" and policy.fail_on_mask_leak:
+                verdict, text = "fail", f"{text}; {LEAK_SHOWN}"
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -141,6 +143,13 @@ def unit(
             for r in result.rows
         ]
     return result
+
+
+#: Why a warn a leak model explains fails (docs/policy.md, rule 3): a leak is the defect, whatever its size.
+LEAK_SHOWN = (
+    "a leak onto masked lanes fails at any size, as a mask leak does (its model reproduces the output, and the output "
+    "has no entry per masked lane to count)"
+)
 
 
 def _without_guesses(text: str, pattern: str, record) -> str:
