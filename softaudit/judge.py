@@ -121,6 +121,8 @@ def unit(
             cause = diagnosis.cause_of(candidate.kind, finding) or cause
             if verdict == "warn" and cause == "mask_leak" and policy.fail_on_mask_leak:
                 verdict, text = "fail", f"{text}; {LEAK_SHOWN}"
+        if verdict == "warn" and m.convention:
+            verdict, text = "fail", f"{text}; {OTHER_PROBLEM}"
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -150,6 +152,10 @@ LEAK_SHOWN = (
     "a leak onto masked lanes fails at any size, as a mask leak does (its model reproduces the output, and the output "
     "has no entry per masked lane to count)"
 )
+
+
+#: Why a warn another convention's exact result reproduces fails (docs/policy.md, rule 9).
+OTHER_PROBLEM = "another convention's exact result is the output: it computes another problem, which fails at any size"
 
 
 def _without_guesses(text: str, pattern: str, record) -> str:
