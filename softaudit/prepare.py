@@ -11,6 +11,9 @@ every bit, in the smallest of a few forms); a built-in case keeps its recipe and
 its family makes them again when the file is read (cheap against storing them: the inputs were most of a kept
 family); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes). What the
 folder holds per input element is measured by benchmarks/bench_cache.py (docs/benchmarks.md).
+
+(Longer than the house's 400 lines: a prepared case, a prepared family, its comparisons and the two caches are one
+family's life (made, computed, kept, shared, read back).)
 """
 
 from __future__ import annotations

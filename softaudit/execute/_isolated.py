@@ -16,6 +16,9 @@ process: softaudit/execute/_pool.py). A hung worker is killed and replaced: the 
 interpreter and loads its candidate again (about 0.3 s with numpy only, seconds with torch or JAX: see
 docs/isolation.md); a call's time limit never counts that start or load.
 The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
+
+(Longer than the house's 400 lines: one worker's life (started ahead, called, timed, killed, replaced, its death put in
+words) is one state machine around one loky executor, and its helpers read that state.)
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
+
+(Longer than the house's 400 lines: every kind's strategy is built from the rows' recipe, the dtype's thresholds and the
+seeding from the kind's families, which are defined once here.)
 """
 
 from __future__ import annotations
