@@ -286,7 +286,7 @@ def _upstream(draw, rng, g: np.ndarray, fmt: Format) -> np.ndarray:
 #: cross_entropy's options (softaudit/kinds/cross_entropy.py): PyTorch's, PaLM's z-loss, Gemma 2's softcap.
 CROSS_ENTROPY_KEYWORDS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")
 #: The most logits a drawn softcapped cross_entropy input has: each capped row's reference is mpmath's (a tanh has
-#: no fast tier), about 0.1 s a row of 1,003.
+#: no fast tier), whose time grows with the row (docs/benchmarks.md, bench_cross_entropy in the History).
 MAX_CAPPED_LOGITS = 2048
 
 
