@@ -515,9 +515,7 @@ def family(
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    declared = "".join(f"-{name}={value}" for name, value in conventions)
-    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
-    path = folder / f"{stem}.pkl" if folder else None
+    path = _path(family, kind, fmt, suite, seed, folder, conventions)
     found = _mapped(path) if path else None
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
@@ -545,6 +543,25 @@ def family(
             _, dropped = _CACHE.popitem(last=False)
             held -= dropped.nbytes
     return found
+
+
+def _path(family, kind: str, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple):
+    """The file in the folder that keeps the built-in family prepared (None without a folder)."""
+    declared = "".join(f"-{name}={value}" for name, value in conventions)
+    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
+    return folder / f"{stem}.pkl" if folder else None
+
+
+def kept(source, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple = ()) -> bool:
+    """Whether the family (softaudit.plan.Source) is prepared already, in this process or in the folder, so that
+    preparing it costs a read rather than its exact results (a case file's cases are computed every time: only a
+    source with nothing but those is never kept). Looks only: nothing is read or moved."""
+    if source.builtin is None:
+        return False
+    if (source.builtin.name, source.kind, fmt.name, suite, seed, conventions) in _CACHE:
+        return True
+    path = _path(source.builtin, source.kind, fmt, suite, seed, folder, conventions)
+    return path is not None and path.exists()
 
 
 def decided(prepared: list[Prepared]) -> tuple[list[Prepared], list[tuple]]:
