@@ -1,13 +1,12 @@
 """The code's style: ruff's linter and formatter find nothing in softaudit, tests and benchmarks; a module over 400
-lines says in its docstring why it is one module; no date in softaudit's source or pyproject.toml.
+lines says in its docstring why it is one module.
 
 The rules and the line length are pyproject.toml's [tool.ruff]; docs/design.md says how to run both commands. The
-test extra installs ruff; without it the ruff tests skip. A measurement belongs in docs/benchmarks.md (a table with
-its command, machine and date), not in a comment or a docstring: a date there is the sign of one.
+test extra installs ruff; without it the ruff tests skip. (No date in softaudit's source, pyproject.toml or the
+README, the sign of a measurement that belongs in docs/benchmarks.md: tests/test_docs.py checks it.)
 """
 
 import ast
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +19,6 @@ FOLDERS = ("softaudit", "tests", "benchmarks")
 #: longer one is one module all the same ("(Longer than the house's 400 lines: what holds it together.)").
 LIMIT = 400
 REASON = "(Longer than the house's 400 lines: "
-DATE = re.compile(r"\b20\d\d-\d\d-\d\d\b")
 
 
 def _modules():
@@ -70,13 +68,3 @@ def test_the_length_check_can_fail(tmp_path):
     short = tmp_path / "short.py"
     short.write_text('"""A module."""\n' + "x = 1\n" * (LIMIT - 1))
     assert [unexplained(p) for p in (bare, said, empty, short)] == [True, False, True, False]
-
-
-def test_no_date_in_the_source_or_pyproject():
-    found = [
-        f"{p.relative_to(ROOT).as_posix()}:{n}: {line.strip()}"
-        for p in [*_modules(), ROOT / "pyproject.toml"]
-        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
-        if DATE.search(line)
-    ]
-    assert not found, "a date in the source (a measurement goes to docs/benchmarks.md):\n" + "\n".join(found)
