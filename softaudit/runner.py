@@ -265,9 +265,9 @@ def _departures(source: plan.Source, fmt, job: _Job, candidate) -> tuple:
 
 class _Units:
     """The units submitted and their results as they finish, by (group, candidate, family) index. Progress is told
-    per candidate x dtype once all its units are done. Once a unit ran past its time limit, the candidate's later
-    units in that dtype that have not started are answered without calling it (their rows say it was not called
-    again, as a serial run's do); once stopped, every unit not yet started is cancelled."""
+    per candidate x dtype once all its units are done, with its weight (`costs`). Once a unit ran past its time
+    limit, the candidate's later units in that dtype that have not started are answered without calling it (their
+    rows say it was not called again, as a serial run's do); once stopped, every unit not yet started is cancelled."""
 
     def __init__(self, where, job: _Job, progress, weights: dict[tuple, float]):
         self.where, self.job, self.progress, self.weights = where, job, progress, weights
