@@ -17,6 +17,9 @@ descale against RN32(1 / scale), scale = RN32(fmt_max / amax) or its power-of-tw
 These two kinds are audited here, on their own families, rather than through the registered kinds' loop: their
 inputs keep their own formats (FP8 and float32 beside o's dtype), which the loop's rounding to one audited dtype
 does not express (docs/fp8.md says what the loop would need).
+
+(Longer than the house's 400 lines: the two FP8 kinds are audited outside the registered loop, on families, exact
+results and rows of their own that this module alone uses.)
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ judged by the policy (pass / warn / fail, in plain words with the known fix), an
 Judging reads outputs; it never calls a candidate: the calls, the invariants' and the leak probe's included, are
 the execute step's (softaudit/execute/), whose outcome (outputs, or the error or skip that stopped them) is what
 `unit` judges. `settle` applies the rules that look across a candidate's families in one dtype.
+
+(Longer than the house's 400 lines: a unit's judging, from its measures to its verdict, cause and rows, is one path read
+top to bottom, and `settle` is its last step across a candidate's families.)
 """
 
 from __future__ import annotations
