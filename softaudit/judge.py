@@ -4,6 +4,9 @@ judged by the policy (pass / warn / fail, in plain words with the known fix), an
 Judging reads outputs; it never calls a candidate: the calls, the invariants' and the leak probe's included, are
 the execute step's (softaudit/execute/), whose outcome (outputs, or the error or skip that stopped them) is what
 `unit` judges. `settle` applies the rules that look across a candidate's families in one dtype.
+
+(Longer than the house's 400 lines: a unit's judging, from its measures to its verdict, cause and rows, is one path read
+top to bottom, and `settle` is its last step across a candidate's families.)
 """
 
 from __future__ import annotations
@@ -112,13 +115,13 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
-        verdict, cause, text, fix, pattern = _verdict(
+        verdict, cause, text, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
         )
         finding, fix, why = (
             _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
             if diagnose
-            else ("", fix, "")
+            else ("", "", "")
         )
         if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
             finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
@@ -126,6 +129,10 @@ def unit(
             # (one model says what happened: no guess beside it, and its cause where it names one)
             text = _without_guesses(text, pattern, record)
             cause = diagnosis.cause_of(candidate.kind, finding) or cause
+            if verdict == "warn" and cause == "mask_leak" and policy.fail_on_mask_leak:
+                verdict, text = "fail", f"{text}; {LEAK_SHOWN}"
+        if verdict == "warn" and m.convention:
+            verdict, text = "fail", f"{text}; {OTHER_PROBLEM}"
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -167,6 +174,17 @@ def unit(
 def _format(fam, index: int, fmt: Format) -> Format:
     """The format output `index` of the family's cases is measured in (`Prepared.output_format`)."""
     return fam.prepared[0].output_format(index) if fam.prepared else fmt
+
+
+#: Why a warn a leak model explains fails (docs/policy.md, rule 3): a leak is the defect, whatever its size.
+LEAK_SHOWN = (
+    "a leak onto masked lanes fails at any size, as a mask leak does (its model reproduces the output, and the output "
+    "has no entry per masked lane to count)"
+)
+
+
+#: Why a warn another convention's exact result reproduces fails (docs/policy.md, rule 9).
+OTHER_PROBLEM = "another convention's exact result is the output: it computes another problem, which fails at any size"
 
 
 def _without_guesses(text: str, pattern: str, record) -> str:
@@ -329,10 +347,10 @@ def _far(part) -> bool:
 
 def _verdict(
     kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved
-) -> tuple[str, str, str, str, str]:
-    """(verdict, cause, note, fix, why) of one row: the rules it broke, in plain words, with the known fix, and the
-    input pattern the note gives for a NaN or inf ("" for none). best: best practice's Comparison on the family
-    (None: none ran)."""
+) -> tuple[str, str, str, str]:
+    """(verdict, cause, note, pattern) of one row: the rules it broke, in plain words, and the input pattern the
+    note gives for a NaN or inf ("" for none). No fix: a fix is a bug model's, named once the model reproduces the
+    output (`_finding`). best: best practice's Comparison on the family (None: none ran)."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -348,9 +366,9 @@ def _verdict(
             moved=moved,
         )
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
-        return "error", "nothing_compared", _nothing_compared(pcs, fmt), "", ""
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
-        return "pass", "", "", "", ""
+        return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best", "sum") and record is not None else first.rule
     if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -360,7 +378,7 @@ def _verdict(
     absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
     if absorbed:
         cause = "absorbed"
-    why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
+    why = _event_why(kind, fmt, pcs, tally)[0] if first.rule in ("nan", "overflow") else ""
     texts = list(dict.fromkeys(_explain(r, tally, record, why) for r in reasons))
     worst = f"; worst element: {record.explanation}" if record is not None else ""
     texts = [t.replace(worst, "") if worst and worst in t and i else t for i, t in enumerate(texts)]
@@ -370,7 +388,7 @@ def _verdict(
             f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
             "set the ULP error: a log of a sum that rounds to 1"
         )
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt), why
+    return policy.verdict(reasons), cause, "; ".join(texts), why
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:

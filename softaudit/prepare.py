@@ -11,6 +11,9 @@ every bit, in the smallest of a few forms); a built-in case keeps its recipe and
 its family makes them again when the file is read (cheap against storing them: the inputs were most of a kept
 family); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes). What the
 folder holds per input element is measured by benchmarks/bench_cache.py (docs/benchmarks.md).
+
+(Longer than the house's 400 lines: a prepared case, a prepared family, its comparisons and the two caches are one
+family's life (made, computed, kept, shared, read back).)
 """
 
 from __future__ import annotations
@@ -439,7 +442,7 @@ _CACHE: collections.OrderedDict[tuple, PreparedFamily] = collections.OrderedDict
 _UNWRITABLE: set[Path] = set()  # cache folders a write failed in
 _WRITTEN: dict[Path, int] = {}  # cache folder -> the bytes this process wrote there since it last pruned it
 #: A process prunes the cache folder after writing this much to it (and at the end of an audit): pruning scans every
-#: file of the folder, so once per family written cost the cold main job 668 scans of up to 668 files (1.9 s).
+#: file of the folder, so once per family written would scan a folder as many times as it holds files.
 PRUNE_BYTES = 256 << 20
 
 
@@ -525,9 +528,7 @@ def family(
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    declared = "".join(f"-{name}={value}" for name, value in conventions)
-    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
-    path = folder / f"{stem}.pkl" if folder else None
+    path = _path(family, kind, fmt, suite, seed, folder, conventions)
     found = _mapped(path) if path else None
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
@@ -555,6 +556,25 @@ def family(
             _, dropped = _CACHE.popitem(last=False)
             held -= dropped.nbytes
     return found
+
+
+def _path(family, kind: str, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple):
+    """The file in the folder that keeps the built-in family prepared (None without a folder)."""
+    declared = "".join(f"-{name}={value}" for name, value in conventions)
+    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
+    return folder / f"{stem}.pkl" if folder else None
+
+
+def kept(source, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple = ()) -> bool:
+    """Whether the family (softaudit.plan.Source) is prepared already, in this process or in the folder, so that
+    preparing it costs a read rather than its exact results (a case file's cases are computed every time: only a
+    source with nothing but those is never kept). Looks only: nothing is read or moved."""
+    if source.builtin is None:
+        return False
+    if (source.builtin.name, source.kind, fmt.name, suite, seed, conventions) in _CACHE:
+        return True
+    path = _path(source.builtin, source.kind, fmt, suite, seed, folder, conventions)
+    return path is not None and path.exists()
 
 
 def decided(prepared: list[Prepared]) -> tuple[list[Prepared], list[tuple]]:
