@@ -11,6 +11,10 @@ than the audited dtype is a skip there (`Kind.own_dtype`).
 The scheme, what a kernel keeps in low precision (`Scheme`), is a convention every case is judged under
 (`Kind.standing`): declared with `scheme=` on softaudit.candidate (or softaudit.fp8.declare), it is the keyword the
 comparisons get (`declared`), so the row's standard algorithm is the best kernel under it; undeclared, P in float32.
+
+(Longer than the house's 400 lines: the kind whole, as every kind's module holds it, with what its convention
+needs of its own: the scheme a candidate declares, the eight families and the exact side, which softaudit.fp8's
+standalone audit reads from here.)
 """
 
 from __future__ import annotations
