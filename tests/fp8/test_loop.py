@@ -285,3 +285,28 @@ def test_an_fp8_kv_cache_reaches_the_attention_candidates_that_name_it(tmp_path,
     assert set(table.loc["cachek:reads_cache"].verdict) == {"pass"}
     assert set(table.loc["cachek:drops_v_descale"].verdict) == {"fail"}
     assert set(table.loc["attention.naive"].verdict) == set(table.loc["attention.upcast"].verdict) == {"pass"}
+
+
+def test_a_worst_inputs_json_keeps_the_fp8_inputs_in_their_own_formats():
+    """A worst input's arrays kept in formats of their own (FP8 values, float32 descales, beside a bfloat16 row)
+    come back from its JSON bit for bit in those formats, not rounded to the row's dtype."""
+    import dataclasses
+
+    import ml_dtypes
+
+    from softaudit.results import WorstInput
+
+    recipe = {"suite": "quick", "seed": 0, "family": "fp8_gqa", "case_index": 0}
+    row = WorstInput(
+        "c", None, "attention_fp8", "bfloat16", "fp8_gqa", "d", 0, [0, 0, 0, 0], 1, 1, 1, 0.5, 0.5, "", "", recipe
+    )
+    inputs = {
+        "q8": np.array([[1.5, -448.0, 2.0**-9]], ml_dtypes.float8_e4m3fn),
+        "descale_q": np.float32(0.0123).reshape(()),
+        "q": np.array([1.5, 3.0], ml_dtypes.bfloat16),
+        "mask": np.array([True, False]),
+    }
+    back = WorstInput.from_json(dataclasses.replace(row, inputs=inputs).as_json()).inputs
+    for name, a in inputs.items():
+        same = np.array_equal(back[name].reshape(-1).view(np.uint8), a.reshape(-1).view(np.uint8))
+        assert back[name].dtype == a.dtype and same, name
