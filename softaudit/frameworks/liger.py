@@ -154,9 +154,16 @@ def fused_linear_cross_entropy_grad(x, weight, target, g, *, bias=None, reductio
 @candidate(kind="linear_cross_entropy_grad", name="liger.fused_linear_cross_entropy_grad_f32acc", framework="triton")
 def fused_linear_cross_entropy_grad_f32acc(x, weight, target, g, *, bias=None, reduction="none", **options):
     """`liger.fused_linear_cross_entropy_grad` with accum_dtype=torch.float32, what Liger recommends where training
-    is unstable: dweight and dbias accumulated across chunks in float32 (a skip where the release lacks it)."""
+    is unstable: dweight and dbias accumulated across chunks in float32 (a skip where the release lacks it). A
+    GPU's path only: on a CPU Liger sums dweight by its fallback, each chunk's dz^T x rounded to the inputs' dtype
+    before it is added, which no GPU run does (sm80+: addmm with out_dtype=float32), so CPU rows skip."""
     import torch
 
+    if x.device.type == "cpu":
+        raise CandidateSkip(
+            f"liger-kernel {version()}'s accum_dtype=float32 path is a GPU's: on a CPU its fallback rounds each "
+            "chunk's dweight to the inputs' dtype first"
+        )
     options = options | {"reduction": reduction}
     return _fused_grad(x, weight, target, g, bias, options, accum_dtype=torch.float32)
 

@@ -1,6 +1,7 @@
 """softaudit.frameworks.liger: Liger-Kernel's cross-entropy, fused linear cross-entropy and softmax, forward and
 backward, every option, called through the adapter as an audit calls them (on this CPU in Triton's interpreter),
-against float64 torch computed here; and an old release (0.5, SOFTAUDIT_OLD_LIGER: a folder holding its unpacked wheel) in a process of its own."""
+against float64 torch computed here; and an old release (0.5, SOFTAUDIT_OLD_LIGER: a folder holding its unpacked
+wheel) in a process of its own."""
 
 from __future__ import annotations
 
@@ -187,11 +188,8 @@ def test_fused_linear_cross_entropy_forward_takes_every_option(liger, options, b
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "name", ["liger.fused_linear_cross_entropy_grad", "liger.fused_linear_cross_entropy_grad_f32acc"]
-)
 @pytest.mark.parametrize("options", LINEAR_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
-def test_fused_linear_cross_entropy_backward_gives_dx_dweight_dbias(liger, options, name):
+def test_fused_linear_cross_entropy_backward_gives_dx_dweight_dbias(liger, options):
     """(dx, dweight, dbias) against float64 autograd, with a g per row for reduction='none' and a g that is not 1
     for a mean or sum (the scaling Liger's backward does only then); dbias at the zero bias for a case without one."""
     x, w, b, t = _linear_case(seed=5)
@@ -201,9 +199,27 @@ def test_fused_linear_cross_entropy_backward_gives_dx_dweight_dbias(liger, optio
     g = np.array(0.375) if reduced else np.array([0.5, 2.0, -1.0, 3.0])
     arrays = {"x": x, "weight": w, "target": t, "g": g}
     shapes = (x.shape, w.shape, b.shape)
-    got, _ = call_all(liger[name], arrays, None, shapes, x.dtype, 60, options=options)
+    got, _ = call_all(
+        liger["liger.fused_linear_cross_entropy_grad"], arrays, None, shapes, x.dtype, 60, options=options
+    )
     for found, exact in zip(got, _exact_linear(x, w, np.zeros_like(b), t, g, **options)):
         np.testing.assert_allclose(found, exact, rtol=1e-4, atol=1e-6)
+
+
+def test_float32_accumulation_is_a_gpus_path_and_skips_on_a_cpu(liger):
+    """accum_dtype=float32 accumulates dweight in float32 only on a GPU (Liger's CPU fallback rounds each chunk's
+    product to the inputs' dtype first): on a CPU its rows skip, saying why."""
+    x, w, b, t = _linear_case()
+    arrays = {"x": x, "weight": w, "target": t, "g": np.ones(4)}
+    with pytest.raises(CandidateSkip, match="accum_dtype=float32 path is a GPU's"):
+        call_all(
+            liger["liger.fused_linear_cross_entropy_grad_f32acc"],
+            arrays,
+            None,
+            (x.shape, w.shape, b.shape),
+            x.dtype,
+            60,
+        )
 
 
 def test_fused_linear_cross_entropy_backward_with_a_bias(liger):
@@ -263,7 +279,7 @@ assert "takes no reduction='none'" in rows["liger.fused_linear_cross_entropy", "
 assert rows["liger.fused_linear_cross_entropy", "lce_chunks"].verdict == "pass"
 assert rows["liger.fused_linear_cross_entropy_grad", "lce_chunks"].verdict == "pass"
 assert {r.verdict for r in f.itertuples() if r.candidate.endswith("_f32acc")} == {"skip"}
-assert all("takes no accum_dtype" in r.note for r in f.itertuples() if r.candidate.endswith("_f32acc"))
+assert all("accum_dtype" in r.note for r in f.itertuples() if r.candidate.endswith("_f32acc"))
 print(t[["candidate", "family", "verdict", "note"]].to_string())
 print(f[["candidate", "family", "output", "verdict", "note"]].to_string())
 """
