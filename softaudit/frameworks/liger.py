@@ -111,13 +111,13 @@ _FUSED = "LigerFusedLinearCrossEntropyFunction"
 
 
 def _fused(x, weight, target, bias, options: dict, **more):
-    """LigerFusedLinearCrossEntropyFunction's loss, a zero bias where the case has none (so that the gradient
-    kind's dbias is Liger's own, at a zero bias), the options bound to the release's signature."""
+    """LigerFusedLinearCrossEntropyFunction's loss and the bias it was given: for a gradient a zero bias where the
+    case has none (so that dbias is Liger's own, at a zero bias), the options bound to the release's signature."""
     import torch
 
     keywords = _keywords(**({"ignore_index": -100, "label_smoothing": 0.0, "z_loss": 0.0, "softcap": None} | options))
-    if bias is None:
-        bias = torch.zeros(weight.shape[0], dtype=weight.dtype, requires_grad=weight.requires_grad)
+    if bias is None and weight.requires_grad:  # (the forward alone runs without one, as a layer without a bias)
+        bias = torch.zeros(weight.shape[0], dtype=weight.dtype, requires_grad=True)
     out = _apply(_FUSED, x, weight, target, bias=bias, **keywords, **more)
     loss = out[0] if isinstance(out, tuple) else out
     if options.get("reduction") == "none" and loss.ndim == 0:  # (0.5 sums the rows whatever the reduction)
