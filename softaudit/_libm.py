@@ -16,10 +16,10 @@ subnormal results, tiny arguments, log near 1, log1p near -1 and near 0, exp2 of
 over 4 million random inputs per function the largest errors were exp 0.5002, exp2 0.5002, log 0.5003 and log1p
 0.5003 ulp (an ulp of a subnormal result is 2**-1074). So a float64 result is the correctly rounded one except where
 the exact value lies within about 0.0003 ulp of a rounding boundary, and a narrower dtype's result is float64's rounded
-once more. Speed: about 8x (exp) to 11x (log1p) numpy's own float64 functions on 1e6 elements; float32 exp, which
-needs less of float64 before its own rounding, takes a shorter table-driven route (`_exp_float32_block`), 2.2x
-(2,048 elements) to 2.9x (1e6) faster, and its results are the correctly rounded ones all the same (tested against
-mpmath, and on a million inputs against the 0.5003-ulp route rounded). A 16- or 8-bit dtype
+once more. Float32 exp, which needs less of float64 before its own rounding, takes a shorter table-driven route
+(`_exp_float32_block`), and its results are the correctly rounded ones all the same (tested against mpmath, and on a
+million inputs against the 0.5003-ulp route rounded); what each route costs against numpy's own functions is
+benchmarks/bench_portable.py's (docs/benchmarks.md). A 16- or 8-bit dtype
 (float16, bfloat16, the float8 types) is looked up in a table of its every value, computed once by the same code:
 the same bits, at the cost of an index.
 """

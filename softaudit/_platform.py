@@ -88,7 +88,7 @@ def accelerator() -> dict:
 
 
 def _version(name: str) -> str | None:
-    from importlib import metadata  # (here: 0.02 s of every worker's start, and most never ask)
+    from importlib import metadata  # (here: every worker's start would pay for it, and most never ask)
 
     with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(name)

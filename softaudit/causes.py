@@ -2,6 +2,9 @@
 
 Everything here reads numbers the audit already has (the output, the exact value, its conditioning scale, the
 inputs of the row); nothing calls a candidate. docs/policy.md lists the causes and the fixes.
+
+(Longer than the house's 400 lines: the worst element's class, the events' diagnoses and the fixes read the same row
+quantities and the same rounding budget, and docs/policy.md lists them as one table.)
 """
 
 from __future__ import annotations

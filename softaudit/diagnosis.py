@@ -89,7 +89,7 @@ def diagnose(kind: str, fmt: Format, pc, outputs: tuple, index: int, fail_line: 
     error = _compare(y, exact, basis, fmt).distance
     error = 0.0 if math.isnan(error) else error
     args, kwargs = entry.call_arguments(inputs, mask)
-    kwargs |= dict(options)
+    kwargs = {n: a for n, a in kwargs.items() if n not in entry.optional} | dict(options)  # (models read k and v)
 
     def output(fn):  # (a model's output on these inputs: the same for every candidate diagnosed on them)
         return _OUTPUTS.get(pc, (rows, fn, index), lambda: _call(fn, args, kwargs, index))

@@ -14,82 +14,32 @@ Undeclared, the most precise scheme (P in float32) is assumed, and the row says 
 quantize_fp8, `f(x, fmt, granularity) -> (x8, descale)`: x8 against one rounding of x scale (saturating) and
 descale against RN32(1 / scale), scale = RN32(fmt_max / amax) or its power-of-two form (docs/fp8.md).
 
-These two kinds are audited here, on their own families, rather than through the registered kinds' loop: their
-inputs keep their own formats (FP8 and float32 beside o's dtype), which the loop's rounding to one audited dtype
-does not express (docs/fp8.md says what the loop would need).
+attention_fp8 is a kind of the audit loop too (softaudit/kinds/attention_fp8.py: `softaudit run` with a candidate
+marked kind="attention_fp8", scheme=...), with the same families, comparisons and bug models; this module judges
+one kernel on its own, its output's dtype taken from what it returns.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import zlib
 
 import ml_dtypes
 import numpy as np
 
+from .kinds.attention_fp8 import ATTENTION_FAMILIES as ATTENTION_FAMILIES
+from .kinds.attention_fp8 import DEFAULT_SCHEME as DEFAULT_SCHEME
+from .kinds.attention_fp8 import SCHEMES as SCHEMES
+from .kinds.attention_fp8 import Scheme as Scheme
+from .kinds.attention_fp8 import attention_cases as attention_cases
+from .kinds.attention_fp8 import scheme_of as scheme_of
+from .kinds.attention_fp8 import vsum as _vsum
 from .reference import fp8 as _fp8
-
-# ------------------------------------------------------------------------------------------------------- schemes
-
-
-@dataclasses.dataclass(frozen=True)
-class Scheme:
-    """What an FP8 attention kernel keeps in low precision: P's format for the P V product ("float8_e4m3fn",
-    "bfloat16", "float16" or "float32"), its offset (P = 2**(s - m + offset), at most 2**offset: FlashAttention 3
-    takes 8 for e4m3), and whether the row sum adds the unconverted or the converted P; accumulation is float32."""
-
-    p: str = "float32"
-    offset: float = 0.0
-    rowsum: str = "unconverted"
-
-    def __post_init__(self):
-        if self.p not in ("float8_e4m3fn", "float8_e5m2", "bfloat16", "float16", "float32"):
-            raise ValueError(
-                f"scheme p must be float8_e4m3fn, float8_e5m2, bfloat16, float16 or float32, got {self.p!r}"
-            )
-        if self.rowsum not in ("unconverted", "converted"):
-            raise ValueError(f"scheme rowsum must be 'unconverted' or 'converted', got {self.rowsum!r}")
-        if self.p.startswith("float8") and 2.0**self.offset > _fp8.fmt_max(self.p):
-            raise ValueError(f"scheme offset {self.offset:g} puts P past {self.p}'s largest value")
-
-    @property
-    def words(self) -> str:
-        off = f" with offset {self.offset:g}" if self.offset else ""
-        short = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}.get(self.p, self.p)
-        return f"P in {short}{off}" + (", row sum of the converted P" if self.rowsum == "converted" else "")
-
-
-#: The schemes by name: FlashAttention 3's (P in e4m3, offset 8), P in bfloat16 (FP8 storage, BF16 compute) and
-#: the most precise, P in float32 (assumed where none is declared).
-SCHEMES = {
-    "fa3": Scheme("float8_e4m3fn", 8.0),
-    "p_bf16": Scheme("bfloat16"),
-    "float32": Scheme("float32"),
-}
-DEFAULT_SCHEME = "float32"
-
-
-def scheme_of(declared) -> Scheme:
-    """A declared scheme: a name of SCHEMES, a Scheme, or a mapping of Scheme's fields; ValueError in one line."""
-    if isinstance(declared, Scheme):
-        return declared
-    if isinstance(declared, str):
-        if declared not in SCHEMES:
-            raise ValueError(
-                f"unknown scheme {declared!r}; known: {', '.join(SCHEMES)}, or a mapping of p, offset, rowsum"
-            )
-        return SCHEMES[declared]
-    try:
-        return Scheme(**dict(declared))
-    except TypeError:
-        raise ValueError(
-            f"a scheme is a name ({', '.join(SCHEMES)}) or a mapping of p, offset, rowsum: {declared!r}"
-        ) from None
 
 
 def declare(scheme):
-    """Mark an FP8 attention kernel with its scheme: @softaudit.fp8.declare("fa3")."""
+    """Mark an FP8 attention kernel with its scheme: @softaudit.fp8.declare("fa3"). softaudit.candidate(kind=
+    "attention_fp8") on a function marked so takes its scheme (or give scheme= there)."""
     found = scheme_of(scheme)
 
     def mark(f):
@@ -97,153 +47,6 @@ def declare(scheme):
         return f
 
     return mark
-
-
-# ------------------------------------------------------------------------------------------------------ families
-
-_SIZES = {"quick": {"lq": 8, "lk": 256, "long": 1024}, "default": {"lq": 16, "lk": 512, "long": 4096}}
-
-
-def _quantized(x, fmt, granularity, hk):
-    """x (B, H, L, d) as float32, quantized exactly per tensor or per KV head (a query head's group shares its KV
-    head's descale): (x8, descale)."""
-    x = np.asarray(x, np.float32).astype(np.float64)
-    b, h, length, d = x.shape
-    if granularity == "tensor":
-        return _fp8.quantize(x, fmt, "tensor")
-    grouped = x.reshape(b, hk, (h // hk) * length, d)
-    x8, descale = _fp8.quantize(grouped, fmt, "head")
-    return x8.reshape(b, h, length, d), descale
-
-
-def _case(rng, fmt, granularity, *, b=1, hq=2, hk=2, lq=8, lk=256, d=64, heads=None, q=None, k=None, v=None):
-    heads = np.ones(hk) if heads is None else np.asarray(heads, np.float64)
-    per_q = np.repeat(heads, hq // hk)[None, :, None, None]
-    per_k = heads[None, :, None, None]
-    q = rng.standard_normal((b, hq, lq, d)) * per_q if q is None else q
-    k = rng.standard_normal((b, hk, lk, d)) * per_k if k is None else k
-    v = rng.standard_normal((b, hk, lk, d)) * per_k if v is None else v
-    (q8, dq), (k8, dk), (v8, dv) = (_quantized(x, fmt, granularity, hk) for x in (q, k, v))
-    return {"q8": q8, "k8": k8, "v8": v8, "descale_q": dq, "descale_k": dk, "descale_v": dv}
-
-
-def _heads(rng, size):
-    out = []
-    for fmt in _fp8.FORMATS:
-        for gran in ("head", "tensor"):
-            arrays = _case(rng, fmt, gran, b=2, hq=4, hk=4, lq=size["lq"], lk=size["lk"], heads=(0.05, 1, 20, 300))
-            out.append((arrays, None, f"{fmt}, per {gran}, heads of scale 0.05 to 300"))
-    return out
-
-
-def _massive(rng, size):
-    lk, d = size["lk"], 64
-    k = rng.standard_normal((1, 2, lk, d))
-    k[..., [3, 17, 40, 41]] *= 2000.0  # a few channels thousands of times the rest (arXiv 2402.17762)
-    return [
-        (
-            _case(rng, "float8_e4m3fn", gran, lq=size["lq"], lk=lk, k=k),
-            None,
-            f"massive activations in 4 of k's 64 channels, per {gran}",
-        )
-        for gran in ("head", "tensor")
-    ]
-
-
-def _stale(rng, size):
-    """Scores that rise slowly along the keys: each block's max above the first block's by less than 4 (log2
-    units), so a max kept stale below 4 never rescales and P reaches 2**(8 + 3.9)."""
-    lk, d = size["long"], 64
-    q = np.zeros((1, 2, size["lq"], d))
-    q[..., 0] = 8.0
-    q[..., 1:] = rng.standard_normal(q[..., 1:].shape) * 0.05
-    k = rng.standard_normal((1, 2, lk, d)) * 0.05
-    # scaled score in log2 units: 8 k0 / sqrt(64) log2(e) = 1.4427 k0
-    k[..., 0] = np.linspace(0.0, 3.9 / 1.4427, lk) + rng.standard_normal(lk) * 0.01
-    return [
-        (
-            _case(rng, "float8_e4m3fn", "head", lq=size["lq"], lk=lk, q=q, k=k),
-            None,
-            f"{lk} keys whose scores rise by 3.9 (log2 units) along the row: a max kept stale below 4 lets P reach "
-            "2**11.9 (FlashAttention #2716)",
-        )
-    ]
-
-
-def _limits(rng, size):
-    out = []
-    for fmt in _fp8.FORMATS:
-        big = _case(
-            rng,
-            fmt,
-            "head",
-            lq=size["lq"],
-            lk=size["lk"],
-            q=rng.standard_normal((1, 2, size["lq"], 64)) * 30,
-            k=rng.standard_normal((1, 2, size["lk"], 64)) * 30,
-        )
-        out.append((big, None, f"{fmt}: scores of hundreds, every input at the top of the format after scaling"))
-        x = rng.standard_normal((1, 2, size["lk"], 64))
-        x[..., 0, 0] = 1e4  # one outlier sets the scale: the rest in FP8's subnormal range
-        sub = _case(rng, fmt, "tensor", lq=size["lq"], lk=size["lk"], k=x, v=x.copy())
-        out.append((sub, None, f"{fmt}, per tensor: an outlier 1e4 times the rest puts k and v in the subnormal range"))
-    return out
-
-
-def _repeated(rng, size):
-    """Keys drawn from a few distinct vectors (padding, repeated tokens): P's values cluster, so their rounding
-    errors share a sign and do not average out; with the row sum of the unconverted P, o moves by P's relative
-    rounding error."""
-    lk, d = size["lk"], 64
-    out = []
-    for distinct in (2, 3):
-        k = np.repeat(rng.standard_normal((1, 2, distinct, d)) * 0.5, -(-lk // distinct), axis=2)[:, :, :lk]
-        v = np.abs(np.repeat(rng.standard_normal((1, 2, distinct, d)), -(-lk // distinct), axis=2)[:, :, :lk])
-        arrays = _case(rng, "float8_e4m3fn", "head", lq=size["lq"], lk=lk, k=k, v=v)
-        out.append((arrays, None, f"{lk} keys repeating {distinct} distinct vectors, values of one sign"))
-    return out
-
-
-def _gqa(rng, size):
-    return [
-        (
-            _case(rng, "float8_e4m3fn", "head", b=2, hq=16, hk=1, lq=size["lq"], lk=size["lk"], heads=(7.0,)),
-            None,
-            "grouped-query attention, 16 query heads per KV head",
-        )
-    ]
-
-
-def _masks(rng, size):
-    lq = lk = 2 * size["lq"] * 8
-    causal = _fp8.keep_mask(lq, lk, causal=True)
-    window = _fp8.keep_mask(lq, lk, window=(32, 0))
-    return [
-        (_case(rng, "float8_e4m3fn", "head", lq=lq, lk=lk), causal, "causal (bottom-right)"),
-        (_case(rng, "float8_e4m3fn", "head", lq=lq, lk=lk), window, "sliding window of 32 keys to the left"),
-    ]
-
-
-#: The attention_fp8 families: name -> (description, make(rng, size) -> [(arrays, mask, description)]).
-ATTENTION_FAMILIES = {
-    "fp8_heads": ("per-(batch, head) descales unequal across heads, per head and per tensor, e4m3 and e5m2", _heads),
-    "fp8_massive": ("massive activations: a few channels of k thousands of times the rest", _massive),
-    "fp8_stale_max": ("long rows whose scores rise slowly: a stale running max pushes P past 448", _stale),
-    "fp8_limits": ("scores of hundreds; an outlier that puts k and v in FP8's subnormal range", _limits),
-    "fp8_repeated": ("keys repeating a few vectors: P's rounding errors share a sign", _repeated),
-    "fp8_gqa": ("16 query heads per KV head", _gqa),
-    "fp8_masks": ("causal and sliding-window masks", _masks),
-}
-
-
-def attention_cases(family: str, suite: str = "quick", seed: int = 0) -> list:
-    """A family's cases, (arrays, mask, description) each; the same arguments always give the same bits."""
-    if family not in ATTENTION_FAMILIES:
-        raise ValueError(f"unknown attention_fp8 family {family!r}; known: {', '.join(ATTENTION_FAMILIES)}")
-    if suite not in _SIZES:
-        raise ValueError(f"suite must be one of {', '.join(_SIZES)}, got {suite!r}")
-    rng = np.random.default_rng(zlib.crc32(f"{family}/{suite}/{seed}".encode()))
-    return ATTENTION_FAMILIES[family][1](rng, _SIZES[suite])
 
 
 # ---------------------------------------------------------------------------------------------- the measures
@@ -283,20 +86,6 @@ def _exact(arrays, mask, out) -> _Exact:
     return found
 
 
-def _vsum(q, k, v, keep) -> np.ndarray:
-    """sum_j p_j |v_j| per output, p the softmax of the dequantized scores in float64 (a scale, not a result): the
-    P V product's condition, what a rounding of P costs. The scores' share of attention's conditioning scale is left
-    out: FP8 inputs are exact as given and kernels form the scores in float32, far below o's rounding."""
-    with np.errstate(all="ignore"):
-        s = np.einsum("...qd,...kd->...qk", q, k) / math.sqrt(q.shape[-1])
-        if keep is not None:
-            s = np.where(np.broadcast_to(keep, s.shape), s, -np.inf)
-        m = s.max(axis=-1, keepdims=True)
-        e = np.exp(s - np.where(np.isfinite(m), m, 0.0))
-        p = e / np.where(e.sum(axis=-1, keepdims=True) > 0, e.sum(axis=-1, keepdims=True), 1.0)
-        return np.nan_to_num(np.einsum("...qk,...kd->...qd", p, np.abs(v)))
-
-
 def _cond_err(ex: _Exact, y) -> tuple[float, int]:
     """The largest |y - exact| / (u scale) over defined outputs, and how many of them are NaN or infinite."""
     y = np.asarray(y).astype(np.float64)
@@ -306,9 +95,12 @@ def _cond_err(ex: _Exact, y) -> tuple[float, int]:
     return float(err.max(initial=0.0)), bad
 
 
+#: attention_fp8's positional arguments, in order.
+ATTENTION_ARGUMENTS = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v")
+
+
 def _call(f, arrays, mask):
-    names = ("q8", "k8", "v8", "descale_q", "descale_k", "descale_v")
-    return f(*(arrays[n] for n in names), mask)
+    return f(*(arrays[n] for n in ATTENTION_ARGUMENTS), mask)
 
 
 def _out_dtype(y) -> np.dtype:
@@ -407,7 +199,7 @@ def _diagnose(f, arrays, mask, y, dtype, scheme: Scheme, line: float) -> tuple[s
 
     ex = _exact(arrays, mask, dtype)
     y = np.asarray(y).astype(np.float64)
-    for model in models.MODELS:
+    for model in models.ATTENTION_MODELS:
         for variant in model.variants:
             buggy = np.asarray(variant.buggy(*_args(arrays), mask, out=dtype)).astype(np.float64)
             with np.errstate(invalid="ignore"):

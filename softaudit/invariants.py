@@ -14,8 +14,8 @@ from . import kinds
 
 def round_to(values, dtype) -> np.ndarray:
     """`reference.round_to`, imported when first used: the candidates' worker processes import this module (through
-    softaudit.execute) and make no probes, and the reference's import (mpmath with it) was 0.1 s of a worker's
-    0.24 s start."""
+    softaudit.execute) and make no probes, and the reference's import (mpmath with it) was a large share of a
+    worker's start."""
     from .reference import round_to as rounded
 
     return rounded(values, dtype)

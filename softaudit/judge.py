@@ -4,6 +4,9 @@ judged by the policy (pass / warn / fail, in plain words with the known fix), an
 Judging reads outputs; it never calls a candidate: the calls, the invariants' and the leak probe's included, are
 the execute step's (softaudit/execute/), whose outcome (outputs, or the error or skip that stopped them) is what
 `unit` judges. `settle` applies the rules that look across a candidate's families in one dtype.
+
+(Longer than the house's 400 lines: a unit's judging, from its measures to its verdict, cause and rows, is one path read
+top to bottom, and `settle` is its last step across a candidate's families.)
 """
 
 from __future__ import annotations
@@ -80,7 +83,9 @@ def unit(
     hunt's search, which needs the verdict only; its corpus, audited by `run`, gets the findings)."""
     heads = head_rows(candidate, fmt, family, fam, policy)
     try:
-        lines = [policy.line(fmt, row["plain_cond_err"], candidate.kind) for row in heads]
+        lines = [
+            policy.line(_format(fam, i, fmt), row["plain_cond_err"], candidate.kind) for i, row in enumerate(heads)
+        ]
         seconds, note, measured = measure_calls(candidate.kind, called, lines)
     except CandidateError as exc:
         timed_out = isinstance(exc, TimedOut) or str(exc) == NOT_AGAIN
@@ -93,27 +98,32 @@ def unit(
         return UnitResult([row | {"verdict": "skip", "cause": "skip", "note": str(exc)} for row in heads], heads=heads)
     result = UnitResult([], tallies=[m.tally for m in measured], heads=heads)
     failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
-    declared = kinds.get(candidate.kind).judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
+    entry = kinds.get(candidate.kind)
+    declared = entry.judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
+    audited = fmt
     bounds = _bounds(candidate, fmt, fam)
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
+        fmt = _format(fam, index, audited)  # (an output measured in a format of its own: Kind.formats)
         tally, output = m.tally, row["output"]
         if m.all_nan is not None:
             result.all_nan.append(m.all_nan)
-        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family}
+        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": audited.name, "family": family}
         result.case_rows += [which | {"output": output} | c for c in m.per_case]
-        record = None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output)
+        record = (
+            None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output, audited)
+        )
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
         approximation = None if bounds is None else _within(pcs, measured[0].outputs, index, lines[index], bounds)
-        verdict, cause, text, fix, pattern = _verdict(
+        verdict, cause, text, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved, approximation
         )
         finding, fix, why = (
             _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
             if diagnose
-            else ("", fix, "")
+            else ("", "", "")
         )
         if finding == diagnosis.UNEXPLAINED and m.convention:  # (the neighbouring convention's exact result is it)
             finding, fix, why = diagnosis.OTHER_CONVENTION, diagnosis.CONVENTION_FIX, ""
@@ -121,6 +131,10 @@ def unit(
             # (one model says what happened: no guess beside it, and its cause where it names one)
             text = _without_guesses(text, pattern, record)
             cause = diagnosis.cause_of(candidate.kind, finding) or cause
+            if verdict == "warn" and cause == "mask_leak" and policy.fail_on_mask_leak:
+                verdict, text = "fail", f"{text}; {LEAK_SHOWN}"
+        if verdict == "warn" and m.convention:
+            verdict, text = "fail", f"{text}; {OTHER_PROBLEM}"
         plain = fam.plain[index] if fam.plain else None
         judged = {
             "seconds": seconds,
@@ -129,7 +143,21 @@ def unit(
             "finding": finding,
             "fix": fix,
             "note": "; ".join(
-                filter(None, [why, note, *failed, declared, text, m.convention, m.moved.note(policy.require)])
+                filter(
+                    None,
+                    [
+                        why,
+                        note,
+                        *failed,
+                        declared,
+                        entry.explains(candidate.conventions, row["plain_cond_err"], tally.max_cond_err)
+                        if tally.elements
+                        else "",
+                        text,
+                        m.convention,
+                        m.moved.note(policy.require),
+                    ],
+                )
             ),
             "fa_ratio": _fa_ratio(m.parts, plain),
             "worst_scale": record.scale if record and tally.elements else math.nan,
@@ -143,6 +171,22 @@ def unit(
             for r in result.rows
         ]
     return result
+
+
+def _format(fam, index: int, fmt: Format) -> Format:
+    """The format output `index` of the family's cases is measured in (`Prepared.output_format`)."""
+    return fam.prepared[0].output_format(index) if fam.prepared else fmt
+
+
+#: Why a warn a leak model explains fails (docs/policy.md, rule 3): a leak is the defect, whatever its size.
+LEAK_SHOWN = (
+    "a leak onto masked lanes fails at any size, as a mask leak does (its model reproduces the output, and the output "
+    "has no entry per masked lane to count)"
+)
+
+
+#: Why a warn another convention's exact result reproduces fails (docs/policy.md, rule 9).
+OTHER_PROBLEM = "another convention's exact result is the output: it computes another problem, which fails at any size"
 
 
 def _without_guesses(text: str, pattern: str, record) -> str:
@@ -211,7 +255,7 @@ def head_rows(candidate: Candidate, fmt: Format, family: str, fam, policy: Polic
                 "plain_cond_err": plain,
                 "best_ulp": best,
                 # (the measured line; once measured, the line at the worst element: `unit`)
-                "fail_above": policy.fail_above(fmt, plain, candidate.kind),
+                "fail_above": policy.fail_above(_format(fam, index, fmt), plain, candidate.kind),
                 "warn_above": policy.warn_above(best),
             }
         )
@@ -305,10 +349,11 @@ def _far(part) -> bool:
 
 def _verdict(
     kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved, approximation=None
-) -> tuple[str, str, str, str, str]:
-    """(verdict, cause, note, fix, why) of one row: the rules it broke, in plain words, with the known fix, and the
-    input pattern the note gives for a NaN or inf ("" for none). best: best practice's Comparison on the family
-    (None: none ran). approximation: (within, size, words) of a declared approximation (`_within`), or None."""
+) -> tuple[str, str, str, str]:
+    """(verdict, cause, note, pattern) of one row: the rules it broke, in plain words, and the input pattern the
+    note gives for a NaN or inf ("" for none). No fix: a fix is a bug model's, named once the model reproduces the
+    output (`_finding`). best: best practice's Comparison on the family (None: none ran). approximation: (within,
+    size, words) of a declared approximation (`_within`), or None."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -326,9 +371,9 @@ def _verdict(
     if approximation is not None:
         reasons = _approximated(reasons, *approximation)
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
-        return "error", "nothing_compared", _nothing_compared(pcs, fmt), "", ""
+        return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
-        return "pass", "", "", "", ""
+        return "pass", "", "", ""
     first = reasons[0]
     cause = record.cause if first.rule in ("defect", "below_best", "sum") and record is not None else first.rule
     if first.rule == "flushed" and record is not None and record.cause in _LOST_AS:
@@ -338,7 +383,7 @@ def _verdict(
     absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
     if absorbed:
         cause = "absorbed"
-    why, pattern = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ("", "")
+    why = _event_why(kind, fmt, pcs, tally)[0] if first.rule in ("nan", "overflow") else ""
     texts = list(dict.fromkeys(_explain(r, tally, record, why) for r in reasons))
     worst = f"; worst element: {record.explanation}" if record is not None else ""
     texts = [t.replace(worst, "") if worst and worst in t and i else t for i, t in enumerate(texts)]
@@ -348,7 +393,7 @@ def _verdict(
             f"{zeros} {'result' if zeros == 1 else 'results'} came out 0 where the exact result is not, which "
             "set the ULP error: a log of a sum that rounds to 1"
         )
-    return policy.verdict(reasons), cause, "; ".join(texts), causes.fix(first.rule, kind, cause, pattern, fmt), why
+    return policy.verdict(reasons), cause, "; ".join(texts), why
 
 
 def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
@@ -490,7 +535,7 @@ def _fa_ratio(parts: list[Tally], plain) -> float:
 
 
 def _worst_record(
-    candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str
+    candidate: Candidate, fmt: Format, pcs: list, tally: Tally, recipe, family: str, output: str, audited=None
 ) -> WorstInput:
     cond, case, flat, value, common = tally.worst
     pc = _case(pcs, case)
@@ -537,7 +582,7 @@ def _worst_record(
         candidate.name,
         candidate.source,
         candidate.kind,
-        fmt.name,
+        (audited or fmt).name,  # (the row's dtype: an output of a format of its own is keyed by the audited one)
         family,
         pc.case.description,
         pc.case_in_family,

@@ -3,6 +3,9 @@
 Everything here compares a candidate's output y (already in the audited dtype) with the reference: the exact
 value r (hi + lo, within the reference's bound) and its correct rounding R. Per-case `measure` returns a Tally;
 tallies of one family merge into one row of the results table.
+
+(Longer than the house's 400 lines: every measure is defined once here, and they share the Basis they read and the Tally
+they fill; docs/metrics.md follows the same order.)
 """
 
 from __future__ import annotations

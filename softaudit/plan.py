@@ -76,12 +76,25 @@ def groups(found: list[Candidate], formats: list[Format], from_files: dict, only
     from_files: each kind's cases from case files (read once, before anything runs); corpus: a folder of hunt
     findings (each case in its own dtype), or None."""
     planned = []
-    for kind in (k for k in KINDS if any(c.kind == k for c in found)):
+    its_kinds = [k for k in KINDS if any(c.kind == k for c in found)]
+    left_out = [k for k in its_kinds if not _dtypes_of(k, formats)]
+    if left_out and len(left_out) == len(its_kinds):  # (nothing to run: one line; else those kinds are left out)
+        own = KINDS[left_out[0]].dtypes
+        which = f"{', '.join(own[:-1])} or {own[-1]}" if len(own) > 1 else own[0]
+        named = ", ".join(f.name for f in formats)
+        raise ValueError(f"{left_out[0]} is audited in {which} (its output's dtype); --dtype named {named}")
+    for kind in its_kinds:
         mine = tuple(c for c in found if c.kind == kind)
-        for fmt in formats:
+        for fmt in _dtypes_of(kind, formats):
             extra = list(from_files[kind]) + (load_corpus(corpus, kind, fmt.name) if corpus else [])
             planned.append(Group(kind, fmt, sources(kind, [c for c in extra if wanted(c.family, only)], only), mine))
     return planned
+
+
+def _dtypes_of(kind: str, formats: list[Format]) -> list[Format]:
+    """The audited dtypes a kind is audited in (`Kind.dtypes`: attention_fp8's o, quantize_fp8's FP8 format)."""
+    own = KINDS[kind].dtypes
+    return [f for f in formats if own is None or f.name in own]
 
 
 def check_planned(planned: list[Group], only: set | None) -> None:

@@ -98,7 +98,7 @@ class Policy:
     def line(self, fmt: Format, plain_cond: float | None, kind: str | None = None) -> tuple[float | None, float]:
         """(F, factor), what each element's fail line is drawn from (metrics.fail_line): F the measured line
         (`fail_above`) in dtypes narrower than proven_bits, None (the proven line alone) in the others."""
-        proven = fmt.precision >= self.proven_bits
+        proven = fmt.precision >= self.proven_bits and not (kind is not None and kinds.get(kind).measured)
         return (None if proven else self.fail_above(fmt, plain_cond, kind)), self.factor
 
     def floor(self, fmt: Format, kind: str | None = None) -> float:

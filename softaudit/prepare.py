@@ -11,6 +11,9 @@ every bit, in the smallest of a few forms); a built-in case keeps its recipe and
 its family makes them again when the file is read (cheap against storing them: the inputs were most of a kept
 family); the rest is derived when first read (ulps, masks, conditioning scales, the invariants' probes). What the
 folder holds per input element is measured by benchmarks/bench_cache.py (docs/benchmarks.md).
+
+(Longer than the house's 400 lines: a prepared case, a prepared family, its comparisons and the two caches are one
+family's life (made, computed, kept, shared, read back).)
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from .cases import FAMILIES, Case
 from .execute import Executor, calls
 from .kinds import Kind
 from .metrics import Tally, basis, measure
-from .reference import Format, PrecisionExhausted, round_to
+from .reference import Format, PrecisionExhausted, format_of, round_to
 
 
 class Prepared:
@@ -86,7 +89,8 @@ class Prepared:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         if "case" in state:  # (one without a recipe: its inputs were kept; a built-in one's, `remade`)
-            self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs))
+            kept = kinds.get(self.case.kind).kept
+            self.case = dataclasses.replace(self.case, arrays=_AsFloat64(self.inputs, kept))
 
     def remade(self, case: Case) -> None:
         """Take a kept built-in case's inputs from its family made again (`case`, the same recipe's): ValueError
@@ -146,9 +150,14 @@ class Prepared:
             if self._keeps_extras:
                 self.extras, self.lines = extras, lines
             return tuple(
-                basis(self.case.kind, self.fmt, ref, budget=t, reorder=dt, **extra)
-                for ref, extra, (t, dt) in zip(self.references, extras, lines)
+                basis(self.case.kind, self.output_format(i), ref, budget=t, reorder=dt, **extra)
+                for i, (ref, extra, (t, dt)) in enumerate(zip(self.references, extras, lines))
             )
+
+    def output_format(self, index: int) -> Format:
+        """The format output `index` is measured in: the audited one, or the kind's own for it (`Kind.formats`)."""
+        own = self.kind.output_dtype(index, None)
+        return self.fmt if own is None else format_of(own)
 
     def _lines(self) -> tuple:
         """Each output's (T, dT) for the fail line (softaudit/budget.py, `line`): the standard algorithms' rounding
@@ -254,10 +263,17 @@ DERIVED = ("references", "bases", "probes", "leak_probe")
 
 
 def _rounded_inputs(case: Case, fmt: Format) -> dict:
-    """The case's arrays rounded to the audited dtype (this IS the input); integer inputs (class labels) as int64."""
-    integers = kinds.get(case.kind).integers
+    """The case's arrays rounded to the audited dtype (this IS the input); integer inputs (class labels) as int64,
+    and those the kind keeps in their own dtype (`Kind.kept`: FP8 inputs and their descales) as the case gives
+    them."""
+    kind = kinds.get(case.kind)
     return {
-        name: np.asarray(a, np.int64) if name in integers else round_to(a, fmt.dtype) for name, a in case.arrays.items()
+        name: np.asarray(a, np.int64)
+        if name in kind.integers
+        else np.asarray(a)
+        if name in kind.kept
+        else round_to(a, fmt.dtype)
+        for name, a in case.arrays.items()
     }
 
 
@@ -273,13 +289,13 @@ def _digest(inputs: dict, mask) -> bytes:
 
 class _AsFloat64(collections.abc.Mapping):
     """A kept case's arrays: its rounded inputs as float64 (exact values, which round to the same inputs), where a
-    computed case holds the float64 originals."""
+    computed case holds the float64 originals; those the kind keeps in their own dtype (`Kind.kept`) as they are."""
 
-    def __init__(self, inputs: dict):
-        self._inputs = inputs
+    def __init__(self, inputs: dict, kept: tuple = ()):
+        self._inputs, self._kept = inputs, kept
 
     def __getitem__(self, name: str) -> np.ndarray:
-        return self._inputs[name].astype(np.float64)
+        return self._inputs[name] if name in self._kept else self._inputs[name].astype(np.float64)
 
     def __iter__(self):
         return iter(self._inputs)
@@ -296,7 +312,7 @@ class OutputView:
         self.pc, self.index = pc, index
         self.case, self.fmt, self.case_in_family, self.inputs, self.mask, self.overflowed = (
             pc.case,
-            pc.fmt,
+            pc.output_format(index),
             pc.case_in_family,
             pc.inputs,
             pc.mask,
@@ -426,7 +442,7 @@ _CACHE: collections.OrderedDict[tuple, PreparedFamily] = collections.OrderedDict
 _UNWRITABLE: set[Path] = set()  # cache folders a write failed in
 _WRITTEN: dict[Path, int] = {}  # cache folder -> the bytes this process wrote there since it last pruned it
 #: A process prunes the cache folder after writing this much to it (and at the end of an audit): pruning scans every
-#: file of the folder, so once per family written cost the cold main job 668 scans of up to 668 files (1.9 s).
+#: file of the folder, so once per family written would scan a folder as many times as it holds files.
 PRUNE_BYTES = 256 << 20
 
 
@@ -512,9 +528,7 @@ def family(
     if key in _CACHE:
         _CACHE.move_to_end(key)
         return _CACHE[key]
-    declared = "".join(f"-{name}={value}" for name, value in conventions)
-    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
-    path = folder / f"{stem}.pkl" if folder else None
+    path = _path(family, kind, fmt, suite, seed, folder, conventions)
     found = _mapped(path) if path else None
     if found is None:
         made = family.cases(kind, fmt, suite, seed)
@@ -542,6 +556,25 @@ def family(
             _, dropped = _CACHE.popitem(last=False)
             held -= dropped.nbytes
     return found
+
+
+def _path(family, kind: str, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple):
+    """The file in the folder that keeps the built-in family prepared (None without a folder)."""
+    declared = "".join(f"-{name}={value}" for name, value in conventions)
+    stem = f"{_store.fingerprint()}-{family.name}-{kind}-{fmt.name}-{suite}-{seed}{declared}"
+    return folder / f"{stem}.pkl" if folder else None
+
+
+def kept(source, fmt: Format, suite: str, seed: int, folder: Path | None, conventions: tuple = ()) -> bool:
+    """Whether the family (softaudit.plan.Source) is prepared already, in this process or in the folder, so that
+    preparing it costs a read rather than its exact results (a case file's cases are computed every time: only a
+    source with nothing but those is never kept). Looks only: nothing is read or moved."""
+    if source.builtin is None:
+        return False
+    if (source.builtin.name, source.kind, fmt.name, suite, seed, conventions) in _CACHE:
+        return True
+    path = _path(source.builtin, source.kind, fmt, suite, seed, folder, conventions)
+    return path is not None and path.exists()
 
 
 def decided(prepared: list[Prepared]) -> tuple[list[Prepared], list[tuple]]:

@@ -152,6 +152,8 @@ class Reruns:
         self.lead = first.shape[:-1] if self.kind.row_wise else first.shape[:-2]
         self.items = int(np.prod(self.lead))
         self.reruns: list[_Rerun] = []
+        if not self.kind.batched:  # (no batch items to rerun apart: merge_attention's splits, attention_fp8)
+            return
         items = self._items()
         # A loss reduced over its rows (reduction="mean" or "sum") has no output per batch item to compare.
         reduced = (options or {}).get("reduction", "none") != "none"
@@ -215,7 +217,8 @@ class Reruns:
             mates = rng.choice(finite, shape) if finite.size else rng.standard_normal(shape)
             mates[padding] = 0.0
             mates[places[: self.items]] = values
-            batch[name] = round_to(mates, self.dtype)
+            # (an array kept in its own dtype, an FP8 cache: its batch-mates are its own values, exact in it)
+            batch[name] = mates.astype(a.dtype) if name in self.kind.kept else round_to(mates, self.dtype)
         if mask is None:
             return batch, None
         together = rng.random((size,) + mask.shape[1:]) < 0.75

@@ -198,7 +198,7 @@ class WorstInput:
         """Every float as a hex string (float.hex), so the case replays bit for bit."""
         out = dataclasses.asdict(self) | {"output": float(self.output).hex(), "reference": float(self.reference).hex()}
         if self.inputs is not None:
-            out["inputs"] = {name: _exact(a) for name, a in self.inputs.items()}
+            out["inputs"] = {name: _exact(a) | _own_dtype(a, self.dtype) for name, a in self.inputs.items()}
         return out
 
     @classmethod
@@ -209,7 +209,7 @@ class WorstInput:
         inputs = data.get("inputs")
         if inputs is not None:
             dtype = format_of(data["dtype"]).dtype
-            inputs = {name: _array(spec, dtype) for name, spec in inputs.items()}
+            inputs = {name: _array(spec, spec.get("dtype", dtype)) for name, spec in inputs.items()}
         floats = {"output": float.fromhex(data["output"]), "reference": float.fromhex(data["reference"])}
         return cls(**(data | floats | {"inputs": inputs}))
 
@@ -256,6 +256,21 @@ def _exact(a) -> dict:
     a = np.asarray(a)
     values = a.reshape(-1).tolist() if a.dtype == np.bool_ else hex_rows(a.reshape(1, -1))[0]
     return {"shape": list(a.shape), "values": values}
+
+
+def _own_dtype(a, dtype: str) -> dict:
+    """{"dtype": name} for a floating array kept in a dtype of its own, not the row's (attention_fp8's FP8 inputs
+    and float32 descales, `Kind.kept`): read back in it, not rounded to the row's dtype; {} otherwise."""
+    import numpy as np
+
+    from .reference import format_of
+
+    a = np.asarray(a)
+    try:
+        own = format_of(a.dtype).dtype
+    except ValueError:  # (booleans, integers: as they were)
+        return {}
+    return {} if own == format_of(dtype).dtype else {"dtype": np.dtype(own).name}
 
 
 def _array(spec: dict, dtype):

@@ -76,6 +76,10 @@ def audit(
     busy a while (execute/_lanes.py: their start would cost more than they give a small plan). scheduler: a Dask
     scheduler's address ("tcp://HOST:PORT") or a distributed.Client: units run on its workers (GPU candidates only
     on those with a GPU resource; docs/scale.md). The table is the same whatever runs the units.
+    progress: called progress(done, total, label) as each candidate finishes in a dtype (done of total candidate x
+    dtype pairs; label "NAME dtype"); where it has a `weigh` method, weigh(spent, whole) comes just before, the work
+    done and the whole in estimated cost (`costs`), for an estimate of the time left that counts a cold family's
+    preparation at its weight.
     """
     import pandas as pd
 
@@ -176,7 +180,8 @@ def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) 
     did not run left out), settled candidate by candidate. Each family is prepared once, before its units; a
     pool that runs units in parallel is given every family at once, then every unit. A KeyboardInterrupt while
     they run is raised again as _Abandoned, holding the results of the units that finished."""
-    units = _Units(where, job, progress, sum(len(g.candidates) for g in planned))
+    weights = costs(planned, lambda source, fmt, d: prepare.kept(source, fmt, job.suite, job.seed, job.folder, d), job)
+    units = _Units(where, job, progress, weights)
     try:
         ahead = [_prepare_all(group, where, job, stopped) for group in planned] if where.parallel else None
         for gi, group in enumerate(planned):
@@ -193,6 +198,33 @@ def _run(planned: list[plan.Group], where, job: _Job, stopped: _Stop, progress) 
         units.harvest()
         raise _Abandoned(_settled(planned, units)) from None
     return _settled(planned, units)
+
+
+#: A family's preparation where its exact results are not kept (the references, and the comparisons' calls), in
+#: units of one candidate's calls on the family: most of a cold run's extra time is there, and the candidate that
+#: comes first in its kind and dtype waits for it (a run on a few candidates is mostly preparation). The main job's
+#: cold and warm runs (docs/benchmarks.md) put it near this; it only weighs the estimate of the time left.
+COLD = 6.0
+
+
+def costs(planned: list[plan.Group], kept, job: _Job) -> dict[tuple, float]:
+    """Each candidate x dtype's estimated cost, known before anything runs, by (group, candidate) index: 1 for each
+    family it runs on, and COLD more for each family it is the first to need prepared where that family is not kept
+    already (kept(source, fmt, departures) False). Equal weights would read the first candidate of a cold
+    kind, which waits for every family's references, as the pace of the rest."""
+    weights = {}
+    for gi, group in enumerate(planned):
+        needed = set()
+        for ci, candidate in enumerate(group.candidates):
+            cost = 0.0
+            for si, source in enumerate(group.sources):
+                wanted = (si, _departures(source, group.fmt, job, candidate))
+                if wanted not in needed and not kept(source, group.fmt, wanted[1]):
+                    cost += COLD
+                needed.add(wanted)
+                cost += 1.0
+            weights[gi, ci] = cost
+    return weights
 
 
 class _Abandoned(KeyboardInterrupt):
@@ -233,12 +265,13 @@ def _departures(source: plan.Source, fmt, job: _Job, candidate) -> tuple:
 
 class _Units:
     """The units submitted and their results as they finish, by (group, candidate, family) index. Progress is told
-    per candidate x dtype once all its units are done. Once a unit ran past its time limit, the candidate's later
-    units in that dtype that have not started are answered without calling it (their rows say it was not called
-    again, as a serial run's do); once stopped, every unit not yet started is cancelled."""
+    per candidate x dtype once all its units are done, with its weight (`costs`). Once a unit ran past its time
+    limit, the candidate's later units in that dtype that have not started are answered without calling it (their
+    rows say it was not called again, as a serial run's do); once stopped, every unit not yet started is cancelled."""
 
-    def __init__(self, where, job: _Job, progress, total: int):
-        self.where, self.job, self.progress, self.total = where, job, progress, total
+    def __init__(self, where, job: _Job, progress, weights: dict[tuple, float]):
+        self.where, self.job, self.progress, self.weights = where, job, progress, weights
+        self.total, self.whole, self.spent = len(weights), sum(weights.values()), 0.0
         self.pending: dict = {}  # future -> key
         self.done = queue.SimpleQueue()  # the futures as they finish (or are cancelled)
         self.submitted: dict = {}  # key -> (fam, candidate, fmt, family): what it was submitted with
@@ -313,7 +346,10 @@ class _Units:
         pair.discard(key)
         if not pair and self.progress:
             self.reported += 1
+            self.spent += self.weights[key[:2]]
             _, candidate, fmt, _ = self.submitted[key]
+            if hasattr(self.progress, "weigh"):
+                self.progress.weigh(self.spent, self.whole)
             self.progress(self.reported, self.total, f"{candidate.name} {fmt.name}")
 
 

@@ -500,8 +500,8 @@ def test_the_spy_sees_an_audit(spy):
 
 KNOWN_KINDS = (
     "softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, cross_entropy, linear_cross_entropy, "
-    "merge_attention, softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, "
-    "attention_sinks_grad, cross_entropy_grad, linear_cross_entropy_grad"
+    "merge_attention, attention_fp8, quantize_fp8, softmax_grad, log_softmax_grad, logsumexp_grad, "
+    "masked_softmax_grad, attention_grad, attention_sinks_grad, cross_entropy_grad, linear_cross_entropy_grad"
 )
 
 

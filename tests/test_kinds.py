@@ -34,7 +34,7 @@ def test_every_kind_is_complete_and_consistent(kind):
     args, kwargs = kind.call_arguments({name: name for name in kind.inputs}, "the mask")
     assert [a for a in args if a != "the mask"] == list(kind.inputs) and set(kwargs) == set(kind.keywords)
     # comparisons: built-ins of the kind, the plain one first among the standard ones, best practice apart
-    builtins = {c.name: c for c in candidates.builtins()}
+    builtins = {c.name: c for c in [*candidates.builtins(), *candidates.apart()]}
     for name in (kind.plain, kind.best, *kind.standard):
         assert name in builtins and builtins[name].kind == kind.name, name
     assert kind.standard[0] == kind.plain and kind.best not in kind.standard
@@ -83,7 +83,7 @@ def test_the_comparison_tables_read_the_kinds():
 def test_an_unknown_kind_is_one_line():
     message = (
         "unknown kind 'softmx'; known: softmax, log_softmax, logsumexp, masked_softmax, attention, attention_lse, "
-        "cross_entropy, linear_cross_entropy, merge_attention, "
+        "cross_entropy, linear_cross_entropy, merge_attention, attention_fp8, quantize_fp8, "
         "softmax_grad, log_softmax_grad, logsumexp_grad, masked_softmax_grad, attention_grad, attention_sinks_grad, "
         "cross_entropy_grad, linear_cross_entropy_grad"
     )
@@ -100,8 +100,9 @@ def test_a_reference_has_one_result_per_output():
     from softaudit.runner import Prepared
 
     for kind in KINDS.values():
-        case = FAMILIES[kind.families[0]].cases(kind.name, format_of("float32"), "quick")[0]
-        pc = Prepared(case, format_of("float32"), 0)
+        fmt = format_of(kind.dtypes[0] if kind.dtypes else "float32")  # (a kind audited in some dtypes only)
+        case = FAMILIES[kind.families[0]].cases(kind.name, fmt, "quick")[0]
+        pc = Prepared(case, fmt, 0)
         assert len(pc.references) == len(pc.bases) == len(pc.output_shapes) == len(kind.outputs)
 
 
@@ -212,8 +213,12 @@ def test_the_layers_above_keep_their_own_tables_of_the_kinds(monkeypatch):
         "linear_cross_entropy_grad": "linear_cross_entropy",
         "merge_attention": "merge",
         "attention_lse": "attention",
+        "attention_fp8": None,  # (FP8 inputs with their descales: not drawn)
+        "quantize_fp8": None,
     }
     assert set(budget.BUDGETS) == set(KINDS)
+    with pytest.raises(ValueError, match=r"^the hunt has no strategy for attention_fp8: [^\n]*$"):
+        _engine._strategy("attention_fp8")
     labels = dataclasses.replace(KINDS["softmax"], name="labels", arguments=("x", "target"))
     monkeypatch.setitem(kinds.KINDS, "labels", labels)
     assert _strategies.for_kind(labels) is None

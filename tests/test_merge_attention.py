@@ -135,3 +135,29 @@ def test_a_reported_merge_fails_its_family_and_the_textbook_merge_passes(name, f
 
     assert verdicts(name) == {"fail"}
     assert verdicts("textbook") == {"pass"}
+
+
+def test_the_fp8_cache_family_holds_the_partials_of_one_attention_over_an_fp8_cache():
+    """Split-KV decoding on an FP8 KV cache (issue 45, part 2): merged exactly, the family's partials are the
+    attention of q over the whole dequantized cache (softmax and P V in float64 here, within 1e-12), and the
+    built-in merges pass on them in every dtype."""
+    from softaudit.kinds.merge_attention import fp8_cache, split_partials
+
+    q, k, v, splits = fp8_cache(np.random.default_rng(3), lq=2)
+    assert len(np.unique(np.abs(k))) < 2**8  # (an e4m3 cache: few distinct magnitudes)
+    parts = split_partials(q, k, v, splits)
+    s = np.einsum("bid,bjd->bij", q, k) / 8.0
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    want = np.einsum("bij,bjd->bid", p / p.sum(axis=-1, keepdims=True), v)
+    for b in range(2):
+        for i in range(2):
+            o, _ = _exact(parts["outputs"][:, b], parts["lses"][:, b], i)
+            assert np.allclose([float(x) for x in o], want[b, i], rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    result = softaudit.audit(
+        "softaudit.candidates.merge_attention:textbook",
+        families=["merge_fp8_cache"],
+        suite="quick",
+        isolation="none",
+        cache_dir=None,
+    )
+    assert set(result.table.verdict) == {"pass"} and len(result.table) == 8

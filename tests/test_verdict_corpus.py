@@ -206,9 +206,9 @@ CORPUS = [
     defect(new_kinds.lce_logits_in_dtype, "linear_cross_entropy", (F16,), "lce_large_logits"),
     sound(new_kinds.lceg_float64_once, "linear_cross_entropy_grad"),
     defect(new_kinds.lceg_logits_in_dtype, "linear_cross_entropy_grad", (F16,), "lce_large_logits"),
-    # (the leaked share is about 1e-5 of the loss: a warn in float32, within bfloat16's and float16's rounding)
-    defect(new_kinds.ce_softcap_every_lane, "cross_entropy", (F64,), "ce_softcap"),
-    trade_off(new_kinds.ce_softcap_every_lane, "cross_entropy", (F32,)),
+    # (the leaked share is about 1e-5 of the loss: within float32's fail line, but its model shows the leak, which
+    # fails at any size; within bfloat16's and float16's rounding)
+    defect(new_kinds.ce_softcap_every_lane, "cross_entropy", (F32, F64), "ce_softcap"),
     defect(new_kinds.ceg_softcap_every_lane, "cross_entropy_grad", (F32, F64), "ce_softcap"),
     # attention_lse and merge_attention
     sound(new_kinds.lse_float64_once, "attention_lse"),

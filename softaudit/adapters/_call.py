@@ -116,6 +116,9 @@ def call_all(
     output that is the input, written in place, is then valid only until that call.
     """
     kind = kinds.get(candidate.kind)
+    if kind.optional:  # (an FP8 KV cache: passed to a candidate that names it; the others read k and v)
+        named = _named(candidate.call)
+        arrays = {n: a for n, a in arrays.items() if n not in kind.optional or n in named}
     extra = [name for name in arrays if name not in kind.arguments]  # (attention's bias, alibi_slopes, sinks)
     missing = _not_taken(candidate.call, [*(options or {}), *extra])
     if missing:
@@ -147,8 +150,8 @@ def call_all(
     except Exception as exc:
         raise CandidateError(f"raised {type(exc).__name__}: {exc}{raised_at(exc)}") from exc
     checked = [
-        _checked(o, shape, dtype, "" if len(shapes) == 1 else f"{name}: ")
-        for o, shape, name in zip(outs, shapes, kind.outputs)
+        _checked(o, shape, _dtype(kind, i, dtype), "" if len(shapes) == 1 else f"{name}: ", kind.own_dtype)
+        for i, (o, shape, name) in enumerate(zip(outs, shapes, kind.outputs))
     ]
     return tuple(o for o, _ in checked), "; ".join(dict.fromkeys(n for n in (ran, *(n for _, n in checked)) if n))
 
@@ -183,6 +186,17 @@ def taken(call, names) -> list[str]:
     return [name for name in names if name not in missing]
 
 
+def _named(call) -> set[str]:
+    """The parameters a callable names (not those a **kwargs would take: attention's built-ins pass theirs on to
+    the score modifiers); none where it has no signature."""
+    fn = call.func if isinstance(call, functools.partial) else call
+    try:
+        parameters = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return set()
+    return {n for n, p in parameters.items() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+
+
 def _not_taken(call, names: list[str]) -> list[str]:
     """The case's keywords the callable does not take (none where it takes **kwargs or has no signature): a
     candidate without softcap is skipped on a softcapped case, not called wrongly."""
@@ -206,8 +220,20 @@ def _several(out, names: tuple) -> tuple:
     return tuple(out)
 
 
-def _checked(out, shape: tuple, dtype, label: str):
-    """(out as an array of dtype, note): CandidateError where it is not an array of `shape` in a floating type."""
+def _dtype(kind, index: int, dtype):
+    """The dtype an output is cast to: its own format where the kind gives one (`Kind.formats`)."""
+    own = kind.output_dtype(index, None)
+    if own is None:
+        return dtype
+    from ..reference import format_of  # (here: a worker process that never needs it does not import mpmath)
+
+    return format_of(own).dtype
+
+
+def _checked(out, shape: tuple, dtype, label: str, own: bool = False):
+    """(out as an array of dtype, note): CandidateError where it is not an array of `shape` in a floating type.
+    own: the output's dtype is the candidate's choice (`Kind.own_dtype`): a less precise one is a skip in this dtype
+    (an FP8 kernel's bfloat16 o is not judged in float32's units)."""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise CandidateError(f"{label}returned {type(out).__name__}, not an array")
     out = np.asarray(out)
@@ -221,9 +247,14 @@ def _checked(out, shape: tuple, dtype, label: str):
         from ..reference import format_of  # (here: a worker process that never needs it does not import mpmath)
 
         try:
-            format_of(out.dtype)
+            found = format_of(out.dtype)
         except ValueError:
             raise CandidateError(f"{label}returned dtype {out.dtype}, not a floating-point type") from None
+        if own and found.precision < format_of(dtype).precision:
+            raise bridge.CandidateSkip(
+                f"{label}returns {out.dtype}, less precise than {np.dtype(dtype).name}: audited with "
+                f"--dtype {out.dtype}"
+            )
         note = f"{label}returned {out.dtype}, cast to {np.dtype(dtype).name}"
         with np.errstate(all="ignore"):
             out = out.astype(dtype)

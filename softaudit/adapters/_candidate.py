@@ -66,6 +66,7 @@ def candidate(
     framework: str = "numpy",
     device: str | None = None,
     conventions: Mapping[str, str] | None = None,
+    scheme=None,
 ):
     """Mark `fn`, any callable, as a candidate of `kind`; `softaudit run module` then audits every candidate
     marked at the module's top level, a factory's products included.
@@ -82,17 +83,24 @@ def candidate(
     {"causal": "top_left", "window": "top_left"} (key j against query i itself, as jax.nn.dot_product_attention
     and PyTorch SDPA's is_causal) or "bottom_right" (the default, FlashAttention's); a case setting causal or a
     window is then judged against the exact result of the declared alignment (docs/policy.md).
+    scheme= declares an FP8 attention kernel's scheme (kind="attention_fp8": "fa3", "p_bf16", "float32" or a
+    mapping of p, offset, rowsum; docs/fp8.md), the convention `scheme`; a function marked with
+    softaudit.fp8.declare first gives its own.
     """
     check_kind(kind)
     if framework not in _bridge.FRAMEWORKS:
         raise ValueError(f"unknown framework {framework!r}; known: {', '.join(_bridge.FRAMEWORKS)}")
-    declared = _kinds.get(kind).declaration(conventions)
+    declared = _kinds.get(kind).declaration(_with_scheme(kind, conventions, scheme))
     owner = marking_module()
 
     def mark(f: Callable) -> Callable:
         if not callable(f):
             raise TypeError(f"a candidate must be callable, got {type(f).__name__}")
-        made = Mark(kind, name, framework, device, owner, declared)
+        marked = getattr(f, "__softaudit_fp8_scheme__", None)  # (softaudit.fp8.declare)
+        own = declared
+        if scheme is None and marked is not None and "scheme" in _kinds.get(kind).declarable:
+            own = _kinds.get(kind).declaration(_with_scheme(kind, dict(declared), marked))
+        made = Mark(kind, name, framework, device, owner, own)
         earlier = marking(f)
         if earlier is None or earlier.owner == owner:  # (never re-mark a function another module marked)
             try:
@@ -109,6 +117,16 @@ def candidate(
         return thin
 
     return mark if fn is None else mark(fn)
+
+
+def _with_scheme(kind: str, conventions, scheme) -> dict | None:
+    """The conventions with a declared FP8 scheme among them, as its key ("fa3"; a mapping's fields in one string);
+    ValueError in one line for a kind that has no scheme to declare."""
+    if scheme is None:
+        return conventions
+    if "scheme" not in _kinds.get(kind).declarable:
+        raise ValueError(f"{kind} has no FP8 scheme to declare (scheme= is for attention_fp8)")
+    return dict(conventions or {}) | {"scheme": _kinds.scheme_of(scheme).key}
 
 
 def marking_module() -> str | None:

@@ -15,6 +15,9 @@ kernel would be judged on arithmetic no GPU performs. Inside an interpreted call
 - passes a Python float argument as the fp32 scalar a GPU launch makes of it.
 The corrections are checked against the Triton version: one they are not tested on gets a note, no corrections,
 and its 16-bit rows skip (docs/triton.md).
+
+(Longer than the house's 400 lines: every correction patches the same interpreter for the length of one interpreted call
+and is undone with it (`_Patches`); apart, one could be applied without the others.)
 """
 
 from __future__ import annotations

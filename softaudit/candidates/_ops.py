@@ -101,7 +101,7 @@ def matmul(a, b, dtype, *, chunk: int = MATMUL_CHUNK) -> np.ndarray:
     rights = np.ascontiguousarray(np.broadcast_to(b2, batch + (k, n)).reshape(count, k, n))
     out = np.empty((count, m, n), w)
     # A step: several batch entries where whole ones fit in a chunk, else rows and columns of one; each entry's
-    # right operand is read in place (gathering it for every row, as before, cost 1.3x to 1.5x on attention's heads).
+    # right operand is read in place (gathering it for every row, as before, cost more on attention's heads).
     step_n = max(1, min(n, chunk // max(k, 1)))
     step_r = max(1, min(m, chunk // (max(k, 1) * step_n)))
     step_e = max(1, chunk // (max(k, 1) * step_n * step_r)) if step_r == m else 1

@@ -17,6 +17,9 @@ import math
 import ml_dtypes
 import numpy as np
 
+from ..adapters import candidate
+from ..kinds import scheme_of
+from ..kinds.attention_fp8 import DEFAULT_SCHEME
 from ..reference import fp8 as _fp8
 from ..reference import round_to as _round_to
 from ._ops import dtype_sum, exp2, matmul
@@ -118,6 +121,23 @@ def _built(name, doc, **settings):
     return f
 
 
+@candidate(kind="attention_fp8", name="attention_fp8.scheme_standard")
+def scheme_standard(q8, k8, v8, descale_q, descale_k, descale_v, mask=None, scheme=DEFAULT_SCHEME):
+    """The standard comparison of every attention_fp8 row: FlashAttention 3's form (blocks of 128 keys, a running max
+    rescaled whenever it grows) under the scheme given (the candidate's declared one, which the loop passes as this
+    keyword), o in float32, which the loop rounds once to the audited dtype. Undeclared: P in float32."""
+    settings = scheme_of(scheme).settings
+    return kernel(q8, k8, v8, descale_q, descale_k, descale_v, mask, out=np.float32, **settings)
+
+
+@candidate(kind="attention_fp8", name="attention_fp8.scheme_best")
+def scheme_best(q8, k8, v8, descale_q, descale_k, descale_v, mask=None, scheme=DEFAULT_SCHEME):
+    """Best practice under the scheme given (as `scheme_standard` takes it): the row's true max first (two passes),
+    P converted once; softaudit.fp8's standard algorithm."""
+    settings = scheme_of(scheme).settings
+    return kernel(q8, k8, v8, descale_q, descale_k, descale_v, mask, two_pass=True, out=np.float32, **settings)
+
+
 fa3 = _built(
     "fa3",
     "FlashAttention 3's form: P in e4m3 with max offset 8 (P <= 2**8), row sum from the unconverted P. Sound under "
@@ -181,3 +201,8 @@ BUILTINS = {
     "attention_fp8.best_bf16": (best_bf16, "p_bf16", True),
     "attention_fp8.best_float32": (best_float32, "float32", True),
 }
+
+# Each kernel a candidate of the audit loop with its scheme declared (`softaudit run softaudit.candidates.
+# attention_fp8`); the main job leaves this module out (docs/fp8.md).
+for _name, (_f, _scheme, _) in BUILTINS.items():
+    globals()[_f.__name__] = candidate(_f, kind="attention_fp8", name=_name, scheme=_scheme)

@@ -23,13 +23,22 @@ def _weights(g, ignored, reduction, dtype):
     return np.where(ignored, np.zeros((), dtype), w)
 
 
-def _finish(dz, x, w, softcap, dtype):
-    """dz times the row weights and, under a softcap, sech(x / c)**2 = 1 - tanh**2, rounded to dtype."""
+def _finish(dz, x, w, softcap, dtype, from_exp: bool = False):
+    """dz times the row weights and, under a softcap, sech(x / c)**2, rounded to dtype: 1 - tanh**2 as kernels form
+    it (Liger-Kernel's backward), whose cancellation loses every digit where the cap saturates (tanh rounds to 1:
+    |x / c| past about 9 in float32, the exact factor 4e-8 there), or (from_exp) 4 e / (1 + e)**2 with
+    e = exp(-2 |x / c|), a few roundings relative at every x."""
     d = dz.dtype
     out = dz * w[:, None]
     if softcap is not None:
-        t = tanh(x.astype(d) / np.array(softcap, d))
-        out = out * (np.array(1, d) - t * t)
+        y = x.astype(d) / np.array(softcap, d)
+        if from_exp:
+            e = exp(np.array(-2, d) * np.abs(y))
+            one_e = np.array(1, d) + e
+            out = out * (np.array(4, d) * e / (one_e * one_e))
+        else:
+            t = tanh(y)
+            out = out * (np.array(1, d) - t * t)
     return out.astype(dtype)
 
 
@@ -94,7 +103,8 @@ def saved_logp(
 @candidate(kind="cross_entropy_grad", name="cross_entropy_grad.f32acc")
 def f32acc(logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=0.0, softcap=None, reduction="none"):
     """Best practice: p in float32 for 16-bit dtypes (the dtype itself otherwise), 1 - p_y as the sum of the other
-    p_j (no cancellation), times g, rounded once. Weakness: none known beyond the conditioning."""
+    p_j (no cancellation), times g and, under a softcap, sech(x / c)**2 from exp (no cancellation where the cap
+    saturates), rounded once. Weakness: none known beyond the conditioning."""
     ignored, y = targets(logits, target, ignore_index)
     w = work_dtype(logits.dtype)
     with np.errstate(all="ignore"):
@@ -107,5 +117,5 @@ def f32acc(logits, target, g, *, ignore_index=-100, label_smoothing=0.0, z_loss=
         others = p.copy()
         others[rows, y] = 0
         a = _p_minus_q(p, y, x.shape[1], label_smoothing, z_loss, (m + log(s))[:, 0], dtype_sum(others)[:, 0])
-        out = _finish(a, logits, _weights(g, ignored, reduction, w), softcap, logits.dtype)
+        out = _finish(a, logits, _weights(g, ignored, reduction, w), softcap, logits.dtype, from_exp=True)
         return np.where(ignored[:, None], np.zeros((), out.dtype), out)  # (an ignored row of NaN or -inf logits: 0)

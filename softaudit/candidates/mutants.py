@@ -9,6 +9,9 @@ reaches the helper; helpers imported from another module (`_ops`, another kind's
 
 `mutants(builtin)` lists a built-in's mutants; `Mutant.candidate()` compiles one into a Candidate that softaudit.audit
 and the hunt take like any other. benchmarks/mutation.py measures what `run` and the hunt detect (docs/mutation.md).
+
+(Longer than the house's 400 lines: the operator classes, a dozen lines each, share the walk that finds a built-in's
+mutable parts and the compile step, and read as one catalogue.)
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..adapters import candidate
 from ..reference import fp8 as _fp8
 
 
@@ -71,3 +72,29 @@ BUILTINS = {
     "quantize_fp8.wrong_axis": (wrong_axis, False, False),
     "quantize_fp8.unguarded": (unguarded, False, False),
 }
+
+
+# The comparisons of the audit loop's quantize_fp8 rows: the declared scale convention (the keyword `scale`,
+# "nearest" or "power_of_two") computed as the textbook step does, and exactly.
+
+
+@candidate(kind="quantize_fp8", name="quantize_fp8.scaled_standard")
+def scaled_standard(x, fmt, granularity, scale="nearest"):
+    """The standard comparison: the textbook step (x scale in float32, then the conversion), with the scale
+    rounded to nearest or to a power of two as declared."""
+    return (power_of_two if scale == "power_of_two" else textbook)(x, fmt, granularity)
+
+
+@candidate(kind="quantize_fp8", name="quantize_fp8.scaled_exact")
+def scaled_exact(x, fmt, granularity, scale="nearest"):
+    """Best practice: x scale rounded once to the FP8 format (the product exact in float64), descale RN32(1 /
+    scale): softaudit's exact quantize step."""
+    x8, descale = _fp8.quantize(x, fmt, granularity, power_of_two=scale == "power_of_two")
+    return x8, descale.reshape(-1) if granularity == "tensor" else descale
+
+
+# Each step a candidate of the audit loop with its scale convention declared (`softaudit run
+# softaudit.candidates.quantize_fp8 --dtype float8_e4m3fn`); the main job leaves this module out.
+for _name, (_f, _two, _) in BUILTINS.items():
+    _scale = "power_of_two" if _two else "nearest"
+    globals()[_f.__name__] = candidate(_f, kind="quantize_fp8", name=_name, conventions={"scale": _scale})

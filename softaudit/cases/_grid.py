@@ -156,8 +156,8 @@ def _cells(fmt, rng):
 
 def _groups(fmt, rng):
     """The design's cells grouped by key count, and unmasked apart from masked (a mask of None is a code path of its
-    own): one case per group, its cells along a batch axis. A call per cell cost 2.4 times the attention kind's
-    whole default suite in float32, most of it the isolation worker's round trip; 37 groups cost about a quarter."""
+    own): one case per group, its cells along a batch axis. A call per cell cost more than the attention kind's
+    whole default suite in float32, most of it the isolation worker's round trip; a call per group costs a fraction."""
     groups = {}
     for cell in _cells(fmt, rng):
         groups.setdefault((cell[3], cell[4] is None), []).append(cell)

@@ -1,7 +1,7 @@
 """Arrays between the parent and a worker through a shared-memory file both map, not through the pool's pipe.
 
-A pipe moves megabytes slowly: a (1, 8, 1024, 64) float32 attention (6 MiB in, 2 MiB out) would cost tens of
-milliseconds per call through it, against copies through shared memory well under a millisecond. The parent
+A pipe moves megabytes slowly: a (1, 8, 1024, 64) float32 attention (6 MiB in, 2 MiB out) would cost far more per
+call through it than its copies through shared memory. The parent
 writes a call's inputs, the worker maps the file once and writes the output after them; calls are serial, so one
 region serves them all. The file lives in /dev/shm (memory) where there is one, in a private folder the parent
 removes on close or exit (a parent killed with SIGKILL leaves it behind, as any temporary file).

@@ -13,9 +13,12 @@ The pool is loky's (the engine under joblib and scikit-learn), not multiprocessi
 
 One worker: an executor makes one call at a time (parallel units each have their own executor, in their own worker
 process: softaudit/execute/_pool.py). A hung worker is killed and replaced: the next call starts a fresh
-interpreter and loads its candidate again (about 0.3 s with numpy only, seconds with torch or JAX: see
-docs/isolation.md); a call's time limit never counts that start or load.
+interpreter and loads its candidate again (longer with torch or JAX than with numpy alone: docs/benchmarks.md,
+"Isolation", has the times); a call's time limit never counts that start or load.
 The parent's signal handlers and interval timers are never touched: time is kept by waiting on the future.
+
+(Longer than the house's 400 lines: one worker's life (started ahead, called, timed, killed, replaced, its death put in
+words) is one state machine around one loky executor, and its helpers read that state.)
 """
 
 from __future__ import annotations
@@ -221,7 +224,7 @@ class Isolated(Executor):
         self._ready.add(key)
 
     def start(self) -> None:
-        """Start the worker (an interpreter and softaudit's imports: about 0.2 s) and return at once; the first
+        """Start the worker (an interpreter and softaudit's imports) and return at once; the first
         call waits for what is left of its start."""
         if self._pool is None:
             self._submit(_worker.ready)

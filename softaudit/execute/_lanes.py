@@ -3,8 +3,7 @@ units sent to the lane that prepared it.
 
 One pool of N processes gave each unit to whichever process was free, so every process ended up with units of every
 family: each read every family from its file and made every case's measure basis (ulps, conditioning), invariant
-probes and reruns itself: on the main job (warm, 2 workers) the bases were made 9,284 times for the serial run's
-3,278 and families read from their files 1,535 times, 8 to 12 s of the run's 72 to 77 s of CPU (docs/scale.md).
+probes and reruns itself, the same work several times over on the main job (docs/scale.md has the counts).
 Here a family is prepared on the first lane free, its process keeps it (`prepare.share`), and the family's units
 wait for that lane. A lane runs the units of the families it prepared before it prepares another (the runner
 submits every family, then every unit: a lane that prepared the next family first held every family before it ran a

@@ -6,6 +6,9 @@ Inputs arrive as torch tensors of the audited dtype (bit for bit; bfloat16 and f
 device (`--device cuda`, `audit(..., device="cuda")`; default the CPU). Attention goes through each SDPA backend by
 name (math, flash, efficient, cudnn); a backend the device lacks gives a `skip` row. `sdpa(..., device="cuda")`
 makes a candidate pinned to a device whatever the run's; `sdpa_grad(...)` likewise for its backward.
+
+(Longer than the house's 400 lines: frameworks/ holds one module per framework, and torch's ops share its call wrapper
+(`_run`), the mask and bias conversions and the backward by autograd (`_vjp`).)
 """
 
 from __future__ import annotations

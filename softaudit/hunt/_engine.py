@@ -146,7 +146,8 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     strategy = _strategy(kind)(kind, fmt, takes)
     # largest: the largest conditioning-scaled error measured on any input judged (NaN: none measured), what a search
     # that found nothing reports
-    state = {"examples": 0, "last": None, "error": None, "largest": math.nan}
+    seeds = _strategies.whole_seeds(kind, fmt, takes)  # (judged whole first, within a third of the share)
+    state = {"examples": 0, "last": None, "error": None, "largest": math.nan, "seeds": len(seeds)}
     judge = _recording(state)  # (probe calls it by this name: a derandomised search is seeded from probe's source)
     start = time.monotonic()
 
@@ -164,6 +165,10 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
     def probe(drawn):
         if time.monotonic() - start > (budget if state["last"] is None else 1.5 * budget):
             raise _OutOfTime  # (a failure found in time is shrunk for up to half a share more)
+        if state["seeds"]:
+            state["seeds"] -= 1
+            if time.monotonic() - start > budget / 3:
+                return  # (the draws get the rest of the share)
         inputs, mask, options = drawn
         state["examples"] += 1
         verdict, reasons, error, events = judge(candidate, kind, fmt, inputs, mask, options, policy, timeout, ex)
@@ -176,7 +181,7 @@ def hunt_one(candidate, fmt, budget: float, policy: Policy, timeout: float, ex: 
             state["last"] = (inputs, mask, options, reasons, error)
             raise AssertionError("; ".join(reasons))
 
-    for seed in reversed(_strategies.whole_seeds(kind, fmt, takes)):  # (example() prepends: reversed, run in order)
+    for seed in reversed(seeds):  # (example() prepends: reversed, so they run in order)
         probe = example(seed)(probe)
     try:
         with _hypothesis_home():

@@ -18,6 +18,9 @@ seed the search.
 
 Hypothesis shrinks toward the first choice of every draw (one row, no gap, no mask pattern, a threshold itself rather
 than a value next to it); `_shrink` then moves what is left to the boundary of the failure.
+
+(Longer than the house's 400 lines: every kind's strategy is built from the rows' recipe, the dtype's thresholds and the
+seeding from the kind's families, which are defined once here.)
 """
 
 from __future__ import annotations
@@ -283,7 +286,7 @@ def _upstream(draw, rng, g: np.ndarray, fmt: Format) -> np.ndarray:
 #: cross_entropy's options (softaudit/kinds/cross_entropy.py): PyTorch's, PaLM's z-loss, Gemma 2's softcap.
 CROSS_ENTROPY_KEYWORDS = ("ignore_index", "label_smoothing", "z_loss", "softcap", "reduction")
 #: The most logits a drawn softcapped cross_entropy input has: each capped row's reference is mpmath's (a tanh has
-#: no fast tier), about 0.1 s a row of 1,003.
+#: no fast tier), whose time grows with the row (docs/benchmarks.md, bench_cross_entropy in the History).
 MAX_CAPPED_LOGITS = 2048
 
 

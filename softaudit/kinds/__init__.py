@@ -12,5 +12,7 @@ from ._grads import attention_problem as attention_problem
 from ._kind import Kind as Kind
 from ._registry import KINDS as KINDS
 from ._registry import get as get
+from .attention_fp8 import Scheme as Scheme
+from .attention_fp8 import scheme_of as scheme_of
 
-__all__ = ["GRAD_MODIFIERS", "KINDS", "Kind", "attention_problem", "get"]
+__all__ = ["GRAD_MODIFIERS", "KINDS", "Kind", "Scheme", "attention_problem", "get", "scheme_of"]

@@ -23,7 +23,10 @@ from .. import conditioning as _conditioning
 #: i + Lk - Lq - left <= j <= i + Lk - Lq + right, -1 for a side without bound (FlashAttention's window_size).
 MODIFIERS = ("softcap", "causal", "window")
 #: The arrays beside q, k and v (Kind.extras): each with its axes per batch item.
-EXTRAS = {"bias": 2, "alibi_slopes": 0, "sinks": 0}
+EXTRAS = {"bias": 2, "alibi_slopes": 0, "sinks": 0, "k8": 2, "v8": 2, "descale_k": 0, "descale_v": 0}
+#: An FP8 KV cache a case may pass beside k and v (its exact dequantized values), kept in its own formats
+#: (`Kind.kept`) and given only to a candidate that takes it (`Kind.optional`).
+FP8_CACHE = ("k8", "v8", "descale_k", "descale_v")
 #: The conventions an attention candidate may declare (Kind.declarable), the default first: where causal and the
 #: window are aligned when Lq != Lk. Bottom-right (key j against query i + Lk - Lq) is FlashAttention's; top-left (key
 #: j against query i) is what jax.nn.dot_product_attention's is_causal and local_window_size, PyTorch SDPA's
@@ -302,6 +305,36 @@ def _bias(kind, fmt, size, rng):
     bias[:, :, 200:] = -np.inf  # an additive mask: the last 56 keys are padding
     return [(dict(arrays, bias=bias), None, "an additive bias of N(0, 4), -inf on 56 padded keys", {}, {})]
 
+
+def _fp8_kv_cache(kind, fmt, size, rng):
+    """An FP8 KV cache (vLLM's, SGLang's): k8 and v8 in e4m3 with a power-of-two descale per tensor and per (batch,
+    head), so k = k8 descale_k and v = v8 descale_v are exact in every audited dtype; the case passes both, and a
+    candidate that reads the cache gets k8, v8, descale_k and descale_v (`Kind.optional`)."""
+    from ..reference import fp8 as _fp8
+
+    out = []
+    for granularity, lq in (("tensor", 1), ("head", 1), ("head", size.lq)):
+        q = rng.standard_normal((2, 4, lq, 64)) * 2
+        raw_k = rng.standard_normal((2, 4, 256, 64)) * np.array([0.5, 1, 4, 30])[None, :, None, None]
+        raw_v = rng.standard_normal((2, 4, 256, 64)) * np.array([30, 4, 1, 0.5])[None, :, None, None]
+        k8, dk = _fp8.quantize(raw_k, "float8_e4m3fn", granularity, power_of_two=True)
+        v8, dv = _fp8.quantize(raw_v, "float8_e4m3fn", granularity, power_of_two=True)
+        arrays = {
+            "q": q,
+            "k": _fp8.dequantize(k8, dk),
+            "v": _fp8.dequantize(v8, dv),
+            "k8": k8,
+            "v8": v8,
+            "descale_k": dk,
+            "descale_v": dv,
+        }
+        queries = "one query (decoding)" if lq == 1 else f"{lq} queries"
+        out.append((arrays, None, f"an e4m3 KV cache, power-of-two descales per {granularity}, {queries}"))
+    return out
+
+
+#: attention's own families beyond the modifiers' (the gradient kinds do not run them).
+OWN = {"attn_fp8_kv_cache": ("an FP8 KV cache: k8 and v8 in e4m3 beside k and v, their exact values", _fp8_kv_cache)}
 
 MAKERS = {
     "attn_softcap": ("a tanh softcap, with and without a mask", _softcap),

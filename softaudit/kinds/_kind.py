@@ -97,6 +97,29 @@ class Kind:
     #: (inputs, mask, options, conventions) -> (mask, options): a case's exact problem under declared conventions
     #: that depart from the defaults, in the defaults' terms, exactly (attention: a top-left causal limit as a mask).
     declared: Callable | None = None
+    #: Declarable conventions every case is judged under, whatever its options (attention_fp8's FP8 scheme): the
+    #: others apply only to the cases whose options set them (a causal limit, a window).
+    standing: tuple[str, ...] = ()
+    #: Inputs kept in the dtype the case gives them, never rounded to the audited one (attention_fp8's FP8 q8, k8,
+    #: v8 and their float32 descales): the audited dtype is then the output's.
+    kept: tuple[str, ...] = ()
+    #: The dtypes the kind is audited in (None: any); the others a run names are left out for it (attention_fp8:
+    #: o's dtypes, bfloat16, float16 and float32).
+    dtypes: tuple[str, ...] | None = None
+    #: The output's dtype is the candidate's choice (an FP8 kernel's o): an output less precise than the audited
+    #: dtype is a skip in that dtype, rather than cast to it and judged there.
+    own_dtype: bool = False
+    #: The fail line is the measured one (`Policy.fail_above`) in every dtype, float32's included: the standard
+    #: algorithms have no proven rounding budget to draw it from (attention_fp8: P in FP8).
+    measured: bool = False
+    #: Outputs measured in a format of their own rather than the audited dtype, name -> dtype name (quantize_fp8's
+    #: descale, float32 beside x8 in the audited FP8 format): the candidate's output is cast to it, its reference
+    #: rounded to it, and its row judged in it (its `dtype` column stays the audited one).
+    formats: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    #: Arrays a case may pass that a candidate receives only where it takes them by name, rather than being skipped:
+    #: attention's FP8 KV cache (k8, v8 and their descales) beside k and v, its exact dequantized values, which the
+    #: candidates that do not read the cache (and the comparisons, and the bug models) compute from.
+    optional: tuple[str, ...] = ()
     #: Declarable conventions that are deliberate approximations (Cut Cross-Entropy's gradient filter), name ->
     #: (kind, inputs, options, value, dtype) -> the bound B of each output (arrays of its shape: what the declared
     #: approximation may cost there, from the exact problem). They apply to every case, never change its exact
@@ -128,7 +151,8 @@ class Kind:
     def applied(self, conventions, options) -> tuple[tuple[str, str], ...]:
         """The declared conventions a case with these options sets (its causal limit, its window): those it is
         judged against."""
-        used = {n for n, v in options.items() if v is not None and v is not False} | set(self.approximations)
+        used = {n for n, v in options.items() if v is not None and v is not False}
+        used |= set(self.standing) | set(self.approximations)
         return tuple((n, v) for n, v in self.declaration(conventions) if n in used)
 
     def departures(self, conventions, options) -> tuple[tuple[str, str], ...]:
@@ -154,8 +178,35 @@ class Kind:
         its declared top-left causal alignment" ("" where none does)."""
         applied = dict.fromkeys(pair for o in options for pair in self.applied(conventions, o))
         applied = [(n, v) for n, v in applied if n not in self.approximations or v != self.declarable[n][1][0]]
-        words = [f"{value.replace('_', '-')} {self.declarable[name][0]}" for name, value in applied]
-        return f"judged against its declared {' and '.join(words)}" if words else ""
+        words = [f"{self._words(name, value)} {self.declarable[name][0]}" for name, value in applied]
+        said = f"judged against its declared {' and '.join(words)}" if words else ""
+        declared = dict(self.declaration(conventions))
+        for name in (n for n in self.standing if n not in declared and options):
+            default = self._words(name, self.declarable[name][1][0])
+            said = "; ".join(filter(None, [f"no {self.declarable[name][0]} declared: judged against {default}", said]))
+        return said
+
+    def explains(self, conventions, standard, worst) -> str:
+        """What the standing conventions a candidate is judged under explain of its row's error: "P in e4m3 with
+        offset 8 explains 4.5 of 24.7" (the standard comparison's largest error against the candidate's, both
+        against the conditioning); "" for a kind without standing conventions or a row with nothing measured."""
+        if not self.standing or standard is None or worst is None or standard != standard or worst != worst:
+            return ""
+        declared = dict(self.declaration(conventions))
+        name = self.standing[0]
+        words = self._words(name, declared.get(name, self.declarable[name][1][0]))
+        return f"{words} explains {min(standard, worst):.3g} of {worst:.3g} x the conditioning"
+
+    def _words(self, name: str, value: str) -> str:
+        """A declared convention's value in words: its values' own words where they have them (an FP8 scheme's
+        "P in e4m3 with offset 8"), else the value itself ("top-left")."""
+        values = self.declarable[name][1]
+        return values.words(value) if hasattr(values, "words") else value.replace("_", "-")
+
+    def output_dtype(self, index: int, dtype):
+        """The dtype output `index` is measured in: its own format (`formats`), else the audited `dtype`."""
+        own = self.formats.get(self.outputs[index])
+        return dtype if own is None else own
 
     @property
     def inputs(self) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._kind import Kind
 from .attention import ATTENTION
+from .attention_fp8 import ATTENTION_FP8
 from .attention_grad import ATTENTION_GRAD
 from .attention_lse import ATTENTION_LSE
 from .attention_sinks_grad import ATTENTION_SINKS_GRAD
@@ -19,6 +20,7 @@ from .logsumexp_grad import LOGSUMEXP_GRAD
 from .masked_softmax import MASKED_SOFTMAX
 from .masked_softmax_grad import MASKED_SOFTMAX_GRAD
 from .merge_attention import MERGE_ATTENTION
+from .quantize_fp8 import QUANTIZE_FP8
 from .softmax import SOFTMAX
 from .softmax_grad import SOFTMAX_GRAD
 
@@ -35,6 +37,8 @@ KINDS: dict[str, Kind] = {
         CROSS_ENTROPY,
         LINEAR_CROSS_ENTROPY,
         MERGE_ATTENTION,
+        ATTENTION_FP8,
+        QUANTIZE_FP8,
         SOFTMAX_GRAD,
         LOG_SOFTMAX_GRAD,
         LOGSUMEXP_GRAD,

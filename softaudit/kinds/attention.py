@@ -29,7 +29,11 @@ ATTENTION = Kind(
     practice=("attention.upcast_running",),
     best="attention.upcast",
     best_practice=_BEST,
-    families=_families.ATTENTION + _GRID + _families.REPORTED_ATTENTION + tuple(_attention.MAKERS),
+    families=_families.ATTENTION
+    + _GRID
+    + _families.REPORTED_ATTENTION
+    + tuple(_attention.MAKERS)
+    + tuple(_attention.OWN),
     reference=_attention.reference,
     conditioning=_attention.conditioning,
     element_inputs=_attention.element_inputs,
@@ -43,11 +47,13 @@ ATTENTION = Kind(
     scale_terms="sum p|v| and the scores' share",
     leak="outputs move when masked keys change",
     conventions=_attention.conventions,
-    makers=_attention.MAKERS,
+    makers=_attention.MAKERS | _attention.OWN,
     declarable=_attention.DECLARABLE,
     declared=_attention.declared,
     extras=_attention.EXTRAS,
     max_floor=6.0,
+    kept=_attention.FP8_CACHE,
+    optional=_attention.FP8_CACHE,
     fixes={
         "nan": "subtract each query's largest score before exp and form the scores in {wide}",
         "mask_leak": "exclude masked keys with where on the scores; a finite fill is not far enough below every score",

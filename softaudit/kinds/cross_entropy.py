@@ -258,7 +258,7 @@ def _z_loss(kind, fmt, size, rng):
 
 
 def _softcap_padded(kind, fmt, size, rng):
-    v = 1003  # (every softcapped row's reference is mpmath's: a tanh has no fast tier; 0.1 s a row at this size)
+    v = 1003  # (every softcapped row's reference is mpmath's: a tanh has no fast tier, and its time grows with the row)
     padded = -(-v // 128) * 128 + 128  # the vocabulary padded past a multiple of 128, as kernels pad it
     x = np.full((4, padded), -np.inf)
     x[:, :v] = rng.standard_normal((4, v)) * 3

@@ -143,11 +143,70 @@ def _many(kind, fmt, size, rng):
     return [(_partials(rng, (16,) * 64, lq=size.lq, dv=32), None, "64 splits of 16 keys")]
 
 
+def fp8_cache(rng, lq: int, splits=(64, 64, 128), d: int = 64):
+    """(q, k, v, splits): one attention problem over an FP8 KV cache, batch 2: q in bfloat16, k and v the exact
+    dequantized e4m3 cache of per-tensor descales (vLLM's k_scale, v_scale), one channel of v 200 times the rest
+    (the cache's scale is set by it), all as float64."""
+    import ml_dtypes
+
+    from ..reference import fp8 as _fp8
+
+    q = (rng.standard_normal((2, lq, d)) * 2).astype(ml_dtypes.bfloat16).astype(np.float64)
+    k8, dk = _fp8.quantize(rng.standard_normal((2, sum(splits), d)) * 3, "float8_e4m3fn")
+    v = rng.standard_normal((2, sum(splits), d))
+    v[..., 7] *= 200.0
+    v8, dv = _fp8.quantize(v, "float8_e4m3fn")
+    return q, _fp8.dequantize(k8, dk), _fp8.dequantize(v8, dv), splits
+
+
+def split_partials(q, k, v, splits) -> dict:
+    """The partials (outputs, lses) of attention over consecutive splits of the keys, computed in float64 with
+    exact products and correctly rounded sums (math.fsum; exp and log from softaudit._libm), so they are the same
+    bits on every CPU."""
+    import math
+
+    from .._libm import exp, log
+
+    batch, lq, d = q.shape
+    scores = np.array(
+        [
+            [[math.fsum(q[b, i] * k[b, j]) / math.sqrt(d) for j in range(k.shape[1])] for i in range(lq)]
+            for b in range(batch)
+        ]
+    )
+    outs, lses, start = [], [], 0
+    for length in splits:
+        s = scores[..., start : start + length]
+        m = s.max(axis=-1, keepdims=True)
+        e = exp(s - m)
+        total = np.array([[math.fsum(e[b, i]) for i in range(lq)] for b in range(batch)])
+        lses.append(m[..., 0] + log(total))
+        part = v[:, start : start + length]
+        sums = [[[math.fsum(e[b, i] * part[b, :, c]) for c in range(d)] for i in range(lq)] for b in range(batch)]
+        outs.append(np.array(sums) / total[..., None])
+        start += length
+    return {"outputs": np.stack(outs), "lses": np.stack(lses)}
+
+
+def _fp8_cache(kind, fmt, size, rng):
+    """Split-KV decoding on an FP8 KV cache: the partials of three splits of 256 keys (`fp8_cache`,
+    `split_partials`); the merge's exact result is theirs as given."""
+    return [
+        (
+            split_partials(*fp8_cache(rng, size.lq)),
+            None,
+            "split-KV decoding on an e4m3 KV cache (per-tensor scales, one channel of v 200 times the rest): three "
+            "splits' exact partials",
+        )
+    ]
+
+
 _MAKERS = {
     "merge_gaussian": ("splits of equal and of unequal sizes", _gaussian),
     "merge_empty": ("empty splits, their NaN junk, and every split empty", _empty),
     "merge_large_lse": ("lses past 710, and lses 800 apart", _large_lse),
     "merge_many": ("64 splits", _many),
+    "merge_fp8_cache": ("split-KV decoding on an FP8 KV cache: the exact partials of three splits", _fp8_cache),
 }
 
 _BEST = "weights e**(lse_s - max) and both sums in {wide}, round once (merge_attention.textbook)"

@@ -8,6 +8,9 @@ kept) gives NaN, and `undefined_rows` says which rows those are. docs/reference.
 `method="auto"` computes in vectorised float64 or double-double with a proven error bound and falls back to mpmath
 only where that bound cannot decide the rounding; `method="mpmath"` uses mpmath for every element. Both give the
 same bits.
+
+(Longer than the house's 400 lines: it is the reference's public face, one short entry per kind and per gradient calling
+into the tiers, and reads as one table that grows by a kind at a time.)
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ are the row reference's (reference/_rows.py: log-softmax and softmax of the row 
 bounds); what they leave undecided, and every softcapped row, goes to mpmath at rising precision (Ziv). The rational
 results (a row whose kept logits are all equal, a row with one kept logit) are rounded exactly. docs/reference.md
 ("cross_entropy") has the bounds.
+
+(Longer than the house's 400 lines: the loss and its gradient share the row tiers' parts, the Ziv loop and the rational
+rows, and linear_cross_entropy builds on all of them.)
 """
 
 from __future__ import annotations

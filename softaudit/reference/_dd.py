@@ -2,6 +2,9 @@
 
 Only IEEE add, subtract, multiply, divide and rint are used (no libm), so every bound below follows from the
 standard model fl(a op b) = (a op b)(1 + d), |d| <= u = 2**-53. The bounds are derived in docs/reference.md.
+
+(Longer than the house's 400 lines: double-double arithmetic is one set of primitives whose error bounds build on one
+another in the order docs/reference.md derives them.)
 """
 
 from __future__ import annotations

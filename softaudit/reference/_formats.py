@@ -351,8 +351,8 @@ def round_array(values, fmt: Format) -> np.ndarray:
 def _round_narrow(v: np.ndarray, fmt: Format) -> np.ndarray:
     """Finite float64 values rounded to nearest-even on fmt's grid, as float64 (overflow: inf), for a format whose
     spacings are all normal float64 powers of two (fmt.min_subnormal_exp >= -1022): v over its spacing 2**qe (an
-    exact scaling), rint (ties to even), scaled back; _decide_general's rounding without its decision, about 2x as
-    fast (reading the main job's kept cases makes their inputs again, and rounds them)."""
+    exact scaling), rint (ties to even), scaled back; _decide_general's rounding without its decision, so
+    faster (reading the main job's kept cases makes their inputs again, and rounds them)."""
     binade = ((v.view(np.int64) >> 52) & 0x7FF) - 1023  # (a float64 subnormal reads -1023: max() lifts it)
     qe = np.maximum(binade, fmt.emin) - (fmt.precision - 1)
     rounded = np.rint(v * ((1023 - qe) << 52).view(np.float64))

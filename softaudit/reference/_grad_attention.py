@@ -4,6 +4,9 @@ With P = softmax(c q k^T, masked) per query: dV = P^T dO, dP = dO V^T, dS = P (d
 dQ = c dS K, dK = c dS^T Q. A query that may attend no key has P = 0: its dq is 0 and it adds nothing to dk, dv;
 a key no query may attend gets dk = dv = 0 exactly. Tier A (float64 with BLAS bounds, targets of at most 24 bits)
 decides what its bound allows; tier C (_grad_exact forms per query) the rest. docs/reference.md, "Gradients".
+
+(Longer than the house's 400 lines: the fast tiers of one VJP share its bound and its probabilities P; the exact tier's
+forms already live in _grad_exact.py.)
 """
 
 from __future__ import annotations

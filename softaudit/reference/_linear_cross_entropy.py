@@ -14,6 +14,9 @@ those double-doubles with the exact inputs, plus the bound's product with |W| or
 interval decides it. What stays undecided is summed in mpmath from dz at rising precision (tier C), with exact
 zeros certified where classes whose logits are exactly equal sum their weights to zero; past CAP_BITS an interval
 that still holds 0 is given +0 (presumed zero). docs/reference.md ("linear_cross_entropy") has the bounds.
+
+(Longer than the house's 400 lines: the exact logits, the loss and the three gradients share the Ozaki products of the
+double-doubles and the bound of what the double-double leaves out.)
 """
 
 from __future__ import annotations

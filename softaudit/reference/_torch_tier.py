@@ -8,6 +8,9 @@ OpenBLAS alike); float64 exp is within 2**-46 relative (CUDA documents 1 ulp, to
 this machine's). Tier B uses IEEE basic operations only. What neither decides goes to tier C (mpmath) on the CPU.
 The rounded values are therefore the numpy path's bit for bit (a correctly rounded value is unique); `hi` and `err`
 are this tier's own, each within its bound of the exact value. The test suite runs this code on torch's CPU device.
+
+(Longer than the house's 400 lines: tiers A and B on torch follow _attention.tier_a and tier_b function for function, so
+that the two paths read side by side, and each bound sits beside the arithmetic it bounds.)
 """
 
 from __future__ import annotations

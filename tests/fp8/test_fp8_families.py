@@ -18,7 +18,9 @@ def test_a_family_makes_the_same_bits_every_time(family):
             assert a[name].dtype == b[name].dtype and np.array_equal(
                 a[name].reshape(-1).view(np.uint8), b[name].reshape(-1).view(np.uint8)
             )
-        assert a["q8"].dtype.name in _fp8.FORMATS and a["descale_q"].dtype == np.float32
+        q_formats = ("bfloat16",) if family == "fp8_kv_cache" else _fp8.FORMATS  # (q over an FP8 cache)
+        assert a["q8"].dtype.name in q_formats and a["k8"].dtype.name in _fp8.FORMATS
+        assert a["descale_q"].dtype == np.float32
 
 
 def test_the_heads_family_has_unequal_per_head_descales_and_per_tensor_scalars():
@@ -55,3 +57,13 @@ def test_an_unknown_family_or_suite_is_one_line():
         fp8.attention_cases("fp8_x")
     with pytest.raises(ValueError, match="suite must be one of"):
         fp8.attention_cases("fp8_gqa", suite="full")
+
+
+def test_the_kv_cache_family_decodes_bfloat16_queries_over_an_fp8_cache():
+    cases = fp8.attention_cases("fp8_kv_cache")
+    assert {c[0]["q8"].shape[2] for c in cases} == {1, 4}  # (one query: decoding)
+    for arrays, _, _ in cases:
+        assert arrays["q8"].dtype == np.dtype(ml_dtypes.bfloat16) and float(arrays["descale_q"]) == 1.0
+        assert arrays["k8"].dtype == arrays["v8"].dtype == np.dtype(ml_dtypes.float8_e4m3fn)
+        assert arrays["q8"].shape[1] == 4 * arrays["k8"].shape[1]
+    assert {c[0]["descale_k"].shape for c in cases} == {(), (2, 2)}

@@ -194,16 +194,7 @@ def alibi_float16_grad(q, k, v, g, mask=None, *, alibi_slopes=None, causal=False
         (top_left_causal_grad, "attn_causal", "matches top-left causal, not bottom-right"),
         (window_short_by_one_grad, "attn_window", "matches window (255, 0), left side off by -1"),
         (sink_dropped_grad, "attn_sinks", "matches no sink (the sink dropped)"),
-        pytest.param(
-            alibi_float16_grad,
-            "attn_alibi",
-            "matches ALiBi slopes rounded to float16",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="a policy finding open in issue 42: under the proven fail line one of its outputs warns "
-                "rather than fails (the slopes' rounding lies within 2 x u (scale + T) there)",
-            ),
-        ),
+        (alibi_float16_grad, "attn_alibi", "matches ALiBi slopes rounded to float16"),
     ],
 )
 def test_a_backward_with_the_wrong_convention_fails_and_the_note_names_it(candidate, family, matches):

@@ -7,8 +7,8 @@ depend on (the working precision, a block size, a fill value, a constant): each 
 the kind's calling convention, as a candidate has, the buggy one and the fixed one.
 
 The library grows by adding a model to its kind's module (rows.py, attention.py, cross_entropy.py, grads.py,
-lse.py, linear_cross_entropy.py) with a test that an independently written kernel with that mistake gets its name
-(tests/test_diagnosis.py, tests/corpus/mistakes.py).
+lse.py, linear_cross_entropy.py, fp8.py) with a test that an independently written kernel with that mistake gets
+its name (tests/test_diagnosis.py, tests/corpus/mistakes.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from ._model import Variant as Variant
 
 @functools.cache
 def _registry() -> dict[str, tuple[Model, ...]]:
-    from . import attention, cross_entropy, grads, linear_cross_entropy, lse, rows
+    from . import attention, cross_entropy, fp8, grads, linear_cross_entropy, lse, rows
 
     found: dict[str, list[Model]] = {}
-    for module in (rows, attention, cross_entropy, grads, lse, linear_cross_entropy):
+    for module in (rows, attention, cross_entropy, grads, lse, linear_cross_entropy, fp8):
         for model in module.MODELS:
             found.setdefault(model.kind, []).append(model)
     return {kind: tuple(models) for kind, models in found.items()}

@@ -34,15 +34,18 @@ def standard(
     mean_is_sum: bool = False,
     cap_every_lane: bool = False,
     pad_to_block: bool = False,
+    z_loss_when_off: float = 0.0,
 ):
     """Cross-entropy with one switch per known mistake: shift=False drops the max; sum_in_dtype sums the
     exponentials in the 16-bit dtype; mean_over_all divides a mean by every row, ignored ones included;
     mean_is_sum returns the sum for reduction="mean"; cap_every_lane applies the softcap to -inf lanes too (and,
-    with pad_to_block, to a kernel's block padding read as -inf: `_lanes`)."""
+    with pad_to_block, to a kernel's block padding read as -inf: `_lanes`); z_loss_when_off adds a z-loss of that
+    coefficient where the call's z_loss is 0."""
     d = logits.dtype
     w = working(d, work)
     if sum_in_dtype and work_dtype(d) == d:
         raise Inapplicable("the dtype is its own working precision")
+    z_loss = _z_loss(z_loss, z_loss_when_off)
     ignored, y = targets(logits, target, ignore_index)
     with np.errstate(all="ignore"):
         x = _lanes(logits.astype(w), softcap, cap_every_lane, pad_to_block)
@@ -90,11 +93,17 @@ def standard_grad(
     work: str = "wide",
     cap_every_lane: bool = False,
     pad_to_block: bool = False,
+    z_loss_when_off: float = 0.0,
+    p_in_dtype: bool = False,
 ):
     """The gradient w (p - q), p over the lanes as `_lanes` makes them (the switches as in `standard`), times
-    sech(x / c)**2 of the logits themselves (0 on a -inf lane), rounded to the dtype."""
+    sech(x / c)**2 of the logits themselves (0 on a -inf lane), rounded to the dtype. p_in_dtype: p rounded to
+    the 16-bit dtype before q is subtracted (1 - p_y then cancels in the dtype where p_y is near 1)."""
     d = logits.dtype
     w = working(d, work)
+    if p_in_dtype and w == d:
+        raise Inapplicable("the dtype is its own working precision")
+    z_loss = _z_loss(z_loss, z_loss_when_off)
     ignored, y = targets(logits, target, ignore_index)
     v = logits.shape[1]
     with np.errstate(all="ignore"):
@@ -104,9 +113,26 @@ def standard_grad(
         e = exp(x - m)
         s = dtype_sum(e)
         p = (e / s)[:, :v]
+        if p_in_dtype:
+            p = p.astype(d).astype(w)
         a = _p_minus_q(p, y, v, label_smoothing, z_loss, (m + log(s))[:, 0])
         out = _finish(a, logits, _weights(g, ignored, reduction, w), softcap, d)
         return np.where(ignored[:, None], np.zeros((), d), out)
+
+
+def _z_loss(z_loss: float, when_off: float) -> float:
+    """The z-loss coefficient a kernel uses: the call's, or `when_off` where the call's is 0 (Inapplicable where
+    it is not 0, or no coefficient leaks in)."""
+    if not when_off:
+        return z_loss
+    if z_loss:
+        raise Inapplicable("the call asks for a z-loss")
+    return when_off
+
+
+#: The z-loss coefficient a kernel adds when z-loss is off: the one PaLM trained with (arXiv 2204.02311, 1e-4),
+#: which training code sets as its default (OLMo-core PR #702 added it where the config said 0).
+_DEFAULT_Z_LOSS = 1e-4
 
 
 def _model(
@@ -171,6 +197,26 @@ MODELS = [
         "compute in the audited dtype (no cast to a narrower type on the way)",
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
         events=False,
+    ),
+    _model(
+        "z_loss_when_off",
+        f"a z-loss of {_DEFAULT_Z_LOSS:g} lse**2 is added though the call's z_loss is 0",
+        "add the z-loss term only where the z_loss coefficient passed is not 0",
+        [(f"z-loss {_DEFAULT_Z_LOSS:g} when off", {"z_loss_when_off": _DEFAULT_Z_LOSS}, {})],
+    ),
+    _model(
+        "z_loss_when_off",
+        f"the gradient of a z-loss of {_DEFAULT_Z_LOSS:g} lse**2 is added though the call's z_loss is 0",
+        "add the z-loss term only where the z_loss coefficient passed is not 0",
+        [(f"z-loss {_DEFAULT_Z_LOSS:g} when off", {"z_loss_when_off": _DEFAULT_Z_LOSS}, {})],
+        kind="cross_entropy_grad",
+    ),
+    _model(
+        "p_in_dtype",
+        "p is rounded to the 16-bit dtype before the target's 1 is subtracted, so p_y - 1 cancels in the dtype",
+        "form p - q in float32 (1 - p_y as the sum of the other lanes' p) and round the gradient once",
+        [("p in the dtype", {"p_in_dtype": True}, {})],
+        kind="cross_entropy_grad",
     ),
     _model("masked_lanes_made_finite", _LEAK, _LEAK_FIX, _LEAK_VARIANTS, cause="mask_leak"),
     _model("masked_lanes_made_finite", _LEAK, _LEAK_FIX, _LEAK_VARIANTS, kind="cross_entropy_grad", cause="mask_leak"),
