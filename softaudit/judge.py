@@ -17,10 +17,10 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import causes, diagnosis, invariants, kinds
+from . import approximations, causes, diagnosis, invariants, kinds
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .execute import NOT_AGAIN, Called, TimedOut
-from .metrics import Tally, fail_line, measure
+from .metrics import Tally, measure
 from .policy import Policy, Reason
 from .reference import Format, format_of
 from .reproducibility import Moved
@@ -101,7 +101,7 @@ def unit(
     entry = kinds.get(candidate.kind)
     declared = entry.judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
     audited = fmt
-    bounds = _bounds(candidate, fmt, fam)
+    bounds = approximations.bounds(candidate, fmt, fam)
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
         fmt = _format(fam, index, audited)  # (an output measured in a format of its own: Kind.formats)
@@ -116,7 +116,9 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
-        approximation = None if bounds is None else _within(pcs, measured[0].outputs, index, lines[index], bounds)
+        approximation = (
+            None if bounds is None else approximations.within(pcs, measured[0].outputs, index, lines[index], bounds)
+        )
         verdict, cause, text, pattern = _verdict(
             candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved, approximation
         )
@@ -205,7 +207,7 @@ def _finding(kind, fmt, fam, outputs, index, row, verdict, cause) -> tuple[str, 
     what the reruns measured (a nondeterministic or batch-variant row) is its own finding, with its known fix."""
     if verdict not in ("warn", "fail"):
         return "", "", ""
-    if cause in (*diagnosis.MEASURED, APPROXIMATION):
+    if cause in (*diagnosis.MEASURED, approximations.APPROXIMATION):
         return cause, causes.fix(cause, kind), ""
     try:
         return _diagnosed(kind, fmt, fam, outputs, index, row)
@@ -353,7 +355,7 @@ def _verdict(
     """(verdict, cause, note, pattern) of one row: the rules it broke, in plain words, and the input pattern the
     note gives for a NaN or inf ("" for none). No fix: a fix is a bug model's, named once the model reproduces the
     output (`_finding`). best: best practice's Comparison on the family (None: none ran). approximation: (within,
-    size, words) of a declared approximation (`_within`), or None."""
+    size, words) of a declared approximation (`approximations.within`), or None."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -369,7 +371,7 @@ def _verdict(
             moved=moved,
         )
     if approximation is not None:
-        reasons = _approximated(reasons, *approximation)
+        reasons = approximations.judged(reasons, *approximation)
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:
@@ -404,67 +406,6 @@ def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
     pc = _case(pcs, case)
     inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
     return causes.diagnose(kind, fmt, inputs, mask)
-
-
-#: The cause (and finding) of a row within its declared approximation's bound and past the fail line: a warn.
-APPROXIMATION = "approximation"
-
-
-def _bounds(candidate: Candidate, fmt: Format, fam) -> tuple | None:
-    """(words, {case index: each output's bound B}) of the approximations the candidate declared
-    (Kind.approximations: Cut Cross-Entropy's gradient filter), B summed over them; None where it declared none."""
-    kind = kinds.get(candidate.kind)
-    declared = kind.approximated(candidate.conventions)
-    if not declared:
-        return None
-    found = {}
-    for pc in fam.prepared:
-        each = [kind.approximations[name](kind, pc.inputs, pc.case.options, value, fmt) for name, value in declared]
-        found[pc.case_in_family] = tuple(sum(parts) for parts in zip(*each))
-    words = " and ".join(f"{value} {kind.declarable[name][0]}" for name, value in declared)
-    return words, found
-
-
-def _within(pcs: list, outputs: dict, index: int, line, bounds: tuple) -> tuple[bool, float, str]:
-    """(within, size, words) of one output: whether every compared element is within u L + B (L its fail line,
-    metrics.fail_line; B the declared approximation's bound), and the largest |y - r| / B among the elements past
-    u L (0 where none is): how much of its bound the approximation used."""
-    words, found = bounds
-    within, size = True, 0.0
-    for pc in pcs:
-        b, bound = pc.basis, np.asarray(found[pc.case_in_family][index], dtype=np.float64)
-        y = np.asarray(outputs[pc.case_in_family][index]).astype(np.float64)
-        r = b.hi if b.lo is None else b.hi + b.lo
-        compare = b.finite_ref & np.isfinite(y)
-        inv_bound = b.inv_scale if b.inv_bound is None else b.inv_bound
-        inv_reorder = b.inv_scale if b.inv_reorder is None else b.inv_reorder
-        with np.errstate(all="ignore"):
-            inverse = fail_line(b.inv_scale, inv_bound, inv_reorder, line)
-            rounding = np.where(inverse > 0, math.ldexp(1.0, -b.fmt.precision) / inverse, np.inf)
-            err = np.where(compare, np.abs(y - r), 0.0)
-            within = within and bool((err <= rounding + bound).all())
-            past = (err > rounding) & (bound > 0)
-            if past.any():
-                size = max(size, float((err[past] / bound[past]).max()))
-    return within, size, words
-
-
-def _approximated(reasons: list[Reason], within: bool, size: float, words: str) -> list[Reason]:
-    """The reasons of a row whose candidate declared an approximation: its accuracy defect a warn with its size
-    where every element is within u L + B, else a fail that says so; the other rules as they were, fails first."""
-    changed = []
-    for reason in reasons:
-        if reason.rule != "defect":
-            changed.append(reason)
-        elif within:
-            text = (
-                f"past the fail line by what its declared {words} may skip: up to {size:.3g} x that bound B, "
-                "and within u (scale + T) + B at every element"
-            )
-            changed.append(Reason("warn", APPROXIMATION, text))
-        else:
-            changed.append(Reason("fail", "defect", f"{reason.text}; past u (scale + T) + B of its declared {words}"))
-    return [r for r in changed if r.verdict == "fail"] + [r for r in changed if r.verdict != "fail"]
 
 
 #: Worst elements whose zero explains the row's subnormal zeros too (every output of an overflowed sum is 0; a log
