@@ -123,7 +123,7 @@ class Kind:
     #: Declarable conventions that are deliberate approximations (Cut Cross-Entropy's gradient filter), name ->
     #: (kind, inputs, options, value, dtype) -> the bound B of each output (arrays of its shape: what the declared
     #: approximation may cost there, from the exact problem). They apply to every case, never change its exact
-    #: problem, and the judge reads a row within u (scale + T) + B as a warn with its size (softaudit/approximations.py).
+    #: problem, and a row within u (scale + T) + B is a warn with its size (softaudit/approximations.py).
     approximations: Mapping[str, Callable] = dataclasses.field(default_factory=dict, hash=False)
 
     def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
