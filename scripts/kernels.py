@@ -1,11 +1,11 @@
 """Regenerate reports/kernels/: the default suite of the Triton kernel libraries softaudit reaches (Liger-Kernel's
-ops, softaudit.frameworks.liger) in float32, bfloat16 and float16, on this machine (a CPU: Triton's interpreter,
-corrected to a GPU's rounding, docs/triton.md; --device cuda on a GPU), then every fail checked outside softaudit
-(scripts/check_kernel_fails.py).
+ops, softaudit.frameworks.liger; Cut Cross-Entropy's, softaudit.frameworks.cce) in float32, bfloat16 and float16,
+on this machine (a CPU: Triton's interpreter, corrected to a GPU's rounding, docs/triton.md; --device cuda on a
+GPU), then every fail checked outside softaudit (scripts/check_kernel_fails.py).
 
     python scripts/kernels.py [--device cuda] [--suite default] [--out reports/kernels]
 
-Needs triton, liger-kernel and packaging installed (pip install 'softaudit[liger]').
+Needs triton, liger-kernel, packaging and cut-cross-entropy installed (pip install 'softaudit[liger,cce]').
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ("softaudit.frameworks.liger",)
+TARGETS = ("softaudit.frameworks.liger", "softaudit.frameworks.cce")
 DTYPES = ("float32", "bfloat16", "float16")
 
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import causes, diagnosis, invariants, kinds
+from . import approximations, causes, diagnosis, invariants, kinds
 from .adapters import Candidate, CandidateError, CandidateSkip
 from .execute import NOT_AGAIN, Called, TimedOut
 from .metrics import Tally, measure
@@ -101,6 +101,7 @@ def unit(
     entry = kinds.get(candidate.kind)
     declared = entry.judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
     audited = fmt
+    bounds = approximations.bounds(candidate, fmt, fam)
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
         fmt = _format(fam, index, audited)  # (an output measured in a format of its own: Kind.formats)
@@ -115,8 +116,11 @@ def unit(
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
+        approximation = (
+            None if bounds is None else approximations.within(pcs, measured[0].outputs, index, lines[index], bounds)
+        )
         verdict, cause, text, pattern = _verdict(
-            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved
+            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved, approximation
         )
         finding, fix, why = (
             _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
@@ -203,7 +207,7 @@ def _finding(kind, fmt, fam, outputs, index, row, verdict, cause) -> tuple[str, 
     what the reruns measured (a nondeterministic or batch-variant row) is its own finding, with its known fix."""
     if verdict not in ("warn", "fail"):
         return "", "", ""
-    if cause in diagnosis.MEASURED:
+    if cause in (*diagnosis.MEASURED, approximations.APPROXIMATION):
         return cause, causes.fix(cause, kind), ""
     try:
         return _diagnosed(kind, fmt, fam, outputs, index, row)
@@ -346,11 +350,12 @@ def _far(part) -> bool:
 
 
 def _verdict(
-    kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved
+    kind, fmt, pcs, tally: Tally, record, policy: Policy, plain, best, moved: Moved, approximation=None
 ) -> tuple[str, str, str, str]:
     """(verdict, cause, note, pattern) of one row: the rules it broke, in plain words, and the input pattern the
     note gives for a NaN or inf ("" for none). No fix: a fix is a bug model's, named once the model reproduces the
-    output (`_finding`). best: best practice's Comparison on the family (None: none ran)."""
+    output (`_finding`). best: best practice's Comparison on the family (None: none ran). approximation: (within,
+    size, words) of a declared approximation (`approximations.within`), or None."""
     if best is None or best.error:
         reasons = policy.judge(kind, fmt, tally, plain, None, moved=moved)
     else:
@@ -365,6 +370,8 @@ def _verdict(
             best_zeros=best.underflow - best.flushed,
             moved=moved,
         )
+    if approximation is not None:
+        reasons = approximations.judged(reasons, *approximation)
     if not tally.elements and not reasons and not _undefined_rows_judged(pcs):
         return "error", "nothing_compared", _nothing_compared(pcs, fmt), ""
     if not reasons:

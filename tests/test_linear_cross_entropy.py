@@ -132,6 +132,82 @@ def test_filtered_gradient_loses_at_most_what_it_documents():
     assert off.max() > 1e3 * 2.0**-24 * np.abs(dx_ref.hi).max()
 
 
+def test_filter_bound_is_what_skipping_the_small_entries_can_cost():
+    """The declared filter's bound B, written out entry by entry: every entry whose p (not the target's) or p - q
+    is below twice the threshold may be skipped, and B sums |g p_nv| (|g (p - 1)| at a target) over them against
+    |W_vh|, |x_nh| and 1 (dx, dweight, dbias)."""
+    inputs, _ = _case("lce_gaussian", "linear_cross_entropy_grad", "float32")
+    x, w, g = (inputs[n].astype(np.float64) for n in ("x", "weight", "g"))
+    t = inputs["target"]
+    eps = 2 * 2.0**-12
+    b_dx, b_dw, b_db = np.zeros(x.shape), np.zeros(w.shape), np.zeros(len(w))
+    for n in range(len(x)):
+        z = [float(np.dot(x[n], w[v])) for v in range(len(w))]
+        e = [np.exp(zv - max(z)) for zv in z]
+        for v in range(len(w)):
+            p = e[v] / sum(e)
+            a = p - (v == t[n])
+            if (p < eps and v != t[n]) or abs(a) < eps:
+                b_dx[n] += abs(g[n] * a) * np.abs(w[v])
+                b_dw[v] += abs(g[n] * a) * np.abs(x[n])
+                b_db[v] += abs(g[n] * a)
+    got = GRAD.approximations["filter"](GRAD, inputs, {}, "2**-12", format_of("float32"))
+    for found, expected in zip(got, (b_dx, b_dw, b_db)):
+        np.testing.assert_allclose(found, expected, rtol=1e-9, atol=1e-300)
+    assert b_dw.max() > 0  # (the case has entries to skip)
+    assert GRAD.approximations["filter"](GRAD, inputs, {}, "auto", format_of("bfloat16"))[0].max() == pytest.approx(
+        b_dx.max(), rel=1e-12
+    )  # ("auto" in bfloat16 is its epsilon / 32 = 2**-12, as Cut Cross-Entropy's filter_eps="auto")
+
+
+def _audited(fn, conventions=None, dtypes=("bfloat16", "float32")):
+    import softaudit
+
+    marked = softaudit.candidate(fn, kind="linear_cross_entropy_grad", name="filter_test", conventions=conventions)
+    families = ["lce_gaussian", "lce_confident", "lce_ignored", "lce_options"]
+    result = softaudit.audit(marked, dtypes=dtypes, families=families, isolation="none", workers=1, cache=False)
+    return result.table
+
+
+def _filtering_at(threshold):
+    def filtered(x, weight, target, g, *, bias=None, **options):
+        return lce_grad._filtered(x, weight, target, g, bias, options, threshold)
+
+    return filtered
+
+
+def test_declared_filter_is_a_warn_with_its_size_where_undeclared_it_fails():
+    """docs/policy.md: a candidate that declares its gradient filter is judged a warn, with its size, while every
+    element is within u (scale + T) + B; the same function undeclared fails as any candidate would."""
+    undeclared = _audited(_filtering_at(2.0**-12))
+    declared = _audited(_filtering_at(2.0**-12), {"filter": "2**-12"})
+    failed = undeclared.verdict == "fail"
+    assert failed.sum() >= 10
+    assert (declared.verdict != "fail").all()
+    assert (declared[failed.values].verdict == "warn").all()
+    warned = declared[declared.cause == "approximation"]
+    assert len(warned) == failed.sum()
+    assert warned.note.str.contains("past the fail line by what its declared 2\\*\\*-12 gradient filter may skip").all()
+    assert declared.note.str.contains("judged against its declared 2\\*\\*-12 gradient filter").all()
+    assert (warned.fix.str.contains("filter_eps=None")).all()
+
+
+def test_filter_past_its_declared_threshold_fails():
+    """A kernel that filters at 2**-8 while declaring 2**-12 skips entries the declared filter keeps: past u (scale
+    + T) + B, a fail that says so."""
+    rows = _audited(_filtering_at(2.0**-8), {"filter": "2**-12"}, dtypes=("float32",))
+    failed = rows[rows.verdict == "fail"]
+    assert len(failed) >= 6
+    assert failed.note.str.contains("past u \\(scale \\+ T\\) \\+ B of its declared 2\\*\\*-12 gradient filter").all()
+
+
+def test_a_bad_filter_declaration_is_one_line():
+    with pytest.raises(ValueError, match="convention filter='1e-4' for linear_cross_entropy_grad is not one of"):
+        GRAD.declaration({"filter": "1e-4"})
+    with pytest.raises(ValueError, match="linear_cross_entropy has no conventions to declare"):
+        FORWARD.declaration({"filter": "2**-12"})
+
+
 def test_budget_covers_the_standard_algorithm():
     """The fail line's budget T bounds the materialised version's error (logits and dz in the dtype) in bfloat16:
     |y - r| <= u (scale + T) on every family of the quick suite."""

@@ -120,6 +120,11 @@ class Kind:
     #: attention's FP8 KV cache (k8, v8 and their descales) beside k and v, its exact dequantized values, which the
     #: candidates that do not read the cache (and the comparisons, and the bug models) compute from.
     optional: tuple[str, ...] = ()
+    #: Declarable conventions that are deliberate approximations (Cut Cross-Entropy's gradient filter), name ->
+    #: (kind, inputs, options, value, dtype) -> the bound B of each output (arrays of its shape: what the declared
+    #: approximation may cost there, from the exact problem). They apply to every case, never change its exact
+    #: problem, and a row within u (scale + T) + B is a warn with its size (softaudit/approximations.py).
+    approximations: Mapping[str, Callable] = dataclasses.field(default_factory=dict, hash=False)
 
     def declaration(self, conventions) -> tuple[tuple[str, str], ...]:
         """A candidate's declared conventions (a mapping name -> value, or its pairs; None for none) checked against
@@ -146,13 +151,20 @@ class Kind:
     def applied(self, conventions, options) -> tuple[tuple[str, str], ...]:
         """The declared conventions a case with these options sets (its causal limit, its window): those it is
         judged against."""
-        used = {n for n, v in options.items() if v is not None and v is not False} | set(self.standing)
+        used = {n for n, v in options.items() if v is not None and v is not False}
+        used |= set(self.standing) | set(self.approximations)
         return tuple((n, v) for n, v in self.declaration(conventions) if n in used)
 
     def departures(self, conventions, options) -> tuple[tuple[str, str], ...]:
         """The declared conventions a case with these options sets that are not the default: what changes its
         exact problem (`declared`)."""
-        return tuple((n, v) for n, v in self.applied(conventions, options) if v != self.declarable[n][1][0])
+        applied = self.applied(conventions, options)
+        return tuple((n, v) for n, v in applied if v != self.declarable[n][1][0] and n not in self.approximations)
+
+    def approximated(self, conventions) -> tuple[tuple[str, str], ...]:
+        """The declared approximations (`approximations`) that depart from the default (none): (name, value)."""
+        pairs = self.declaration(conventions)
+        return tuple((n, v) for n, v in pairs if n in self.approximations and v != self.declarable[n][1][0])
 
     def problem(self, inputs, mask, options, conventions) -> tuple:
         """(mask, options): the exact problem of a case under the declared conventions, in the defaults' terms (the
@@ -165,6 +177,7 @@ class Kind:
         """The note of a row whose cases (their options) set a convention the candidate declared: "judged against
         its declared top-left causal alignment" ("" where none does)."""
         applied = dict.fromkeys(pair for o in options for pair in self.applied(conventions, o))
+        applied = [(n, v) for n, v in applied if n not in self.approximations or v != self.declarable[n][1][0]]
         words = [f"{self._words(name, value)} {self.declarable[name][0]}" for name, value in applied]
         said = f"judged against its declared {' and '.join(words)}" if words else ""
         declared = dict(self.declaration(conventions))

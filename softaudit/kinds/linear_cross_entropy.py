@@ -11,6 +11,8 @@ arrays and its options in `Case.options`, as cross_entropy's.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ._kind import Kind
@@ -95,6 +97,41 @@ def conditioning(kind, inputs: dict, mask, references, **options) -> tuple[dict,
         rows = nan_rows if index == 0 else np.broadcast_to(any_bad, ref.undefined.shape)
         out.append({"undefined": ref.undefined, "kept_nan_rows": rows, "scale": np.abs(exact) + scale})
     return tuple(out)
+
+
+#: The gradient filters a candidate may declare (`conventions={"filter": ...}`, docs/policy.md): none (the default),
+#: Cut Cross-Entropy's "auto" (its filter_eps="auto" and "high": the dtype's machine epsilon / 32, 2**-12 in
+#: bfloat16, 2**-15 in float16, 2**-28 in float32), or a threshold that is a power of two.
+FILTERS = ("none", "auto", *(f"2**-{k}" for k in range(1, 61)))
+
+
+def filter_threshold(value: str, precision: int) -> float:
+    """A declared filter's threshold in a dtype of `precision` significand bits (its epsilon is 2**(1 - p))."""
+    return math.ldexp(1.0, -precision - 4) if value == "auto" else math.ldexp(1.0, -int(value.removeprefix("2**-")))
+
+
+def filter_bound(kind, inputs: dict, options: dict, value: str, fmt) -> tuple[np.ndarray, ...]:
+    """The bound B of a declared gradient filter, per output (dx, dweight, dbias), from the exact problem (float64's
+    p and dz: a bound needs no correct rounding). An entry the filter may skip is one whose p (not the target's) or
+    whose p - q (Cut Cross-Entropy tests |p - q|) is below twice the threshold: twice, since a kernel's own p is
+    rounded and an entry near the threshold may fall on either side. B is what skipping every such entry moves
+    the outputs by: sum_v |dz_nv| |W_vh| for dx, sum_n |dz_nv| |x_nh| for dweight, sum_n |dz_nv| for dbias, each
+    at most the threshold's share of sum |W| or sum |g x| (docs/policy.md)."""
+    o = _options(options)
+    eps = 2 * filter_threshold(value, fmt.precision)
+    logits, _ = _logits(inputs)
+    target = np.asarray(inputs["target"], np.int64)
+    kept, p, _, a, factor, _, ignored, y, _ = row_parts(logits, target, o)
+    g = np.asarray(inputs["g"], dtype=np.float64)
+    div = max(int((~ignored).sum()), 1) if o["reduction"] == "mean" else 1
+    w = np.where(ignored, 0.0, np.broadcast_to(g, (len(logits),)) / div)[:, None]
+    x = np.abs(np.nan_to_num(np.asarray(inputs["x"], dtype=np.float64)))
+    weight = np.abs(np.nan_to_num(np.asarray(inputs["weight"], dtype=np.float64)))
+    with np.errstate(all="ignore"):
+        small_p = (p < eps) & (np.arange(p.shape[1])[None, :] != y[:, None])
+        skipped = kept & ~ignored[:, None] & (small_p | (np.abs(a) < eps))
+        dz = np.nan_to_num(np.where(skipped, np.abs(w * a * factor), 0.0))
+        return dz @ weight, dz.T @ x, dz.sum(axis=0)
 
 
 def _dz_scale(logits, target, o: dict, g, dz, size, dtype) -> np.ndarray:
@@ -322,7 +359,13 @@ LINEAR_CROSS_ENTROPY_GRAD = Kind(
     logarithmic=False,
     causes=("subnormal",),
     scale_terms="the terms of dz W and dz^T x",
+    fixes={
+        "approximation": "declare no gradient filter, or a smaller threshold (Cut Cross-Entropy: filter_eps=None), "
+        "where the gradient must be exact",
+    },
     integers=("target",),
     extras={"bias": 0},
     batched=False,
+    declarable={"filter": ("gradient filter", FILTERS)},
+    approximations={"filter": filter_bound},
 )

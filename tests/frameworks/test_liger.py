@@ -1,6 +1,7 @@
-"""softaudit.frameworks.liger: Liger-Kernel's cross-entropy and softmax, forward and backward, every option, called
-through the adapter as an audit calls them (on this CPU in Triton's interpreter), against float64 torch computed
-here; and an old release (0.5, SOFTAUDIT_OLD_LIGER: a folder holding its unpacked wheel) in a process of its own."""
+"""softaudit.frameworks.liger: Liger-Kernel's cross-entropy, fused linear cross-entropy and softmax, forward and
+backward, every option, called through the adapter as an audit calls them (on this CPU in Triton's interpreter),
+against float64 torch computed here; and an old release (0.5, SOFTAUDIT_OLD_LIGER: a folder holding its unpacked
+wheel) in a process of its own."""
 
 from __future__ import annotations
 
@@ -126,6 +127,118 @@ def test_softmax_forward_and_backward(liger, dtype):
     np.testing.assert_allclose(dx.astype(np.float64), xd.grad.numpy(), rtol=8 * tol, atol=8 * tol * 1e-2)
 
 
+def _linear_case(v=96, h=16, rows=4, seed=4):
+    """x (rows, H), W (V, H) with logits about N(0, 4), a bias, targets with row 1 ignored (float32)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((rows, h)).astype(np.float32)
+    w = (rng.standard_normal((v, h)) * (2 / np.sqrt(h))).astype(np.float32)
+    b = rng.standard_normal(v).astype(np.float32)
+    t = rng.integers(0, v, rows)
+    t[1] = -100
+    return x, w, b, t
+
+
+def _exact_linear(x, w, b, t, g=None, **options):
+    """The loss of x W^T + b in float64 torch (the formula of _exact_loss), and with g its gradients by autograd."""
+    leaves = [torch.from_numpy(a).double().requires_grad_(True) for a in (x, w, b)]
+    z = leaves[0] @ leaves[1].T + leaves[2]
+    cap = options.get("softcap")
+    if cap is not None:
+        z = cap * torch.tanh(z / cap)
+    ignore, smoothing = options.get("ignore_index", -100), options.get("label_smoothing", 0.0)
+    target = torch.from_numpy(t)
+    kept = target != ignore
+    logp = z.log_softmax(-1)
+    nll = -logp.gather(1, torch.where(kept, target, 0)[:, None])[:, 0]
+    loss = (1 - smoothing) * nll - smoothing * logp.mean(-1) + options.get("z_loss", 0.0) * z.logsumexp(-1) ** 2
+    loss = torch.where(kept, loss, 0.0)
+    reduction = options.get("reduction", "none")
+    if reduction != "none":
+        loss = loss.sum() / (kept.sum() if reduction == "mean" else 1)
+    if g is None:
+        return loss.detach().numpy()
+    loss.backward(torch.from_numpy(np.asarray(g, np.float64)).reshape(loss.shape))
+    return [leaf.grad.numpy() for leaf in leaves]
+
+
+LINEAR_OPTIONS = [
+    {},
+    {"reduction": "mean"},
+    {"reduction": "sum", "label_smoothing": 0.1},
+    {"z_loss": 1e-4, "reduction": "mean"},
+    {"softcap": 5.0},
+    {"ignore_index": 3, "reduction": "mean", "label_smoothing": 0.1},
+]
+
+
+@pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
+@pytest.mark.parametrize("options", LINEAR_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_fused_linear_cross_entropy_forward_takes_every_option(liger, options, bias):
+    x, w, b, t = _linear_case()
+    if options.get("ignore_index") == 3:
+        t[t == -100] = 3
+    arrays = {"x": x, "weight": w, "target": t} | ({"bias": b} if bias else {})
+    reduced = options.get("reduction", "none") != "none"
+    shape = (1,) if reduced else (len(x),)
+    (got,), note = call_all(
+        liger["liger.fused_linear_cross_entropy"], arrays, None, (shape,), x.dtype, 60, options=options
+    )
+    assert "ran in Triton's interpreter" in note
+    exact = _exact_linear(x, w, b if bias else np.zeros_like(b), t, **options).reshape(shape)
+    np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("options", LINEAR_OPTIONS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()) or "plain")
+def test_fused_linear_cross_entropy_backward_gives_dx_dweight_dbias(liger, options):
+    """(dx, dweight, dbias) against float64 autograd, with a g per row for reduction='none' and a g that is not 1
+    for a mean or sum (the scaling Liger's backward does only then); dbias at the zero bias for a case without one."""
+    x, w, b, t = _linear_case(seed=5)
+    if options.get("ignore_index") == 3:
+        t[t == -100] = 3
+    reduced = options.get("reduction", "none") != "none"
+    g = np.array(0.375) if reduced else np.array([0.5, 2.0, -1.0, 3.0])
+    arrays = {"x": x, "weight": w, "target": t, "g": g}
+    shapes = (x.shape, w.shape, b.shape)
+    got, _ = call_all(
+        liger["liger.fused_linear_cross_entropy_grad"], arrays, None, shapes, x.dtype, 60, options=options
+    )
+    for found, exact in zip(got, _exact_linear(x, w, np.zeros_like(b), t, g, **options)):
+        np.testing.assert_allclose(found, exact, rtol=1e-4, atol=1e-6)
+
+
+def test_float32_accumulation_is_a_gpus_path_and_skips_on_a_cpu(liger):
+    """accum_dtype=float32 accumulates dweight in float32 only on a GPU (Liger's CPU fallback rounds each chunk's
+    product to the inputs' dtype first): on a CPU its rows skip, saying why."""
+    x, w, b, t = _linear_case()
+    arrays = {"x": x, "weight": w, "target": t, "g": np.ones(4)}
+    with pytest.raises(CandidateSkip, match="accum_dtype=float32 path is a GPU's"):
+        call_all(
+            liger["liger.fused_linear_cross_entropy_grad_f32acc"],
+            arrays,
+            None,
+            (x.shape, w.shape, b.shape),
+            x.dtype,
+            60,
+        )
+
+
+def test_fused_linear_cross_entropy_backward_with_a_bias(liger):
+    x, w, b, t = _linear_case(seed=6)
+    arrays = {"x": x, "weight": w, "target": t, "g": np.array(2.0), "bias": b}
+    options = {"reduction": "sum"}
+    got, _ = call_all(
+        liger["liger.fused_linear_cross_entropy_grad"],
+        arrays,
+        None,
+        (x.shape, w.shape, b.shape),
+        x.dtype,
+        60,
+        options=options,
+    )
+    for found, exact in zip(got, _exact_linear(x, w, b, t, 2.0, **options)):
+        np.testing.assert_allclose(found, exact, rtol=1e-4, atol=1e-6)
+
+
 def test_a_missing_option_is_a_skip_naming_the_release(liger, monkeypatch):
     from softaudit.frameworks import liger as module
 
@@ -153,7 +266,22 @@ assert by["liger.cross_entropy", "ce_gaussian"].verdict == "pass"
 # 0.5's backward scales every row by g[0] under reduction="none" (its element_mul kernel reads one g; 0.8.5
 # scales each row by its own)
 assert by["liger.cross_entropy_grad", "ce_gaussian"].verdict == "fail"
+# the fused linear cross-entropy: 0.5 sums the rows whatever the reduction (a skip for reduction='none'), and has
+# no accum_dtype; a mean (lce_chunks) it computes
+f = softaudit.audit(["softaudit.frameworks.liger:fused_linear_cross_entropy",
+                     "softaudit.frameworks.liger:fused_linear_cross_entropy_grad",
+                     "softaudit.frameworks.liger:fused_linear_cross_entropy_grad_f32acc"],
+                    dtypes=["float32"], suite="quick", families=["lce_gaussian", "lce_chunks"], cache=False).table
+rows = {(r.candidate, r.family): r for r in f.itertuples()}
+assert rows["liger.fused_linear_cross_entropy", "lce_gaussian"].verdict == "skip"
+assert "0.5" in rows["liger.fused_linear_cross_entropy", "lce_gaussian"].note
+assert "takes no reduction='none'" in rows["liger.fused_linear_cross_entropy", "lce_gaussian"].note
+assert rows["liger.fused_linear_cross_entropy", "lce_chunks"].verdict == "pass"
+assert rows["liger.fused_linear_cross_entropy_grad", "lce_chunks"].verdict == "pass"
+assert {r.verdict for r in f.itertuples() if r.candidate.endswith("_f32acc")} == {"skip"}
+assert all("accum_dtype" in r.note for r in f.itertuples() if r.candidate.endswith("_f32acc"))
 print(t[["candidate", "family", "verdict", "note"]].to_string())
+print(f[["candidate", "family", "output", "verdict", "note"]].to_string())
 """
     env = os.environ | {"PYTHONPATH": os.pathsep.join([OLD, str(ROOT)])}
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
