@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 import math
 
-import softaudit
-
 from _gpu import on_gpu, only
+
+import softaudit
 
 DTYPES = ("float16", "bfloat16", "float32", "float64")
 

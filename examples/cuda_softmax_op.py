@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import functools
 
-import softaudit
-
 from _gpu import on_gpu, only
+
+import softaudit
 
 CUDA_SOURCE = r"""
 #include <torch/extension.h>

@@ -18,9 +18,9 @@ from __future__ import annotations
 import functools
 import math
 
-import softaudit
-
 from _gpu import only
+
+import softaudit
 
 BLOCK_M, BLOCK_N = 64, 32
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import functools
 
-import softaudit
-
 from _gpu import only
+
+import softaudit
 
 #: One program keeps a whole row in registers: beyond this the tutorial's design stops being sensible.
 MAX_ROW = 16384
