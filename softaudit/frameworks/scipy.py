@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ..adapters import candidate
+import numpy as np
+
+from ..adapters import CandidateSkip, candidate
 from ._need import need
 
 need("scipy", "scipy")
@@ -29,4 +31,10 @@ def logsumexp(x, axis=-1):
     """scipy.special.logsumexp(x, axis)."""
     from scipy import special
 
-    return special.logsumexp(x, axis=axis)
+    try:
+        return special.logsumexp(x, axis=axis)
+    except TypeError as exc:
+        if x.dtype.kind == "f":  # (numpy's own float types: the error is SciPy's, and an error row says so)
+            raise
+        said = f"scipy.special.logsumexp does not take {x.dtype} arrays with numpy {np.__version__}: {exc}"
+        raise CandidateSkip(said) from exc

@@ -1,5 +1,6 @@
 """What the audit finds in the real frameworks: the facts docs/frameworks.md publishes, checked on every CI run."""
 
+import numpy as np
 import pytest
 
 import softaudit
@@ -83,3 +84,20 @@ def test_jax_flushes_subnormal_results_and_its_attention_averages_masked_values(
     # Its fully masked queries average the masked values: judged by the fully-masked rule (they are not counted
     # again as a leak, which covers queries with something kept).
     assert masks.verdict == "fail" and masks.fully_masked == "other" and masks.mask_leak == 0
+
+
+def test_scipy_logsumexp_on_a_dtype_numpy_rejects_is_a_skip_with_the_reason():
+    """numpy 2.4's np.isdtype rejects ml_dtypes' bfloat16, which scipy.special.logsumexp asks about: a dtype the
+    framework cannot take is a skip naming it, not an error row (float16 still runs)."""
+    pytest.importorskip("scipy")
+    import ml_dtypes
+
+    from softaudit.frameworks import scipy as sp
+
+    x = np.array([[0.0, 1.0, 2.0]])
+    assert np.isfinite(sp.logsumexp(x.astype(np.float16))).all()
+    try:
+        sp.logsumexp(x.astype(ml_dtypes.bfloat16))
+    except softaudit.CandidateSkip as skip:
+        assert "bfloat16" in str(skip)
+    # (an older numpy takes it: then SciPy computes, and there is nothing to skip)
