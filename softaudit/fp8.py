@@ -34,6 +34,7 @@ from .kinds.attention_fp8 import Scheme as Scheme
 from .kinds.attention_fp8 import attention_cases as attention_cases
 from .kinds.attention_fp8 import scheme_of as scheme_of
 from .kinds.attention_fp8 import vsum as _vsum
+from .kinds.quantize_fp8 import quantize_cases as _quantize_cases
 from .reference import fp8 as _fp8
 
 
@@ -218,23 +219,6 @@ def _args(arrays):
 
 
 # ------------------------------------------------------------------------------------------------- quantize
-
-
-def _quantize_cases(rng) -> list:
-    """(x float32 (B, H, L, d), description) of the quantize families."""
-    heads = rng.standard_normal((2, 4, 200, 16)) * np.array([1e-3, 1.0, 30.0, 2e3])[None, :, None, None]
-    massive = rng.standard_normal((1, 2, 200, 16))
-    massive[..., 5] *= 3000.0
-    zero = rng.standard_normal((1, 3, 200, 16))
-    zero[:, 1] = 0.0
-    tiny = rng.standard_normal((1, 2, 200, 16)) * 1e-39  # float32 subnormals: fmt_max / amax past float32's range
-    return [
-        (heads.astype(np.float32), "heads of scale 1e-3 to 2e3"),
-        (massive.astype(np.float32), "massive activations in one channel"),
-        (zero.astype(np.float32), "one head all zero"),
-        (np.zeros((1, 2, 130, 16), np.float32), "every value zero (amax 0)"),
-        (tiny.astype(np.float32), "float32 subnormal values: the scale saturates float32"),
-    ]
 
 
 def _ordinal(x8) -> np.ndarray:

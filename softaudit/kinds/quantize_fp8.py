@@ -19,8 +19,9 @@ GRANULARITIES = ("tensor", "head", "block")
 _PRECISION = {"float8_e4m3fn": (4, -6), "float8_e5m2": (3, -14), "float32": (24, -126)}
 
 
-def _cases(rng) -> list:
-    """(x float32 (B, H, L, d), description): the quantize cases of softaudit.fp8's standalone audit."""
+def quantize_cases(rng) -> list:
+    """(x float32 (B, H, L, d), description): the quantize cases, of this kind's family and of softaudit.fp8's
+    standalone audit."""
     heads = rng.standard_normal((2, 4, 200, 16)) * np.array([1e-3, 1.0, 30.0, 2e3])[None, :, None, None]
     massive = rng.standard_normal((1, 2, 200, 16))
     massive[..., 5] *= 3000.0
@@ -39,7 +40,7 @@ def _cases(rng) -> list:
 def _maker(granularity: str):
     def make(kind, fmt, size, rng):
         options = {"fmt": fmt.name, "granularity": granularity}
-        return [({"x": x}, None, f"{d}, per {granularity}", {}, options) for x, d in _cases(rng)]
+        return [({"x": x}, None, f"{d}, per {granularity}", {}, options) for x, d in quantize_cases(rng)]
 
     return make
 
