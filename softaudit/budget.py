@@ -383,7 +383,8 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
     tanh t| with t = x_j / c); then |r_j|. Under a softcap, f formed as kernels form it, 1 - tanh**2 from the
     rounded tanh, also costs (2 tanh**2 + 2) |a_j| not scaled by f (attention's dS carries the same term): where
     the cap saturates that is the whole of f, so such a kernel stays within the line (a warn where best practice,
-    f from exp, is exact). Ignored rows are exactly 0."""
+    f from exp, is exact). A lane whose logit is -inf has p = 0 and, under label smoothing, the exact gradient
+    -w eps / V: its budget is that term's and the output's rounding. Ignored rows are exactly 0."""
     o = CROSS_ENTROPY_OPTIONS | options
     with np.errstate(all="ignore"):
         c = _cross_entropy_rows(inputs, sums, o)
@@ -407,7 +408,10 @@ def cross_entropy_grad(kind, inputs: dict, mask, exact: tuple, sums, tiny, u=0.0
             cancel = (2 * np.tanh(t) ** 2 + 2) * a  # (1 - tanh**2 from the rounded tanh)
         terms = (p * _grown(big_e, u, p) + tiny) * t2 + 2 * abs(zl) * p * t_lse + q + own * a
         r = np.abs(np.asarray(exact[0], dtype=np.float64))
-        found = np.where(kept, w * (c["factor"] * terms + cancel) + 2 * r + tiny, 0.0)
+        # a -inf logit's lane (not kept) has the exact gradient -w q_j under label smoothing (0 under a softcap,
+        # whose factor is 0 there): its own rounding and q's
+        unkept = (w * q if o["softcap"] is None else 0.0) + 2 * r + tiny
+        found = np.where(kept, w * (c["factor"] * terms + cancel) + 2 * r + tiny, unkept)
         return (np.where(ignored[:, None], 0.0, found),)
 
 

@@ -209,3 +209,23 @@ def test_every_rounding_at_its_worst_stays_within_the_newer_kinds_budgets(kind, 
                     without = max(without, float((err / (u * scale[seen] + tiny)).max()))
     assert worst <= 1, (worst, where)
     assert without > 1, without
+
+
+def test_a_minus_inf_logit_under_label_smoothing_has_a_budget_for_its_nonzero_gradient():
+    """Under smoothing eps a -inf logit's lane has p = 0 and the exact gradient -w eps / V (the hunt's float16
+    find: logits [0, -inf], eps 0.1, g 0.0621, whose lane is -0.0031067): the budget there covers that value's own
+    rounding (2 |r| at least), where it was 0 and a correctly rounded output read 12.8x u (scale + T)."""
+    g = 0.0621
+    x, t = np.array([[0.0, -np.inf]]), np.array([0])
+    exact = np.array([[g * 0.05, -g * 0.05]])  # w (p - q): p = (1, 0), q = (1 - eps + eps / 2, eps / 2)
+    (found,) = budget.of(
+        "cross_entropy_grad",
+        {"logits": x, "target": t, "g": np.array([g])},
+        None,
+        (exact,),
+        budget.RUNNING,
+        0.0,
+        {"label_smoothing": 0.1},
+        0.0,
+    )
+    assert found[0, 1] >= 2 * abs(exact[0, 1]), found

@@ -2,8 +2,9 @@
 
 A `Format` describes a target: its precision, its smallest normal exponent, its largest finite value and what an
 overflow becomes (inf, NaN for the float8 types without inf, or the largest value for the saturating types).
-Rounding here never goes through a hardware or library cast: ml_dtypes' float64 -> bfloat16 cast rounds twice
-(through float32), so every rounding is done on the exact value and only exactly representable values are cast.
+Rounding here never goes through a hardware or library cast: ml_dtypes' float64 -> bfloat16 cast rounded twice
+(through float32) before its 0.7, so every rounding is done on the exact value and only exactly representable
+values are cast.
 """
 
 from __future__ import annotations
