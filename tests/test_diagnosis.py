@@ -13,7 +13,7 @@ import softaudit
 from softaudit import diagnosis
 from softaudit.candidates import bugs
 from softaudit.report import issues
-from tests.corpus import attention, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
+from tests.corpus import attention, fp8, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 from tests.corpus.mistakes import MISTAKES
 
 
@@ -177,6 +177,8 @@ NAMED = [
     (sinks_grad.sink_d_without_sink, "attention_sinks_grad", "float64", "sinks_extremes"),
     (new_kinds.ce_z_loss_when_off, "cross_entropy", "float32", "ce_z_loss"),
     (new_kinds.ceg_p_in_dtype, "cross_entropy_grad", "bfloat16", "ce_confident"),
+    (fp8.fp8_attention_descale_v_dropped, "attention_fp8", "bfloat16", "fp8_heads"),
+    (fp8.quantize_amax_of_last_token, "quantize_fp8", "float8_e4m3fn", "quantize_head"),
 ]
 
 

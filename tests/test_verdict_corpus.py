@@ -19,10 +19,11 @@ import pytest
 
 import softaudit
 import softaudit.kinds
-from tests.corpus import attention, attention_grad, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
+from tests.corpus import attention, attention_grad, fp8, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 
 F16, BF16, F32, F64 = "float16", "bfloat16", "float32", "float64"
 ALL = (F16, BF16, F32, F64)
+FP8 = ("float8_e4m3fn", "float8_e5m2")  # (quantize_fp8's audited dtypes)
 WIDE = (F32, F64)
 
 #: attention_grad is the slow kind (about 1 s a family and dtype): plain scores, masks and ragged tile edges, and the
@@ -210,6 +211,11 @@ CORPUS = [
     # fails at any size; within bfloat16's and float16's rounding)
     defect(new_kinds.ce_softcap_every_lane, "cross_entropy", (F32, F64), "ce_softcap"),
     defect(new_kinds.ceg_softcap_every_lane, "cross_entropy_grad", (F32, F64), "ce_softcap"),
+    # the FP8 kinds: attention_fp8 audited in o's dtype, quantize_fp8 in the FP8 format (inputs kept as given)
+    sound(fp8.fp8_attention_float64, "attention_fp8", (BF16,)),
+    defect(fp8.fp8_attention_descale_v_dropped, "attention_fp8", (BF16,), "fp8_heads"),
+    sound(fp8.quantize_float64, "quantize_fp8", FP8),
+    defect(fp8.quantize_amax_of_last_token, "quantize_fp8", ("float8_e4m3fn",), "quantize_head"),
     # attention_lse and merge_attention
     sound(new_kinds.lse_float64_once, "attention_lse"),
     defect(new_kinds.lse_plus_inf_for_no_key, "attention_lse", ALL, "lse_empty"),
@@ -232,8 +238,11 @@ def _name(fn):
     return f"{fn.__module__}:{fn.__qualname__}"
 
 
-def _only(fn, dtypes):
-    """fn, skipping (CandidateSkip) every dtype it is not listed for in this kind's audit."""
+def _only(fn, dtypes, kind):
+    """fn, skipping (CandidateSkip) every dtype it is not listed for in this kind's audit (a kind whose inputs keep
+    their own formats, the FP8 kinds', is audited in the corpus's dtypes alone: fn as it is)."""
+    if softaudit.kinds.get(kind).kept:
+        return fn
 
     @functools.wraps(fn)
     def call(*args, **kw):
@@ -257,8 +266,8 @@ def _table(kind):
     for entry in CORPUS:
         if entry.kind == kind and entry.verdict != "fail":
             listed.setdefault(entry.fn, set()).update(entry.dtypes)
-    dtypes = sorted(set().union(*listed.values()), key=ALL.index)
-    fns = [_only(fn, ds) for fn, ds in listed.items()]
+    dtypes = sorted(set().union(*listed.values()), key=(*ALL, *FP8).index)
+    fns = [_only(fn, ds, kind) for fn, ds in listed.items()]
     return softaudit.audit(
         fns, kind=kind, dtypes=dtypes, suite="quick", families=FAMILIES.get(kind), cache_dir="off", isolation=ISOLATION
     ).table

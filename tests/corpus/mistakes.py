@@ -4,7 +4,7 @@ code and docstring), not from what softaudit says of it. None: no model of that 
 right answer is "unexplained".
 """
 
-from . import attention, attention_grad, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
+from . import attention, attention_grad, fp8, grads, log_softmax, masked, new_kinds, sinks_grad, softmax
 
 MISTAKES = {
     # softmax
@@ -79,4 +79,7 @@ MISTAKES = {
     new_kinds.ceg_softcap_every_lane: "masked_lanes_made_finite",
     new_kinds.lse_plus_inf_for_no_key: "lse_of_no_key",
     new_kinds.merge_unguarded: "unguarded_merge",
+    # the FP8 kinds
+    fp8.fp8_attention_descale_v_dropped: "dropped_descale",
+    fp8.quantize_amax_of_last_token: "amax_too_small",
 }
