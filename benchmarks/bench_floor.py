@@ -85,7 +85,7 @@ def timed_diagnosis(spent: collections.Counter, counted: collections.Counter):
 
 def tagged(of):
     """_Plan.of that says, beside the plan, whether the checks were asked for (False: a comparison's calls)."""
-    return lambda pc, probes, keyword: (of(pc, probes, keyword), probes)
+    return lambda pc, probes, keyword, problem=False: (of(pc, probes, keyword, problem), probes)
 
 
 def main_job(cache: Path, out: Path) -> tuple[float, float, collections.Counter, collections.Counter]:
