@@ -385,7 +385,7 @@ def _verdict(
     absorbed = first.rule == "below_best" and _absorbed(kind, tally, record)
     if absorbed:
         cause = "absorbed"
-    why = _event_why(kind, fmt, pcs, tally)[0] if first.rule in ("nan", "overflow") else ""
+    why = _event_why(kind, fmt, pcs, tally) if first.rule in ("nan", "overflow") else ""
     texts = list(dict.fromkeys(_explain(r, tally, record, why) for r in reasons))
     worst = f"; worst element: {record.explanation}" if record is not None else ""
     texts = [t.replace(worst, "") if worst and worst in t and i else t for i, t in enumerate(texts)]
@@ -398,14 +398,15 @@ def _verdict(
     return policy.verdict(reasons), cause, "; ".join(texts), why
 
 
-def _event_why(kind, fmt, pcs, tally: Tally) -> tuple[str, str]:
-    """The input pattern behind the first NaN or inf, and its name where it has a fix of its own (causes.diagnose)."""
+def _event_why(kind, fmt, pcs, tally: Tally) -> str:
+    """The input pattern behind the first NaN or inf, in words (causes.diagnose; its name chose a fix before the bug
+    models did, and is not read here)."""
     if tally.event_at is None:
-        return "", ""
+        return ""
     case, flat = tally.event_at
     pc = _case(pcs, case)
     inputs, mask = row_inputs(kind, pc, np.unravel_index(flat, pc.output_shape))
-    return causes.diagnose(kind, fmt, inputs, mask)
+    return causes.diagnose(kind, fmt, inputs, mask)[0]
 
 
 #: Worst elements whose zero explains the row's subnormal zeros too (every output of an overflowed sum is 0; a log

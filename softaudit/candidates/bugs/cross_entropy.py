@@ -133,6 +133,10 @@ def _z_loss(z_loss: float, when_off: float) -> float:
 #: The z-loss coefficient a kernel adds when z-loss is off: the one PaLM trained with (arXiv 2204.02311, 1e-4),
 #: which training code sets as its default (OLMo-core PR #702 added it where the config said 0).
 _DEFAULT_Z_LOSS = 1e-4
+_GRAD = "cross_entropy_grad"
+_Z_LOSS_ADDED = f"z-loss of {_DEFAULT_Z_LOSS:g} lse**2 is added though the call's z_loss is 0"
+_Z_LOSS_FIX = "add the z-loss term only where the z_loss coefficient passed is not 0"
+_Z_LOSS_VARIANTS = [(f"z-loss {_DEFAULT_Z_LOSS:g} when off", {"z_loss_when_off": _DEFAULT_Z_LOSS}, {})]
 
 
 def _model(
@@ -198,19 +202,8 @@ MODELS = [
         [(f"in {narrow}", {"work": narrow}, {}) for narrow in sorted({n for ns in NARROWER.values() for n in ns})],
         events=False,
     ),
-    _model(
-        "z_loss_when_off",
-        f"a z-loss of {_DEFAULT_Z_LOSS:g} lse**2 is added though the call's z_loss is 0",
-        "add the z-loss term only where the z_loss coefficient passed is not 0",
-        [(f"z-loss {_DEFAULT_Z_LOSS:g} when off", {"z_loss_when_off": _DEFAULT_Z_LOSS}, {})],
-    ),
-    _model(
-        "z_loss_when_off",
-        f"the gradient of a z-loss of {_DEFAULT_Z_LOSS:g} lse**2 is added though the call's z_loss is 0",
-        "add the z-loss term only where the z_loss coefficient passed is not 0",
-        [(f"z-loss {_DEFAULT_Z_LOSS:g} when off", {"z_loss_when_off": _DEFAULT_Z_LOSS}, {})],
-        kind="cross_entropy_grad",
-    ),
+    _model("z_loss_when_off", f"a {_Z_LOSS_ADDED}", _Z_LOSS_FIX, _Z_LOSS_VARIANTS),
+    _model("z_loss_when_off", f"the gradient of a {_Z_LOSS_ADDED}", _Z_LOSS_FIX, _Z_LOSS_VARIANTS, kind=_GRAD),
     _model(
         "p_in_dtype",
         "p is rounded to the 16-bit dtype before the target's 1 is subtracted, so p_y - 1 cancels in the dtype",
