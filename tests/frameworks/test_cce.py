@@ -16,6 +16,8 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 from softaudit.adapters import load_target  # noqa: E402
 from softaudit.adapters._call import call_all  # noqa: E402
 
+from ._linear_exact import exact_linear  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def cce():
@@ -32,24 +34,6 @@ def _case(v=128, h=16, rows=4, seed=0, spread=2.0, dtype=np.float32):
     t = rng.integers(0, v, rows)
     t[1] = -100
     return x, w, b, t
-
-
-def _exact(x, w, b, t, g=None, *, ignore_index=-100, softcap=None, reduction="none"):
-    """The loss of x W^T + b in float64 torch, written out, and with g its (dx, dweight, dbias) by autograd."""
-    leaves = [torch.from_numpy(np.asarray(a, np.float64)).requires_grad_(True) for a in (x, w, b)]
-    z = leaves[0] @ leaves[1].T + leaves[2]
-    if softcap is not None:
-        z = softcap * torch.tanh(z / softcap)
-    target = torch.from_numpy(t)
-    kept = target != ignore_index
-    nll = z.logsumexp(-1) - z.gather(1, torch.where(kept, target, 0)[:, None])[:, 0]
-    loss = torch.where(kept, nll, 0.0)
-    if reduction != "none":
-        loss = loss.sum() / (kept.sum() if reduction == "mean" else 1)
-    if g is None:
-        return loss.detach().numpy()
-    loss.backward(torch.from_numpy(np.asarray(g, np.float64)).reshape(loss.shape))
-    return [leaf.grad.numpy() for leaf in leaves]
 
 
 OPTIONS = [{}, {"reduction": "mean"}, {"reduction": "sum", "softcap": 5.0}, {"ignore_index": 3, "reduction": "mean"}]
@@ -69,7 +53,7 @@ def test_forward_takes_every_option_it_has(cce, options, bias):
     shape = (1,) if options.get("reduction", "none") != "none" else (len(x),)
     (got,), note = call_all(cce["cce.linear_cross_entropy"], arrays, None, (shape,), x.dtype, 60, options=options)
     assert "ran in Triton's interpreter" in note
-    exact = _exact(x, w, b if bias else np.zeros_like(b), t, **options).reshape(shape)
+    exact = exact_linear(x, w, b if bias else np.zeros_like(b), t, **options).reshape(shape)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
 
 
@@ -88,7 +72,7 @@ def test_unfiltered_backward_gives_dx_dweight_dbias(cce, options):
     got, _ = call_all(
         cce["cce.linear_cross_entropy_grad_unfiltered"], arrays, None, shapes, x.dtype, 60, options=options
     )
-    for found, exact in zip(got, _exact(x, w, b, t, g, **options)):
+    for found, exact in zip(got, exact_linear(x, w, b, t, g, **options)):
         size = np.abs(exact).max()
         np.testing.assert_allclose(found.astype(np.float64), exact, rtol=2**-6, atol=2**-7 * size)
 

@@ -20,6 +20,8 @@ pytest.importorskip("liger_kernel")
 from softaudit.adapters import CandidateSkip, load_target  # noqa: E402
 from softaudit.adapters._call import call_all  # noqa: E402
 
+from ._linear_exact import exact_linear  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -138,29 +140,6 @@ def _linear_case(v=96, h=16, rows=4, seed=4):
     return x, w, b, t
 
 
-def _exact_linear(x, w, b, t, g=None, **options):
-    """The loss of x W^T + b in float64 torch (the formula of _exact_loss), and with g its gradients by autograd."""
-    leaves = [torch.from_numpy(a).double().requires_grad_(True) for a in (x, w, b)]
-    z = leaves[0] @ leaves[1].T + leaves[2]
-    cap = options.get("softcap")
-    if cap is not None:
-        z = cap * torch.tanh(z / cap)
-    ignore, smoothing = options.get("ignore_index", -100), options.get("label_smoothing", 0.0)
-    target = torch.from_numpy(t)
-    kept = target != ignore
-    logp = z.log_softmax(-1)
-    nll = -logp.gather(1, torch.where(kept, target, 0)[:, None])[:, 0]
-    loss = (1 - smoothing) * nll - smoothing * logp.mean(-1) + options.get("z_loss", 0.0) * z.logsumexp(-1) ** 2
-    loss = torch.where(kept, loss, 0.0)
-    reduction = options.get("reduction", "none")
-    if reduction != "none":
-        loss = loss.sum() / (kept.sum() if reduction == "mean" else 1)
-    if g is None:
-        return loss.detach().numpy()
-    loss.backward(torch.from_numpy(np.asarray(g, np.float64)).reshape(loss.shape))
-    return [leaf.grad.numpy() for leaf in leaves]
-
-
 LINEAR_OPTIONS = [
     {},
     {"reduction": "mean"},
@@ -184,7 +163,7 @@ def test_fused_linear_cross_entropy_forward_takes_every_option(liger, options, b
         liger["liger.fused_linear_cross_entropy"], arrays, None, (shape,), x.dtype, 60, options=options
     )
     assert "ran in Triton's interpreter" in note
-    exact = _exact_linear(x, w, b if bias else np.zeros_like(b), t, **options).reshape(shape)
+    exact = exact_linear(x, w, b if bias else np.zeros_like(b), t, **options).reshape(shape)
     np.testing.assert_allclose(got, exact, rtol=1e-5, atol=1e-5)
 
 
@@ -202,7 +181,7 @@ def test_fused_linear_cross_entropy_backward_gives_dx_dweight_dbias(liger, optio
     got, _ = call_all(
         liger["liger.fused_linear_cross_entropy_grad"], arrays, None, shapes, x.dtype, 60, options=options
     )
-    for found, exact in zip(got, _exact_linear(x, w, np.zeros_like(b), t, g, **options)):
+    for found, exact in zip(got, exact_linear(x, w, np.zeros_like(b), t, g, **options)):
         np.testing.assert_allclose(found, exact, rtol=1e-4, atol=1e-6)
 
 
@@ -235,7 +214,7 @@ def test_fused_linear_cross_entropy_backward_with_a_bias(liger):
         60,
         options=options,
     )
-    for found, exact in zip(got, _exact_linear(x, w, b, t, 2.0, **options)):
+    for found, exact in zip(got, exact_linear(x, w, b, t, 2.0, **options)):
         np.testing.assert_allclose(found, exact, rtol=1e-4, atol=1e-6)
 
 
