@@ -100,19 +100,16 @@ def unit(
     failed = dict.fromkeys(f"{c.name} could not run: {c.error}" for c in fam.comparisons if c.error)
     entry = kinds.get(candidate.kind)
     declared = entry.judged_against(candidate.conventions, [pc.case.options for pc in fam.prepared])
-    audited = fmt
     bounds = approximations.bounds(candidate, fmt, fam)
     for index, (row, m) in enumerate(zip(heads, measured)):
         pcs = [pc.output(index) for pc in fam.prepared]
-        fmt = _format(fam, index, audited)  # (an output measured in a format of its own: Kind.formats)
+        own = _format(fam, index, fmt)  # (an output measured in a format of its own: Kind.formats)
         tally, output = m.tally, row["output"]
         if m.all_nan is not None:
             result.all_nan.append(m.all_nan)
-        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": audited.name, "family": family}
+        which = {"candidate": candidate.name, "kind": candidate.kind, "dtype": fmt.name, "family": family}
         result.case_rows += [which | {"output": output} | c for c in m.per_case]
-        record = (
-            None if tally.worst is None else _worst_record(candidate, fmt, pcs, tally, recipe, family, output, audited)
-        )
+        record = None if tally.worst is None else _worst_record(candidate, own, pcs, tally, recipe, family, output, fmt)
         if record is not None:
             result.worst[record.key] = record
         best = fam.practice(index)
@@ -120,10 +117,10 @@ def unit(
             None if bounds is None else approximations.within(pcs, measured[0].outputs, index, lines[index], bounds)
         )
         verdict, cause, text, pattern = _verdict(
-            candidate.kind, fmt, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved, approximation
+            candidate.kind, own, pcs, tally, record, policy, row["plain_cond_err"], best, m.moved, approximation
         )
         finding, fix, why = (
-            _finding(candidate.kind, fmt, fam, measured[0].outputs, index, row, verdict, cause)
+            _finding(candidate.kind, own, fam, measured[0].outputs, index, row, verdict, cause)
             if diagnose
             else ("", "", "")
         )
